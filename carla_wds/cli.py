@@ -1,0 +1,140 @@
+"""The `carla-wds` command line: thin click wrappers over library functions."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+
+from .routes import PackError
+
+
+def _hxw(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        h, w = (int(v) for v in value.lower().split("x"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}; expected HxW such as 256x512") from None
+    return h, w
+
+
+def _part(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        i, n = (int(v) for v in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}; expected i/N such as 0/4") from None
+    return i, n
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def main(verbose: bool) -> None:
+    """Pack, verify, inspect, load and train on CARLA driving data as WebDataset shards."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("input_dir", type=click.Path(file_okay=False))
+@click.argument("output_dir", type=click.Path(file_okay=False))
+@click.option("--layout", default="tcp", show_default=True, help="tcp, transfuser4 or a .yaml path")
+@click.option("--pred-len", default=4, show_default=True)
+@click.option("--max-samples", default=1000, show_default=True, help="Samples per shard.")
+@click.option("--max-bytes", type=int, default=None, help="Bytes per shard (approximate upper bound).")
+@click.option("--prefix", default="shard", show_default=True)
+@click.option("--image-format", type=click.Choice(["png", "jpg"]), default=None,
+              help="Re-encode images; default copies the source bytes verbatim.")
+@click.option("--quality", default=95, show_default=True, help="JPEG quality.")
+@click.option("--resize", default=None, help="HxW: resize images before encoding.")
+@click.option("--workers", default=1, show_default=True)
+@click.option("--part", default=None, help="i/N: pack part i of N (for many machines).")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True)
+@click.option("--check-images", is_flag=True, help="Fully decode every image.")
+@click.option("--dot-replacement", default=None, help="Map dots in route names to this string.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted pack in OUTPUT_DIR.")
+@click.option("--overwrite", is_flag=True, help="Replace what OUTPUT_DIR holds.")
+def pack(input_dir, output_dir, resize, part, **kw) -> None:
+    """Pack raw CARLA route folders into WebDataset shards plus manifest.json."""
+    from .pack import PackOptions, pack as run_pack
+    opts = PackOptions(resize=_hxw(resize), part=_part(part), **kw)
+    try:
+        manifest = run_pack(input_dir, output_dir, opts)
+    except PackError as exc:
+        raise click.ClickException(str(exc)) from None
+    c = manifest["counts"]
+    click.echo(f"{c['samples']} samples in {len(manifest['shards'])} shards; {c['frames']} frames "
+               f"found, {c['tail_frames']} route tails, {c['skipped']} skipped "
+               f"(NaN theta: {c['nan_theta']}, VOID command: {c['void_command']})")
+
+
+@main.command()
+@click.argument("part_dirs", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, help="Empty folder for the merged pack.")
+@click.option("--prefix", default="shard", show_default=True)
+def merge(part_dirs, out_dir, prefix) -> None:
+    """Combine `pack --part i/N` outputs into one folder and manifest."""
+    from .manifest import merge as run_merge
+    m = run_merge(list(part_dirs), out_dir, prefix)
+    click.echo(f"merged {len(part_dirs)} parts: {m['total_samples']} samples, "
+               f"{len(m['shards'])} shards in {out_dir}")
+
+
+@main.command()
+@click.argument("directory")
+@click.option("--deep", is_flag=True, help="Decode and validate every sample.")
+def verify(directory, deep) -> None:
+    """Check shard counts and sha256 against the manifest."""
+    from .manifest import verify as run_verify
+    problems = run_verify(directory, deep=deep)
+    for p in problems:
+        click.echo(f"FAIL {p}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"OK {directory}" + (" (deep)" if deep else ""))
+
+
+@main.command()
+@click.argument("directory")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect(directory, as_json) -> None:
+    """Summarise a pack: samples, shards, sizes, commands, speeds."""
+    from .manifest import summary
+    s = summary(directory)
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    click.echo(f"{s['samples']} samples in {s['shards']} shards, {s['bytes'] / 1e6:.1f} MB "
+               f"(shards {s['shard_bytes_min'] / 1e6:.2f}-{s['shard_bytes_max'] / 1e6:.2f} MB)")
+    click.echo(f"layout {s['layout']}, cameras {s['cameras']}, pred_len {s['pred_len']}, "
+               f"skipped {s['skipped']}")
+    click.echo("commands: " + ", ".join(f"{k} {v}" for k, v in s["commands"].items()))
+    sp = s["speed"]
+    click.echo(f"speed m/s: mean {sp['mean']:.2f} std {sp['std']:.2f} min {sp['min']:.2f} "
+               f"max {sp['max']:.2f}, stopped {100 * sp['stopped_share']:.0f}%")
+
+
+@main.command()
+@click.argument("out_dir")
+@click.option("--layout", type=click.Choice(["tcp", "transfuser4"]), default="tcp", show_default=True)
+@click.option("--episodes", default=4, show_default=True)
+@click.option("--frames", default=40, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--image-size", default=None, help="WxH; default is the layout's real camera size.")
+def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
+    """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
+    from .synth import synth_dataset
+    size = None
+    if image_size:
+        h, w = _hxw(image_size)  # parsed as AxB; synth takes (width, height)
+        size = (h, w)
+    routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
+                           image_size=size)
+    click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Camera + measurement waypoint model with an autoregressive GRU decoder.
+
+This generalises the trajectory branch of TCP (OpenDriveLab/TCP) to any number
+of cameras and any prediction horizon: a shared image encoder, a small
+measurement MLP, a join MLP that initialises a GRU hidden state, and a GRUCell
+that emits one waypoint delta per step.
+
+Ego-frame convention (TCP's): x is lateral and forward is -y.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+VALID_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18", "tiny")
+RESNET_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18")
+
+# CARLA speeds in urban driving rarely exceed ~12 m/s; TCP divides by 12 so the
+# speed input is O(1) like the other measurement inputs.
+SPEED_SCALE: float = 12.0
+N_COMMANDS: int = 6
+MEASUREMENT_DIM: int = 1 + 2 + N_COMMANDS
+_MEAS_HIDDEN: int = 128
+_JOIN_HIDDEN: int = 512
+
+
+@dataclass
+class ModelConfig:
+    backbone: str = "resnet34"  # "resnet34" | "resnet18" | "tiny" (a small CNN for CPU tests)
+    pretrained: str | None = None  # LOCAL torchvision state_dict (.pth); never downloaded
+    feature_dim: int = 256  # fused feature size == GRU hidden size
+    dropout: float = 0.0
+
+
+class TinyEncoder(nn.Module):
+    """~100k-parameter CNN so tests and CPU smoke runs stay fast."""
+
+    def __init__(self, widths: tuple[int, ...] = (16, 32, 64, 128)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for c_out in widths:
+            # bias is redundant before BatchNorm
+            layers += [
+                nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(inplace=True),
+            ]
+            c_in = c_out
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.out_dim = c_in
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.flatten(self.pool(self.features(x)), 1)
+
+
+def _build_resnet(name: str) -> nn.Module:
+    import torchvision
+
+    # weights=None: we never download; pretrained weights come from a local file.
+    net = getattr(torchvision.models, name)(weights=None)
+    net.out_dim = net.fc.in_features
+    net.fc = nn.Identity()
+    return net
+
+
+def _build_encoder(backbone: str) -> nn.Module:
+    if backbone == "tiny":
+        return TinyEncoder()
+    if backbone in RESNET_BACKBONES:
+        return _build_resnet(backbone)
+    raise ValueError(
+        f"unknown backbone {backbone!r}; valid backbones are: {', '.join(VALID_BACKBONES)}"
+    )
+
+
+def _preview(keys: list[str], n: int = 5) -> str:
+    shown = ", ".join(keys[:n])
+    return shown + (f", ... ({len(keys) - n} more)" if len(keys) > n else "")
+
+
+def load_pretrained_backbone(encoder: nn.Module, path: str | Path, backbone: str) -> None:
+    """Load a local torchvision ResNet state_dict into ``encoder`` (fc.* keys ignored)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"pretrained backbone weights not found: {path}. Fix: on a machine with internet run "
+            f"`torch.save(torchvision.models.{backbone}(weights='DEFAULT').state_dict(), '{path.name}')`"
+            f" and copy the file to {path}, or set model.pretrained to null to train from scratch."
+        )
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{path} does not contain a state_dict (got {type(state).__name__})")
+    # The classifier head is replaced by Identity, so its weights have no home.
+    state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    expected = set(encoder.state_dict())
+    missing = sorted(expected - state.keys())
+    unexpected = sorted(state.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(
+            f"{path} does not match torchvision {backbone}: "
+            f"{len(missing)} missing keys [{_preview(missing)}], "
+            f"{len(unexpected)} unexpected keys [{_preview(unexpected)}]. "
+            f"Is it a plain torchvision {backbone} state_dict (no 'module.' prefix, no wrapper dict)?"
+        )
+    try:
+        encoder.load_state_dict(state, strict=True)
+    except RuntimeError as exc:  # shape mismatches, e.g. resnet18 vs resnet34 blocks
+        raise ValueError(f"{path} has incompatible tensors for {backbone}: {exc}") from exc
+    logger.info("loaded pretrained %s backbone from %s", backbone, path)
+
+
+class WaypointModel(nn.Module):
+    """Multi-camera images + (speed, target point, command) -> ego-frame waypoints."""
+
+    def __init__(self, cfg: ModelConfig, n_cameras: int, pred_len: int) -> None:
+        super().__init__()
+        if n_cameras < 1 or pred_len < 1:
+            raise ValueError(f"n_cameras and pred_len must be >= 1, got {n_cameras}, {pred_len}")
+        if cfg.feature_dim < 1 or not 0.0 <= cfg.dropout < 1.0:
+            raise ValueError(f"bad feature_dim/dropout: {cfg.feature_dim}, {cfg.dropout}")
+        self.cfg = cfg
+        self.n_cameras = n_cameras
+        self.pred_len = pred_len
+
+        self.encoder = _build_encoder(cfg.backbone)
+        if cfg.pretrained is not None:
+            if cfg.backbone not in RESNET_BACKBONES:
+                raise ValueError(
+                    f"pretrained weights are only supported for {RESNET_BACKBONES}, "
+                    f"not backbone {cfg.backbone!r}; set pretrained to null"
+                )
+            load_pretrained_backbone(self.encoder, cfg.pretrained, cfg.backbone)
+        enc_dim: int = self.encoder.out_dim
+
+        # Fusion by concatenation: camera slots are fixed (front/left/right/...),
+        # so the position in the concatenated vector already identifies the
+        # camera; a Linear over it learns per-camera weighting with no extra
+        # embedding machinery and keeps the 1-camera case a plain projection.
+        self.fuse = nn.Sequential(
+            nn.Linear(n_cameras * enc_dim, cfg.feature_dim),
+            nn.ReLU(inplace=True),
+            nn.Dropout(cfg.dropout),
+        )
+        self.measurements = nn.Sequential(
+            nn.Linear(MEASUREMENT_DIM, _MEAS_HIDDEN),
+            nn.ReLU(inplace=True),
+            nn.Linear(_MEAS_HIDDEN, _MEAS_HIDDEN),
+            nn.ReLU(inplace=True),
+        )
+        # Tanh at the end keeps h0 in the same [-1, 1] range that the GRU's own
+        # hidden states live in, so step 1 is not special to the decoder.
+        self.join = nn.Sequential(
+            nn.Linear(cfg.feature_dim + _MEAS_HIDDEN, _JOIN_HIDDEN),
+            nn.ReLU(inplace=True),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(_JOIN_HIDDEN, cfg.feature_dim),
+            nn.Tanh(),
+        )
+        self.decoder = nn.GRUCell(input_size=4, hidden_size=cfg.feature_dim)
+        self.output = nn.Linear(cfg.feature_dim, 2)
+
+    def _check_inputs(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor) -> None:
+        if images.dim() != 5 or images.shape[1] != self.n_cameras or images.shape[2] != 3:
+            raise ValueError(
+                f"images must be (B, {self.n_cameras}, 3, H, W), got {tuple(images.shape)}"
+            )
+        b = images.shape[0]
+        if speed.numel() != b:
+            raise ValueError(f"speed must be (B,)=({b},), got {tuple(speed.shape)}")
+        if tuple(target_point.shape) != (b, 2):
+            raise ValueError(f"target_point must be ({b}, 2), got {tuple(target_point.shape)}")
+        if tuple(command.shape) != (b, N_COMMANDS):
+            raise ValueError(f"command must be ({b}, {N_COMMANDS}) one-hot, got {tuple(command.shape)}")
+
+    def encode_images(self, images: Tensor) -> Tensor:
+        """(B, N, 3, H, W) -> fused (B, feature_dim); one encoder shared by all cameras."""
+        b, n = images.shape[:2]
+        x = images.flatten(0, 1)
+        stem = next(self.encoder.parameters())
+        if stem.is_contiguous(memory_format=torch.channels_last) and not stem.is_contiguous():
+            # Match the weights' layout so convs don't convert on every call.
+            x = x.contiguous(memory_format=torch.channels_last)
+        feats = self.encoder(x).reshape(b, n * self.encoder.out_dim)
+        return self.fuse(feats)
+
+    def forward(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor) -> Tensor:
+        """images: (B, n_cameras, 3, H, W) float, already ImageNet-normalised; speed (B,) m/s;
+        target_point (B, 2); command (B, 6) one-hot. Returns waypoints (B, pred_len, 2) in the ego frame."""
+        self._check_inputs(images, speed, target_point, command)
+        b = images.shape[0]
+        dtype = self.output.weight.dtype
+        tp = target_point.to(dtype)
+        meas = torch.cat([speed.reshape(b, 1).to(dtype) / SPEED_SCALE, tp, command.to(dtype)], dim=1)
+        h = self.join(torch.cat([self.encode_images(images), self.measurements(meas)], dim=1))
+
+        # Accumulate waypoints in at least fp32: under bf16 autocast a running
+        # sum of deltas would lose ~0.1 m of precision at 20 m range.
+        wp_dtype = torch.promote_types(dtype, torch.float32)
+        wp = torch.zeros(b, 2, dtype=wp_dtype, device=images.device)
+        out: list[Tensor] = []
+        for _ in range(self.pred_len):
+            h = self.decoder(torch.cat([wp, tp.to(wp_dtype)], dim=1), h)
+            wp = wp + self.output(h).to(wp_dtype)
+            out.append(wp)
+        return torch.stack(out, dim=1)
+
+
+def build_model(cfg: ModelConfig, n_cameras: int, pred_len: int) -> WaypointModel:
+    model = WaypointModel(cfg, n_cameras=n_cameras, pred_len=pred_len)
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info(
+        "built WaypointModel(backbone=%s, cameras=%d, pred_len=%d): %.2fM params",
+        cfg.backbone, n_cameras, pred_len, n_params / 1e6,
+    )
+    return model

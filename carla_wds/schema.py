@@ -1,0 +1,198 @@
+"""The sample schema: the single source of truth for keys, codecs, dtypes and shapes.
+
+The packer encodes through `encode_sample`, the loader decodes through `decode_members`, and
+`carla-wds verify --deep` validates through `validate_sample`, so the three cannot drift apart.
+Like Mosaic Streaming's codec registry, every member suffix maps to one codec used both ways.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import cv2
+import numpy as np
+
+SCHEMA_VERSION = 1
+CAMERAS = ("front", "rear", "left", "right")
+IMAGE_FORMATS = ("png", "jpg")
+N_COMMANDS = 6
+# CARLA RoadOption values; VOID (and anything below 0) is mapped to LANEFOLLOW as TCP does.
+ROAD_OPTIONS = {-1: "VOID", 1: "LEFT", 2: "RIGHT", 3: "STRAIGHT", 4: "LANEFOLLOW",
+                5: "CHANGELANELEFT", 6: "CHANGELANERIGHT"}
+# Members that would go through pickle in webdataset's default decoders: never decoded here.
+PICKLE_SUFFIXES = ("pth", "pt", "pyd", "pickle", "pkl")
+LABEL_MEMBERS = ("speed.json", "target_point.npy", "target_command.npy",
+                 "waypoints.npy", "waypoints_diff.npy", "meta.json")
+_KEY_OK = re.compile(r"^[A-Za-z0-9_\-~+=,@]+$")
+
+
+class SchemaError(ValueError):
+    """A sample that does not match the schema; the message names the sample and member."""
+
+
+@dataclass(frozen=True)
+class Codec:
+    encode: Callable[[Any], bytes]
+    decode: Callable[[bytes], Any]
+
+
+def _npy_encode(value: Any) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(value), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _npy_decode(data: bytes) -> np.ndarray:
+    # allow_pickle=False: an object array in a shard is refused, never unpickled.
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def _json_encode(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def _image_decode(data: bytes) -> np.ndarray:
+    # Straight from bytes to uint8 RGB: no float round-trip (the seed's all-black-image bug).
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if img is None:
+        raise SchemaError("image bytes do not decode")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def image_encoder(ext: str, **params: int) -> Callable[[np.ndarray], bytes]:
+    flags = [cv2.IMWRITE_JPEG_QUALITY, params.get("quality", 95)] if ext == "jpg" else []
+
+    def encode(rgb: np.ndarray) -> bytes:
+        ok, buf = cv2.imencode("." + ext, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), flags)
+        if not ok:
+            raise SchemaError(f"cv2 could not encode a {ext} image")
+        return buf.tobytes()
+    return encode
+
+
+CODECS: dict[str, Codec] = {
+    "npy": Codec(_npy_encode, _npy_decode),
+    "json": Codec(_json_encode, lambda b: json.loads(b.decode("utf-8"))),
+    "png": Codec(image_encoder("png"), _image_decode),
+    "jpg": Codec(image_encoder("jpg"), _image_decode),
+}
+
+
+def codec_for(member: str) -> Codec:
+    """The codec of a member name such as `front.png` or `waypoints.npy`."""
+    ext = member.rsplit(".", 1)[-1].lower()
+    if ext in PICKLE_SUFFIXES:
+        raise SchemaError(f"member {member!r} is a pickle; carla-wds never decodes pickles. "
+                          "Re-pack with `carla-wds pack`, which stores arrays as .npy")
+    if ext not in CODECS:
+        raise SchemaError(f"member {member!r} has no codec; known: {sorted(CODECS)}")
+    return CODECS[ext]
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """What every sample of one dataset holds; recorded in and rebuilt from the manifest."""
+    cameras: tuple[str, ...]
+    pred_len: int
+    image_format: str = "png"
+
+    def __post_init__(self) -> None:
+        bad = [c for c in self.cameras if c not in CAMERAS]
+        if bad or not self.cameras:
+            raise SchemaError(f"cameras {list(self.cameras)} invalid; choose from {list(CAMERAS)}")
+        if self.image_format not in IMAGE_FORMATS:
+            raise SchemaError(f"image_format {self.image_format!r}; expected one of {IMAGE_FORMATS}")
+        if self.pred_len < 1:
+            raise SchemaError(f"pred_len must be >= 1, got {self.pred_len}")
+
+    @property
+    def image_members(self) -> tuple[str, ...]:
+        return tuple(f"{c}.{self.image_format}" for c in self.cameras)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.image_members + LABEL_MEMBERS
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        p = self.pred_len
+        return {"target_point.npy": (2,), "target_command.npy": (N_COMMANDS,),
+                "waypoints.npy": (p, 2), "waypoints_diff.npy": (p, 2)}
+
+
+def make_key(episode: str, frame: int, dot_replacement: str | None = None) -> str:
+    """The sample key for frame `frame` of route folder `episode` ("Town01/route_00").
+
+    webdataset cuts the key at the first dot of a member name, so a dot would split one sample
+    into two silently; it is mapped with `dot_replacement` or refused.
+    """
+    name = episode.replace("/", "__")
+    if "." in name:
+        if dot_replacement is None:
+            raise SchemaError(
+                f"route {episode!r} has a dot in its name; webdataset would split its samples at "
+                "the dot. Fix: rename the folder, or pack with --dot-replacement _ to map dots")
+        name = name.replace(".", dot_replacement)
+    key = f"{name}__{frame:04d}"
+    if not _KEY_OK.match(key):
+        raise SchemaError(f"route {episode!r} gives key {key!r} with characters outside "
+                          f"{_KEY_OK.pattern}; rename the folder")
+    return key
+
+
+def encode_sample(spec: SampleSpec, key: str, images: dict[str, bytes],
+                  labels: dict[str, Any]) -> dict[str, Any]:
+    """Encoded camera bytes + label values -> a webdataset sample dict of bytes."""
+    sample: dict[str, Any] = {"__key__": key}
+    for cam, member in zip(spec.cameras, spec.image_members):
+        sample[member] = images[cam]
+    sample["speed.json"] = _json_encode(float(labels["speed"]))
+    sample["meta.json"] = _json_encode(labels["meta"])
+    for name in ("target_point", "target_command", "waypoints", "waypoints_diff"):
+        sample[f"{name}.npy"] = _npy_encode(np.asarray(labels[name], dtype=np.float32))
+    return sample
+
+
+def check_members(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:
+    """Refuse pickles and missing members before anything is decoded."""
+    for name in raw:
+        if not name.startswith("__") and name.rsplit(".", 1)[-1].lower() in PICKLE_SUFFIXES:
+            raise SchemaError(f"{where}: member {name!r} is a pickle and is refused, never decoded. "
+                              "Re-pack the shard with `carla-wds pack`")
+    missing = [m for m in spec.members if m not in raw]
+    if missing:
+        raise SchemaError(f"{where}: missing member(s) {missing}; expected {list(spec.members)}. "
+                          "Re-pack the shard or pass cameras= to read a subset")
+
+
+def decode_labels(spec: SampleSpec, raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Decode and shape-check the label members of one raw sample (no images)."""
+    out: dict[str, Any] = {}
+    for member, shape in spec.shapes().items():
+        arr = _npy_decode(raw[member])
+        if arr.shape != shape or arr.dtype != np.float32:
+            raise SchemaError(f"{where}: {member} has shape {arr.shape} dtype {arr.dtype}; "
+                              f"expected {shape} float32. Re-pack with pred_len={spec.pred_len}")
+        out[member.rsplit(".", 1)[0]] = arr
+    speed = json.loads(raw["speed.json"])
+    if not isinstance(speed, (int, float)) or not np.isfinite(speed):
+        raise SchemaError(f"{where}: speed.json holds {speed!r}; expected a finite number (m/s)")
+    out["speed"] = float(speed)
+    out["meta"] = json.loads(raw["meta.json"])
+    return out
+
+
+def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:
+    """Full check of one raw sample: members, label shapes, images decode with equal sizes."""
+    check_members(spec, raw, where)
+    labels = decode_labels(spec, raw, where)
+    onehot = labels["target_command"]
+    if onehot.sum() != 1 or not np.isin(onehot, (0, 1)).all():
+        raise SchemaError(f"{where}: target_command {onehot.tolist()} is not one-hot")
+    for member in spec.image_members:
+        try:
+            CODECS[spec.image_format].decode(raw[member])
+        except SchemaError as exc:
+            raise SchemaError(f"{where}: {member}: {exc}") from None
