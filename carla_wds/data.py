@@ -1,0 +1,237 @@
+"""CARLAWebData: the typed loader that is exact under DDP and resumable mid-epoch.
+
+    data = CARLAWebData("shards/train", batch_size=32, num_workers=4, augment=True)
+    for epoch in range(epochs):
+        data.set_epoch(epoch)
+        for batch in data:          # exactly len(data) CARLABatch on every rank
+            batch = batch.to("cuda")
+            x = batch.normalized_images()
+
+Counts come from the manifest (see plan.py), so `len()` is O(1) and equal on every rank; the
+seed's `with_epoch`, `nodesplitter`, double shuffle and length-by-iteration are all gone.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from . import stages
+from .augment import image_iteration
+from .batch import CARLABatch
+from .dist import rank_world
+from .manifest import read_manifest, shard_url, spec_of
+from .plan import batches_per_rank, plan_worker, resampled_shards
+from .rng import derive_seed, numpy_rng
+from .schema import SampleSpec
+
+log = logging.getLogger(__name__)
+STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_workers",
+                "batches_per_epoch")
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    """Everything a worker needs to produce its share of one epoch; picklable."""
+    urls: tuple[str, ...]
+    counts: tuple[int, ...]
+    checksums: tuple[str, ...] | None
+    spec: SampleSpec
+    image_size: tuple[int, int]
+    batch_size: int
+    mode: str
+    num_workers: int
+    seed: int
+    epoch: int
+    rank: int
+    world_size: int
+    resume_batches: int
+    batches_per_epoch: int | None
+    shuffle_buffer: int
+    augment: bool
+    per_camera_augment: bool
+    step_at_epoch_start: int
+    cache_dir: str | None
+    on_error: str
+
+
+class _EpochStream(IterableDataset):
+    """Yields one worker's CARLABatches of one epoch, following plan.plan_worker."""
+
+    def __init__(self, e: _Epoch) -> None:
+        self.e = e
+
+    def __iter__(self) -> Iterator[CARLABatch]:
+        e = self.e
+        info = get_worker_info()
+        plan = plan_worker(list(e.counts), rank=e.rank, world_size=e.world_size,
+                           worker=info.id if info else 0, num_workers=e.num_workers,
+                           batch_size=e.batch_size, mode=e.mode, seed=e.seed, epoch=e.epoch,
+                           resume_batches=e.resume_batches, batches_per_epoch=e.batches_per_epoch)
+        w = plan.logical_worker
+        segments = plan.segments
+        if plan.resampled:   # endless whole shards, cut by `take` below
+            segments = ((s, 0, e.counts[s]) for s in
+                        resampled_shards(len(e.counts), e.seed, e.epoch, e.rank, w))
+        # raw samples (member bytes) of this worker, in plan order
+        raw = stages.read_segments(segments, list(e.urls), e.on_error, e.cache_dir,
+                                   list(e.checksums) if e.checksums else None)
+        if e.mode == "train":   # buffered shuffle of encoded samples
+            rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
+            raw = stages.shuffle(raw, e.shuffle_buffer, rng)
+        raw = stages.take(raw, plan.n_real)
+        # drop what was consumed before a resume, still encoded
+        skipped = plan.skip_batches * e.batch_size
+        raw = stages.skip(raw, skipped)
+        samples = stages.decode_samples(raw, e.spec, e.image_size, e.on_error,
+                                        self._augmenter(w), first_position=skipped)
+        pad = stages.padding(e.spec, e.image_size)
+        yield from stages.batch_exact(samples, e.batch_size, plan.n_batches - plan.skip_batches,
+                                      pad)
+
+    def _augmenter(self, logical_worker: int):
+        e = self.e
+        if not (e.augment and e.mode == "train"):
+            return None
+        w_count = max(1, e.num_workers)
+
+        def iteration_of(pos: int) -> int:
+            # The global step of the batch holding this position: the trainer's step, not a
+            # per-worker counter (TCP's bug).
+            step = e.step_at_epoch_start + (pos // e.batch_size) * w_count + logical_worker
+            return image_iteration(step, e.batch_size, e.world_size)
+        return stages.augmenter(e.seed, e.epoch, e.per_camera_augment, iteration_of)
+
+
+def _worker_init(_: int) -> None:
+    import cv2
+    cv2.setNumThreads(1)   # one decode thread per worker; the workers are the parallelism
+
+
+class CARLAWebData:
+    """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
+
+    def __init__(self, source: str, *, batch_size: int, mode: str = "train",
+                 num_workers: int = 0, seed: int = 0, image_size: tuple[int, int] = (256, 512),
+                 cameras: list[str] | None = None, augment: bool = False,
+                 per_camera_augment: bool = True, shuffle_buffer: int = 256,
+                 cache_dir: str | None = None, on_error: str = "raise", rank: int | None = None,
+                 world_size: int | None = None, batches_per_epoch: int | None = None,
+                 verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2) -> None:
+        if mode not in ("train", "eval"):
+            raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error {on_error!r}; expected 'raise' or 'skip'")
+        if batch_size < 1 or num_workers < 0:
+            raise ValueError(f"batch_size {batch_size} must be >= 1, num_workers {num_workers} >= 0")
+        if batches_per_epoch is not None and mode != "train":
+            raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
+        self.manifest, self.where = read_manifest(source)
+        self.spec = self._select_cameras(spec_of(self.manifest), cameras)
+        self.rank, self.world_size = rank_world(rank, world_size)
+        self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
+        self.image_size = tuple(image_size)
+        self.augment, self.per_camera_augment = augment, per_camera_augment
+        self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
+        self.batches_per_epoch, self.verify = batches_per_epoch, verify
+        self.pin_memory, self.prefetch_factor = pin_memory, prefetch_factor
+        shards = self.manifest["shards"]
+        self.counts = tuple(int(s["samples"]) for s in shards)
+        self.urls = tuple(shard_url(self.where, s["name"]) for s in shards)
+        self.manifest_id = hashlib.sha256(json.dumps(shards, sort_keys=True).encode()).hexdigest()
+        self._len = batches_per_rank(list(self.counts), batch_size, self.world_size, mode,
+                                     batches_per_epoch)
+        if self._len < 1:
+            raise ValueError(
+                f"{self.where}: {sum(self.counts)} samples give no full batch of {batch_size} on "
+                f"each of {self.world_size} ranks. Fix: lower batch_size, use fewer ranks, or "
+                "pack more data")
+        self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
+        self.stats = {"skipped_samples": 0, "batches": 0}
+
+    @staticmethod
+    def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
+        if cameras is None:
+            return spec
+        missing = [c for c in cameras if c not in spec.cameras]
+        if missing:
+            raise ValueError(f"cameras {missing} are not in the shards; they hold "
+                             f"{list(spec.cameras)}")
+        return SampleSpec(tuple(cameras), spec.pred_len, spec.image_format)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def camera_names(self) -> list[str]:
+        return list(self.spec.cameras)
+
+    @property
+    def pred_len(self) -> int:
+        return self.spec.pred_len
+
+    def set_epoch(self, epoch: int, global_step: int | None = None) -> None:
+        """Select the epoch (its shard order and shuffle) and the step the augmenter ramps from.
+
+        global_step defaults to epoch * len(self). Setting the current epoch again keeps a
+        resume position loaded with load_state_dict.
+        """
+        if epoch != self.epoch:
+            self.consumed = 0
+        self.epoch = epoch
+        self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
+
+    def _epoch(self) -> _Epoch:
+        return _Epoch(self.urls, self.counts,
+                      tuple(s["sha256"] for s in self.manifest["shards"]) if self.verify else None,
+                      self.spec, self.image_size, self.batch_size, self.mode, self.num_workers,
+                      self.seed, self.epoch, self.rank, self.world_size, self.consumed,
+                      self.batches_per_epoch, self.shuffle_buffer, self.augment,
+                      self.per_camera_augment, self.step_at_epoch_start, self.cache_dir,
+                      self.on_error)
+
+    def __iter__(self) -> Iterator[CARLABatch]:
+        if self.consumed >= self._len:
+            self.consumed = 0   # a finished epoch restarts, like DistributedSampler
+        expected = self._len - self.consumed
+        loader = DataLoader(_EpochStream(self._epoch()), batch_size=None,
+                            num_workers=self.num_workers, pin_memory=self.pin_memory,
+                            worker_init_fn=_worker_init if self.num_workers else None,
+                            prefetch_factor=self.prefetch_factor if self.num_workers else None)
+        produced = 0
+        for batch in loader:
+            produced += 1
+            self.consumed += 1
+            self.stats["batches"] += 1
+            self.stats["skipped_samples"] += len(batch.errors)
+            yield batch
+        if produced != expected:
+            raise RuntimeError(f"rank {self.rank} produced {produced} batches, planned "
+                               f"{expected}; this is a carla-wds bug, please report it")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank is in the epoch; load it into a fresh loader to continue exactly."""
+        return {"manifest": self.manifest_id, "mode": self.mode, "seed": self.seed,
+                "batch_size": self.batch_size, "world_size": self.world_size,
+                "num_workers": self.num_workers, "batches_per_epoch": self.batches_per_epoch,
+                "epoch": self.epoch, "consumed": self.consumed,
+                "step_at_epoch_start": self.step_at_epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = self.state_dict()
+        for name in STATE_FIELDS:
+            if state.get(name) != mine[name]:
+                raise ValueError(f"cannot resume: {name} was {state.get(name)!r} when the state "
+                                 f"was saved, but is {mine[name]!r} now. Use the same {name}")
+        self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
+        self.step_at_epoch_start = int(state["step_at_epoch_start"])
+
+    def config(self) -> dict[str, Any]:
+        return {"source": self.where, "batch_size": self.batch_size, "mode": self.mode,
+                "num_workers": self.num_workers, "world_size": self.world_size,
+                "rank": self.rank, "spec": asdict(self.spec), "len": self._len}
