@@ -136,5 +136,39 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")
 
 
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--config", default=None, help="YAML file in configs/train/.")
+@click.argument("overrides", nargs=-1)
+def train(config, overrides) -> None:
+    """Train the waypoint model in one process (use torchrun -m carla_wds.train for DDP)."""
+    from .config import ConfigError, load_config
+    from .train import run_training
+    try:
+        cfg = load_config(config, list(overrides))
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    run_training(cfg)
+
+
+@main.command()
+@click.argument("shards")
+@click.option("--checkpoint", default=None, help="checkpoint.pt to draw predictions from.")
+@click.option("--out", required=True, help="PNG to write.")
+@click.option("-n", "n", default=6, show_default=True, help="Samples to show.")
+def show(shards, checkpoint, out, n) -> None:
+    """Montage of samples: cameras plus a bird's-eye plot of waypoints and target point."""
+    from .show import show as run_show
+    click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n)}")
+
+
+@main.command()
+@click.argument("run_dir")
+@click.option("--out", default=None, help="PNG to write (default RUN_DIR/curves.png).")
+def plot(run_dir, out) -> None:
+    """Loss and ADE/FDE curves of a training run as a PNG."""
+    from .viz import plot_run
+    click.echo(f"wrote {plot_run(run_dir, out)}")
+
+
 if __name__ == "__main__":
     main()

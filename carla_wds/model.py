@@ -97,7 +97,10 @@ def load_pretrained_backbone(encoder: nn.Module, path: str | Path, backbone: str
             f"`torch.save(torchvision.models.{backbone}(weights='DEFAULT').state_dict(), '{path.name}')`"
             f" and copy the file to {path}, or set model.pretrained to null to train from scratch."
         )
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt file, or a pickled nn.Module that weights_only refuses
+        raise ValueError(f"could not read {path} as a weights-only state_dict: {exc}") from exc
     if not isinstance(state, Mapping):
         raise ValueError(f"{path} does not contain a state_dict (got {type(state).__name__})")
     # The classifier head is replaced by Identity, so its weights have no home.

@@ -32,7 +32,10 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> dict[str, Any]:
     import torch
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+    # Only tensors and plain containers, so checkpoints load with weights_only=True.
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"python": random.getstate(),
+             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -42,7 +45,8 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     import torch
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

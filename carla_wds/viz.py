@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 
 DPI: int = 100
 CURVES_FIGSIZE: tuple[float, float] = (12.0, 4.5)
-ROW_HEIGHT_IN: float = 2.6
+ROW_HEIGHT_IN: float = 3.0
+_LEGEND_IN: float = 1.2
 _MAX_CAM_ASPECT: float = 3.0
 _BEV_MIN_SPAN_M: float = 8.0
 # Beyond this many times the waypoint span, the target point would squash the
@@ -178,18 +179,28 @@ def _bev_limits(points: np.ndarray) -> tuple[float, float, float, float, float]:
 
 def _plot_target(ax: Axes, tgt: np.ndarray, box: tuple[float, float, float, float]) -> None:
     x0, x1, y0, y1 = box
+    if not np.isfinite(tgt).all():
+        logger.warning("non-finite target point %s not drawn", tgt)
+        return
     if x0 <= tgt[0] <= x1 and y0 <= tgt[1] <= y1:
         ax.plot(*tgt, marker="*", ms=12, color="tab:blue", ls="", label="target")
         return
-    # Slide the marker along the ray from the box centre until it hits the edge.
+    # Pull the marker along the ray from the ego (origin, always in view) to
+    # the panel edge, so its bearing from the ego stays truthful.
     c = np.array([(x0 + x1) / 2.0, (y0 + y1) / 2.0])
-    d = tgt - c
-    half = np.array([(x1 - x0) / 2.0, (y1 - y0) / 2.0]) * 0.92
-    s = float(np.min(half / np.maximum(np.abs(d), 1e-9)))
-    p = c + d * min(s, 1.0)
+    inset = 0.94
+    lo = c + (np.array([x0, y0]) - c) * inset
+    hi = c + (np.array([x1, y1]) - c) * inset
+    bound = np.where(tgt > 0, hi, lo)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(np.abs(tgt) > 1e-9, bound / tgt, np.inf)
+    p = tgt * float(np.clip(np.min(ratios), 0.0, 1.0))
     ax.plot(*p, marker="*", ms=12, mfc="none", color="tab:blue", ls="", label="target (clipped)")
-    ax.annotate(f"target ({tgt[0]:.0f}, {tgt[1]:.0f}) m", p, fontsize=7, color="tab:blue",
-                xytext=(0, -12), textcoords="offset points", ha="center")
+    # Grow the label towards the box centre so it stays inside the panel.
+    right, top = p[0] > c[0], p[1] > c[1]
+    ax.annotate(f"target off-view\nx={tgt[0]:.0f}, fwd={tgt[1]:.0f} m", p, fontsize=7, color="tab:blue",
+                xytext=(-8 if right else 8, -8 if top else 8), textcoords="offset points",
+                ha="right" if right else "left", va="top" if top else "bottom")
 
 
 def _plot_bev(ax: Axes, sample: dict) -> None:
@@ -222,7 +233,8 @@ def _plot_bev(ax: Axes, sample: dict) -> None:
     ax.set_ylabel("forward (-y) [m]", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6, loc="lower right", framealpha=0.7)
+    # Outside the axes so it never hides the trajectories.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 def _row_title(sample: dict) -> str:
@@ -257,7 +269,8 @@ def montage(samples: list[dict], camera_names: list[str], out: str | Path,
     h, w = _check_samples(samples, camera_names)
     n_cams = len(camera_names)
     cam_w = ROW_HEIGHT_IN * min(w / h, _MAX_CAM_ASPECT)
-    width = n_cams * cam_w + ROW_HEIGHT_IN * 1.15
+    bev_w = ROW_HEIGHT_IN + _LEGEND_IN
+    width = n_cams * cam_w + bev_w
     height = len(samples) * (ROW_HEIGHT_IN + 0.35) + (0.5 if title else 0.0)
     fig = _new_figure((width, height))
     fig.set_layout_engine("constrained")
@@ -266,7 +279,7 @@ def montage(samples: list[dict], camera_names: list[str], out: str | Path,
     rows = fig.subfigures(len(samples), 1, squeeze=False)[:, 0]
     for sub, sample in zip(rows, samples):
         sub.suptitle(_row_title(sample), fontsize=10, ha="left", x=0.01)
-        axes = sub.subplots(1, n_cams + 1, width_ratios=[cam_w] * n_cams + [ROW_HEIGHT_IN])
+        axes = sub.subplots(1, n_cams + 1, width_ratios=[cam_w] * n_cams + [bev_w])
         for ax, img, name in zip(axes[:-1], np.asarray(sample["images"]), camera_names):
             ax.imshow(_to_hwc_uint8(img))
             ax.set_title(name, fontsize=8)

@@ -1,0 +1,386 @@
+"""Procedural CARLA-like routes in the raw TCP / TransFuser-CVPR2021 on-disk layouts.
+
+Lets the whole toolkit (pack, load, train, visualise) run without a simulator. Each episode is a
+road made of straights, junction crossings, junction turns and gentle bends; the ego follows its
+lane at 2 Hz with smooth speed changes and stops, and every camera sees the road rendered with a
+pinhole model, so the future path is visible in the front image.
+
+World frame convention, as in real TCP data (formats.md, TCP's label formulas): the ego moves by
+speed * (cos theta, sin theta), and in TCP's ego frame R.T @ d with R = rot(pi/2 + theta) the
+lateral axis +x is the ego's RIGHT (TCP's PID steers right for aim x > 0). So theta + pi/2 points
+to the ego's right: a RIGHT turn makes theta grow, and the left camera looks along theta - pi/2.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+LAYOUT_CAMERAS: dict[str, dict[str, str]] = {
+    "tcp": {"front": "rgb"},
+    "transfuser4": {"front": "rgb_front", "rear": "rgb_rear", "left": "rgb_left",
+                    "right": "rgb_right"},
+}
+DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (900, 256), "transfuser4": (400, 300)}
+# Yaw offset of each camera from the ego heading; +pi/2 is the ego's right (see module doc).
+CAMERA_YAW: dict[str, float] = {"front": 0.0, "right": math.pi / 2, "left": -math.pi / 2,
+                                "rear": math.pi}
+LEFT, RIGHT, STRAIGHT, LANEFOLLOW = 1, 2, 3, 4   # CARLA RoadOption values
+
+DT = 0.5                 # s between frames (2 Hz)
+FOV_DEG = 100.0
+CAMERA_HEIGHT = 1.6      # m
+NEAR_CLIP = 0.5          # m; ground points closer than this to a camera plane are clipped
+DS = 0.5                 # m between samples of the road centreline
+LEAD_IN = 120.0          # m of straight road behind the start, seen by the rear camera
+LANE = 3.5               # m; the ego drives in the right lane of a two-lane (7 m) road
+VIEW = {"front": (3.0, 100.0), "rear": (100.0, 3.0), "left": (40.0, 40.0),
+        "right": (40.0, 40.0)}   # m of road drawn (behind, ahead) of the ego per camera
+MAX_SPEED = 10.0
+
+_STRAIGHT, _JUNCTION, _TURN, _BEND = 0, 1, 2, 3
+# BGR colours stay <= 247 so adding the 0..8 texture noise cannot overflow uint8.
+_ROAD, _MARK, _EDGE = (92, 94, 96), (226, 228, 228), (205, 208, 208)
+
+
+@dataclass
+class _Road:
+    """Lane centreline sampled every DS metres of arc length, starting at s = -LEAD_IN."""
+    x: np.ndarray
+    y: np.ndarray
+    heading: np.ndarray
+    kind: np.ndarray      # segment kind of each sample
+    curv: np.ndarray      # 1/m; > 0 turns right (theta grows), < 0 left
+    vmax: np.ndarray      # comfortable speed on that segment
+
+    def index(self, s: float) -> int:
+        return int(np.clip(round((s + LEAD_IN) / DS), 0, len(self.x) - 1))
+
+    def at(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        grid = np.arange(len(self.x)) * DS - LEAD_IN
+        return (np.interp(s, grid, self.x), np.interp(s, grid, self.y),
+                np.interp(s, grid, self.heading))
+
+
+def _segments(rng: np.random.Generator, length: float) -> list[tuple[int, float, float, float]]:
+    """(kind, length m, curvature 1/m, vmax m/s) until the road is `length` long."""
+    segs = [(_STRAIGHT, LEAD_IN + rng.uniform(10.0, 40.0), 0.0, rng.uniform(7.0, MAX_SPEED))]
+    total = segs[0][1]
+    while total < length:
+        r = rng.random()
+        sign = 1.0 if rng.random() < 0.5 else -1.0
+        if r < 0.3:
+            new = [(_STRAIGHT, rng.uniform(15.0, 60.0), 0.0, rng.uniform(6.0, MAX_SPEED))]
+        elif r < 0.45:
+            new = [(_JUNCTION, rng.uniform(12.0, 25.0), 0.0, rng.uniform(5.0, 8.0))]
+        elif r < 0.8:
+            # Junction turns: radius >= 9 m keeps the far road edge (5.25 m) off the centre.
+            radius, angle = rng.uniform(9.0, 25.0), math.radians(rng.uniform(60.0, 100.0))
+            new = [(_TURN, radius * angle, sign / radius, min(6.0, math.sqrt(2.5 * radius))),
+                   (_STRAIGHT, rng.uniform(10.0, 40.0), 0.0, rng.uniform(6.0, MAX_SPEED))]
+        else:
+            radius, angle = rng.uniform(40.0, 120.0), math.radians(rng.uniform(10.0, 35.0))
+            new = [(_BEND, radius * angle, sign / radius, min(MAX_SPEED, math.sqrt(3 * radius)))]
+        segs += new
+        total += sum(seg[1] for seg in new)
+    return segs
+
+
+def _make_road(rng: np.random.Generator, length: float) -> _Road:
+    segs = _segments(rng, length)
+    ends = np.cumsum([seg[1] for seg in segs]) - LEAD_IN
+    n = int(math.ceil((ends[-1] + LEAD_IN) / DS)) + 1
+    s = np.arange(n) * DS - LEAD_IN
+    seg_of = np.minimum(np.searchsorted(ends, s, side="right"), len(segs) - 1)
+    table = np.array(segs)
+    curv = table[seg_of[:-1], 2]
+    heading = rng.uniform(-math.pi, math.pi) + np.concatenate([[0.0], np.cumsum(curv * DS)])
+    mid = heading[:-1] + curv * DS / 2   # midpoint rule keeps arcs circular
+    x = np.concatenate([[0.0], np.cumsum(DS * np.cos(mid))])
+    y = np.concatenate([[0.0], np.cumsum(DS * np.sin(mid))])
+    start = np.round(rng.uniform(-200.0, 200.0, 2), 1)   # towns are not centred on the ego
+    i0 = int(round(LEAD_IN / DS))
+    return _Road(x - x[i0] + start[0], y - y[i0] + start[1], heading,
+                 table[seg_of, 0].astype(int), table[seg_of, 2],
+                 table[seg_of, 3])
+
+
+def _speed_profile(rng: np.random.Generator, road: _Road, n: int) -> tuple[np.ndarray, list[str]]:
+    """Arc length s[0..n] of the ego and the hazard causing each frame's stop ('' if none)."""
+    s, u = np.zeros(n + 1), 0.0   # the ego starts at rest, like a CARLA route
+    hazard, reason, hold = [""] * n, "", 0
+    for t in range(n):
+        if not reason and u > 3.0 and rng.random() < 0.04:
+            reason = str(rng.choice(["vehicle", "light", "walker", "stop_sign"]))
+        lo, hi = road.index(s[t]), road.index(s[t] + 25.0)
+        # Aiming at the slowest segment 25 m ahead makes the ego brake before turns.
+        desired = 0.0 if reason else float(road.vmax[lo:hi + 1].min())
+        hazard[t] = reason
+        s[t + 1] = s[t] + u * DT
+        u_next = float(np.clip(u + np.clip(desired - u, -2.0, 1.0), 0.0, MAX_SPEED))
+        if reason and u == 0.0:
+            hold = hold or int(rng.integers(2, 6))
+            hold -= 1
+            reason = reason if hold else ""
+        u = u_next
+    return s, hazard
+
+
+def _lateral_offset(rng: np.random.Generator, s: np.ndarray) -> np.ndarray:
+    """Smooth drift of the ego off its lane centre, a function of arc length so stops stay put."""
+    # Long wavelengths keep the heading wobble this causes under ~3 degrees.
+    amp = rng.uniform([0.1, 0.05], [0.3, 0.2])
+    wave = rng.uniform([50.0, 120.0], [120.0, 250.0])
+    phase = rng.uniform(0.0, 2 * math.pi, 2)
+    return sum(a * np.sin(2 * math.pi * s / w + p) for a, w, p in zip(amp, wave, phase))
+
+
+def _ego_states(road: _Road, s: np.ndarray, offset: np.ndarray) -> dict[str, np.ndarray]:
+    """x, y, theta, speed for frames 0..len(s)-2, exact under x += speed * cos(theta) * DT."""
+    cx, cy, hd = road.at(s)
+    px, py = cx - offset * np.sin(hd), cy + offset * np.cos(hd)   # +offset: to the right
+    dx, dy = np.diff(px), np.diff(py)
+    speed = np.hypot(dx, dy) / DT
+    # Heading = direction to the next position, unwrapped around the road heading.
+    theta = hd[:-1] + np.angle(np.exp(1j * (np.arctan2(dy, dx) - hd[:-1])))
+    for t in np.flatnonzero(speed < 1e-9):
+        theta[t] = theta[t - 1] if t else hd[0]   # a stopped car keeps its heading
+        speed[t] = 0.0
+    x = px[0] + np.concatenate([[0.0], np.cumsum(speed * np.cos(theta) * DT)])
+    y = py[0] + np.concatenate([[0.0], np.cumsum(speed * np.sin(theta) * DT)])
+    return {"x": x[:-1], "y": y[:-1], "theta": theta, "speed": speed}
+
+
+def _commands(road: _Road, s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """RoadOption per frame (for a turn ongoing or starting within ~3 frames), junction flags."""
+    cmd, junction = np.full(n, LANEFOLLOW), np.zeros(n, bool)
+    for t in range(n):
+        # At least 8 m of look-ahead so a car waiting before a junction already knows the turn.
+        here = road.index(s[t])
+        kinds = road.kind[here:road.index(s[t] + max(s[t + 3] - s[t], 8.0)) + 1]
+        junction[t] = road.kind[here] in (_JUNCTION, _TURN)
+        turns = np.flatnonzero(kinds == _TURN)
+        if turns.size:
+            cmd[t] = RIGHT if road.curv[here + turns[0]] > 0 else LEFT
+        elif (kinds == _JUNCTION).any():
+            cmd[t] = STRAIGHT
+    return cmd, junction
+
+
+def _targets(rng: np.random.Generator, road: _Road, s: np.ndarray,
+             ego: dict[str, np.ndarray]) -> np.ndarray:
+    """Sparse route points 20-35 m apart, each held until the ego is within 5 m of it."""
+    road_end = (len(road.x) - 1) * DS - LEAD_IN
+    route_s = np.minimum(np.cumsum(rng.uniform(20.0, 35.0, int(road_end / 20.0) + 2)), road_end)
+    rx, ry, _ = road.at(route_s)
+    out, k = np.zeros((len(ego["x"]), 2)), 0
+    for t, (x, y) in enumerate(zip(ego["x"], ego["y"])):
+        while k < len(route_s) - 1 and (math.hypot(rx[k] - x, ry[k] - y) < 5.0
+                                        or route_s[k] < s[t]):
+            k += 1
+        out[t] = rx[k], ry[k]
+    return out
+
+
+def _controls(road: _Road, s: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """steer (CARLA: + is right), throttle, brake matching the curvature and speed profile."""
+    curv = road.curv[[road.index(v) for v in s[:len(speed)]]]
+    steer = np.clip(curv * 2.9 / 0.7, -1.0, 1.0)   # wheelbase 2.9 m, max wheel angle 0.7 rad
+    dv = np.diff(np.append(speed, speed[-1]))
+    braking = (dv < -0.25) | ((speed == 0.0) & (dv <= 0.0))
+    throttle = np.where(braking, 0.0, np.clip(0.35 + 0.4 * dv + 0.02 * speed, 0.0, 0.75))
+    return np.stack([steer, throttle, braking.astype(float)], axis=1)
+
+
+def _simulate(rng: np.random.Generator, frames: int) -> dict[str, np.ndarray]:
+    """All per-frame quantities of one episode (plus the road, under key 'road')."""
+    extra = 4   # simulated past the last frame so late frames still get commands and targets
+    length = (frames + extra + 1) * MAX_SPEED * DT + VIEW["front"][1] + 60.0
+    road = _make_road(rng, length)
+    s, hazard = _speed_profile(rng, road, frames + extra)
+    ego = _ego_states(road, s, _lateral_offset(rng, s))
+    cmd, junction = _commands(road, s, frames)
+    out = {k: v[:frames] for k, v in ego.items()}
+    out.update(s=s[:frames], command=cmd, junction=junction, hazard=np.array(hazard[:frames]),
+               target=_targets(rng, road, s, ego)[:frames],
+               controls=_controls(road, s, ego["speed"])[:frames], road=road)
+    return out
+
+
+def _measurement(layout: str, sim: dict, t: int) -> dict:
+    num = {k: float(sim[k][t]) for k in ("x", "y", "theta", "speed")}
+    steer, throttle, brake = (float(v) for v in sim["controls"][t])
+    tx, ty = (float(v) for v in sim["target"][t])
+    cmd = int(sim["command"][t])
+    if layout == "tcp":
+        return {**num, "x_target": tx, "y_target": ty, "target_command": cmd, "steer": steer,
+                "throttle": throttle, "brake": brake, "command": cmd}
+    hazard = str(sim["hazard"][t])
+    return {**num, "x_command": tx, "y_command": ty, "command": cmd, "steer": steer,
+            "throttle": throttle, "brake": brake, "junction": bool(sim["junction"][t]),
+            **{f"{h}_hazard": hazard == h for h in ("vehicle", "light", "walker", "stop_sign")}}
+
+
+def _clip_near(lat: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Sutherland-Hodgman against the plane z = NEAR_CLIP, vectorised over the polygon's edges."""
+    inside = z > NEAR_CLIP
+    if inside.all():
+        return lat, z
+    if not inside.any():
+        return None
+    lat2, z2 = np.roll(lat, -1), np.roll(z, -1)
+    cross = inside != np.roll(inside, -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.where(cross, (NEAR_CLIP - z) / (z2 - z), 0.0)
+    # Each edge emits its start vertex if inside, then its crossing point if it crosses.
+    keep = np.stack([inside, cross], axis=1).ravel()
+    lat_out = np.stack([lat, lat + k * (lat2 - lat)], axis=1).ravel()[keep]
+    z_out = np.stack([z, np.full_like(z, NEAR_CLIP)], axis=1).ravel()[keep]
+    return lat_out, z_out
+
+
+def _background(width: int, height: int) -> np.ndarray:
+    """Sky gradient above the horizon (pitch 0: the middle row), grass gradient below."""
+    horizon = height // 2
+    sky = np.linspace([215, 165, 115], [240, 225, 205], horizon)
+    grass = np.linspace([95, 128, 112], [58, 118, 72], height - horizon)
+    rows = np.concatenate([sky, grass]).astype(np.uint8)
+    return np.ascontiguousarray(np.broadcast_to(rows[:, None, :], (height, width, 3)))
+
+
+class _Renderer:
+    """Pinhole renderer of the flat road world for one image size and one noise stream."""
+
+    def __init__(self, width: int, height: int, rng: np.random.Generator) -> None:
+        self.f = width / 2 / math.tan(math.radians(FOV_DEG) / 2)
+        self.centre = (width / 2, height / 2)
+        self.background = _background(width, height)
+        self.rng = rng
+
+    def render(self, road: _Road, s: float, pose: tuple[float, float, float],
+               camera: str) -> np.ndarray:
+        """BGR image seen by `camera` of an ego at arc length s and pose (x, y, theta)."""
+        yaw = pose[2] + CAMERA_YAW[camera]
+        behind, ahead = VIEW[camera]
+        idx = np.arange(road.index(s - behind), road.index(s + ahead) + 1)
+        dx, dy = road.x[idx] - pose[0], road.y[idx] - pose[1]
+        geo = (dx * math.cos(yaw) + dy * math.sin(yaw),       # depth along the optical axis
+               -dx * math.sin(yaw) + dy * math.cos(yaw),      # lateral, + to the image right
+               np.sin(yaw - road.heading[idx]),               # the road's right normal, in
+               np.cos(yaw - road.heading[idx]))               # camera (depth, lateral)
+        # fillPoly is even-odd, so a road crossing itself would leave holes: draw it in 20 m
+        # pieces (too short to self-overlap), overlapping by a sample to hide anti-alias seams.
+        whole = [(a, min(a + 42, len(idx))) for a in range(0, len(idx) - 1, 40)]
+        dash = np.mod(idx * DS - LEAD_IN, 6.0) <= 3.0   # 3 m dashes every 6 m, fixed to the world
+        edges = np.flatnonzero(np.diff(dash.astype(np.int8))) + 1
+        runs = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(idx)]]))
+        dashes = [(a, b) for a, b in runs if dash[a] and b - a > 1]
+        img = self.background.copy()
+        layers = (([-7.25, 3.75], whole, (150, 156, 160)),             # sidewalks
+                  ([-LANE * 1.5, LANE / 2], whole, _ROAD),             # two-lane road
+                  ([1.45, 1.6], whole, _EDGE), ([-5.1, -4.95], whole, _EDGE),
+                  ([-LANE / 2 - 0.08, -LANE / 2 + 0.08], dashes, _MARK))   # lane divider
+        for (lo, hi), pieces, colour in layers:
+            for poly in self._band(geo, pieces, lo, hi):
+                cv2.fillPoly(img, [poly], colour, lineType=cv2.LINE_AA, shift=4)
+        # Texture noise keeps PNGs realistic in size; base colours leave headroom for it.
+        img += self.rng.integers(0, 9, img.shape, dtype=np.uint8)
+        return img
+
+    def _band(self, geo: tuple, pieces: list[tuple[int, int]], lo: float,
+              hi: float) -> list[np.ndarray]:
+        """Projected polygons of the ground band at lateral offsets lo..hi, one per piece a:b."""
+        z, lat, nz, nlat = geo
+        zs, lats = (z + lo * nz, z + hi * nz), (lat + lo * nlat, lat + hi * nlat)
+        inside = (zs[0] > NEAR_CLIP) & (zs[1] > NEAR_CLIP)
+        uv = [self._project(la, np.maximum(zz, NEAR_CLIP)) for la, zz in zip(lats, zs)]
+        polys = []
+        for a, b in pieces:
+            if inside[a:b].all():   # the common case: no clipping, reuse the projection
+                polys.append(np.concatenate([uv[0][a:b], uv[1][a:b][::-1]]))
+                continue
+            clipped = _clip_near(np.concatenate([lats[0][a:b], lats[1][a:b][::-1]]),
+                                 np.concatenate([zs[0][a:b], zs[1][a:b][::-1]]))
+            if clipped is not None:
+                polys.append(self._project(*clipped))
+        return polys
+
+    def _project(self, lat: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """Ground points (lateral, depth > 0) -> int32 pixel coordinates with 4 fractional bits."""
+        uv = np.stack([self.centre[0] + self.f * lat / z,
+                       self.centre[1] + self.f * CAMERA_HEIGHT / z], axis=1)
+        return np.round(np.clip(uv, -1e6, 1e6) * 16).astype(np.int32)
+
+
+def _route_dir(out_dir: Path, layout: str, episode: int) -> Path:
+    town = episode % 5 + 1
+    if layout == "tcp":
+        return out_dir / f"Town{town:02d}" / f"routes_town{town:02d}_{episode:02d}"
+    return out_dir / f"Town{town:02d}_tiny" / f"routes_{episode:02d}"
+
+
+def _write_episode(route: Path, layout: str, episode: int, seed: int, frames: int,
+                   size: tuple[int, int]) -> None:
+    sim = _simulate(np.random.default_rng([seed, episode]), frames)
+    renderer = _Renderer(size[0], size[1], np.random.default_rng([seed, episode, 1]))
+    cameras = LAYOUT_CAMERAS[layout]
+    for folder in [*cameras.values(), "measurements"]:
+        (route / folder).mkdir(parents=True, exist_ok=True)
+    for t in range(frames):
+        pose = (float(sim["x"][t]), float(sim["y"][t]), float(sim["theta"][t]))
+        for camera, folder in cameras.items():
+            ok, png = cv2.imencode(".png", renderer.render(sim["road"], sim["s"][t], pose, camera))
+            if not ok:
+                raise RuntimeError(f"cv2 could not encode {route}/{folder}/{t:04d}.png")
+            (route / folder / f"{t:04d}.png").write_bytes(png.tobytes())
+        with open(route / "measurements" / f"{t:04d}.json", "w") as fh:
+            json.dump(_measurement(layout, sim, t), fh, indent=4)
+
+
+def _check_args(layout: str, episodes: int, frames: int, seed: int,
+                image_size: tuple[int, int] | None) -> None:
+    if layout not in LAYOUT_CAMERAS:
+        raise ValueError(f"unknown layout {layout!r}; valid layouts are {sorted(LAYOUT_CAMERAS)}")
+    for name, value in (("episodes", episodes), ("frames", frames)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if image_size is not None and (len(image_size) != 2 or min(image_size) < 8
+                                   or any(int(v) != v for v in image_size)):
+        raise ValueError(f"image_size must be (width, height), integers >= 8, got {image_size!r}")
+
+
+def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, frames: int = 40,
+                  seed: int = 0, image_size: tuple[int, int] | None = None,
+                  progress: bool = True) -> list[Path]:
+    """Write `episodes` route folders under out_dir and return them sorted.
+
+    layout: "tcp" (Town0K/routes_town0K_<ep>/rgb, measurements) or "transfuser4"
+    (Town0K_tiny/routes_<ep>/rgb_front, rgb_rear, rgb_left, rgb_right, measurements); K cycles
+    1..5. Each route has `frames` frames named %04d from 0, at 2 Hz. image_size is
+    (width, height), default the real sensor size (DEFAULT_IMAGE_SIZE). Output is byte-identical
+    for the same arguments. Raises ValueError for bad arguments and FileExistsError if a route
+    folder to be written already holds files (nothing is overwritten or deleted).
+    """
+    _check_args(layout, episodes, frames, seed, image_size)
+    size = tuple(int(v) for v in (image_size or DEFAULT_IMAGE_SIZE[layout]))
+    routes = [_route_dir(Path(out_dir), layout, ep) for ep in range(int(episodes))]
+    busy = [str(r) for r in routes if r.is_dir() and any(r.iterdir())]
+    if busy:
+        raise FileExistsError(f"route folders already hold files: {busy[:3]}; "
+                              "choose an empty out_dir or remove them")
+    for ep, route in enumerate(tqdm(routes, desc=f"synth {layout}", unit="route",
+                                    disable=not progress)):
+        _write_episode(route, layout, ep, int(seed), int(frames), size)
+    logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,
+                frames, size[0], size[1], out_dir)
+    return sorted(routes)

@@ -1,0 +1,284 @@
+"""DDP waypoint-prediction trainer for packed CARLA shards.
+
+One node, N processes (gloo on CPU, nccl on GPUs):
+    torchrun --standalone --nproc_per_node 2 -m carla_wds.train --config configs/train/tiny.yaml
+
+Two nodes, 8 GPUs each (run on both machines, NODE_RANK=0 on the first, 1 on the second):
+    torchrun --nnodes 2 --node_rank $NODE_RANK --nproc_per_node 8 \
+        --rdzv-backend c10d --rdzv-endpoint $HEAD_NODE:29400 \
+        -m carla_wds.train --config configs/train/tcp.yaml
+
+One process:
+    carla-wds train --config configs/train/tiny.yaml epochs=2 optim.lr=3e-4
+
+Reads top to bottom: setup, data, model, optimizer, resume, then `train_one_epoch` and
+`evaluate` per epoch, with one checkpoint dict written atomically by rank 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from . import dist
+from .checkpoint import CHECKPOINT, find_resume, load_checkpoint, save_checkpoint
+from .config import TrainConfig, load_config, to_dict
+from .data import CARLAWebData
+from .fileio import atomic_write_bytes, atomic_write_json
+from .model import build_model
+from .rng import derive_seed, rng_state, seed_everything, set_rng_state
+
+log = logging.getLogger("carla_wds.train")
+
+
+@dataclass
+class Run:
+    cfg: TrainConfig
+    device: str
+    rank: int
+    world: int
+    model: torch.nn.Module          # the DDP wrapper when world > 1
+    raw_model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    train: CARLAWebData
+    val: CARLAWebData
+    step: int = 0
+    epoch: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        if self.device.startswith("cuda") and self.cfg.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        if self.main:
+            with open(Path(self.cfg.run_dir) / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARLAWebData, CARLAWebData]:
+    d = cfg.data
+    common = dict(num_workers=d.num_workers, seed=cfg.seed, image_size=tuple(d.image_size),
+                  cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
+                  pin_memory=pin)
+    train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
+                         per_camera_augment=d.per_camera_augment,
+                         shuffle_buffer=d.shuffle_buffer, **common)
+    val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common)
+    return train, val
+
+
+def lr_lambda(cfg: TrainConfig, total_steps: int):
+    o = cfg.optim
+
+    def factor(step: int) -> float:
+        if step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "step":
+            return o.gamma ** ((step - o.warmup_steps) // o.step_every)
+        t = min(1.0, (step - o.warmup_steps) / max(1, total_steps - o.warmup_steps))
+        return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+    if o.schedule not in ("cosine", "step"):
+        raise ValueError(f"optim.schedule {o.schedule!r}; expected cosine or step")
+    return factor
+
+
+def setup_run(cfg: TrainConfig) -> Run:
+    device, rank, world = dist.setup(cfg.device)
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+    seed_everything(cfg.seed)   # identical initial weights on every rank
+    train, val = build_data(cfg, rank, world, pin=device.startswith("cuda"))
+    model = build_model(cfg.model, len(train.camera_names), train.pred_len).to(device)
+    if device.startswith("cuda") and cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ddp = DistributedDataParallel(model, device_ids=[device] if device != "cpu" else None) \
+        if world > 1 else model
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr,
+                            weight_decay=cfg.optim.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.epochs * len(train)))
+    seed_everything(derive_seed(cfg.seed, rank))   # per-rank streams from here on
+    return Run(cfg, device, rank, world, ddp, model, opt, sched, train, val)
+
+
+def checkpoint_state(run: Run) -> dict[str, Any]:
+    return {"model": run.raw_model.state_dict(), "optimizer": run.opt.state_dict(),
+            "scheduler": run.sched.state_dict(), "step": run.step, "epoch": run.epoch,
+            "config": to_dict(run.cfg), "loader": run.train.state_dict(), "rng": rng_state()}
+
+
+def save(run: Run) -> None:
+    if run.main:
+        save_checkpoint(Path(run.cfg.run_dir) / CHECKPOINT, checkpoint_state(run))
+
+
+def restore(run: Run) -> None:
+    path = find_resume(run.cfg.resume, run.cfg.run_dir)
+    if path is None:
+        return
+    ckpt = load_checkpoint(path)
+    run.raw_model.load_state_dict(ckpt["model"])
+    run.opt.load_state_dict(ckpt["optimizer"])
+    run.sched.load_state_dict(ckpt["scheduler"])
+    run.train.load_state_dict(ckpt["loader"])
+    set_rng_state(ckpt["rng"])
+    run.step, run.epoch = ckpt["step"], ckpt["epoch"]
+    if run.train.consumed >= len(run.train):
+        run.epoch += 1   # the checkpoint closed its epoch
+    if run.main:
+        _trim_metrics(Path(run.cfg.run_dir) / "metrics.jsonl", run.step)
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", path, run.step, run.epoch,
+                 run.train.consumed % len(run.train))
+
+
+def _trim_metrics(path: Path, step: int) -> None:
+    """Drop lines a killed run logged after its last checkpoint, so curves don't double up."""
+    if path.exists():
+        keep = [ln for ln in path.read_text().splitlines() if json.loads(ln)["step"] <= step]
+        atomic_write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
+
+
+def masked_l1(pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    per_sample = (pred.float() - target).abs().mean(dim=(1, 2))
+    return (per_sample * valid).sum() / valid.sum().clamp(min=1)
+
+
+def forward(run: Run, batch, model: torch.nn.Module | None = None) -> torch.Tensor:
+    with run.autocast():
+        return (model or run.model)(batch.normalized_images(), batch.speed,
+                                    batch.target_point, batch.command)
+
+
+def train_one_epoch(run: Run) -> None:
+    run.model.train()
+    run.train.set_epoch(run.epoch, global_step=run.epoch * len(run.train))
+    bar = tqdm(total=len(run.train), initial=run.train.consumed, disable=not run.main,
+               desc=f"epoch {run.epoch}", unit="batch")
+    window, t0, wait = [], time.perf_counter(), 0.0
+    for batch in run.train:
+        wait += time.perf_counter() - t0
+        batch = batch.to(run.device)
+        loss = masked_l1(forward(run, batch), batch.waypoints, batch.valid)
+        run.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.optim.grad_clip)
+        run.opt.step()
+        run.sched.step()
+        run.step += 1
+        window.append(loss.item())
+        bar.update(1)
+        bar.set_postfix(loss=f"{window[-1]:.3f}")
+        if run.step % run.cfg.log_every == 0 or run.train.consumed == len(run.train):
+            run.log_metrics({"kind": "train", "step": run.step, "epoch": run.epoch,
+                             "loss": sum(window) / len(window), "lr": run.sched.get_last_lr()[0],
+                             "data_wait_s": wait})
+            window, wait = [], 0.0
+        if run.cfg.ckpt_every and run.step % run.cfg.ckpt_every == 0:
+            save(run)
+        t0 = time.perf_counter()
+    bar.close()
+
+
+def straight_baseline(speed: torch.Tensor, pred_len: int, dt: float) -> torch.Tensor:
+    """The ego continuing straight at its current speed: (0, -v*dt*i), forward being -y."""
+    steps = torch.arange(1, pred_len + 1, device=speed.device, dtype=torch.float32) * dt
+    wp = torch.zeros(speed.shape[0], pred_len, 2, device=speed.device)
+    wp[:, :, 1] = -speed[:, None] * steps
+    return wp
+
+
+@torch.no_grad()
+def evaluate(run: Run, model: torch.nn.Module | None = None) -> dict[str, float]:
+    """ADE/FDE of the model and the straight-line baseline, each val sample counted once."""
+    model = model or run.raw_model
+    model.eval()
+    sums = torch.zeros(5, dtype=torch.float64, device=run.device)
+    for batch in run.val:
+        batch = batch.to(run.device)
+        valid = batch.valid.double()
+        base = straight_baseline(batch.speed, run.val.pred_len, run.cfg.data.frame_dt)
+        for i, pred in enumerate((forward(run, batch, model).float(), base)):
+            err = (pred - batch.waypoints).norm(dim=-1).double()
+            sums[2 * i] += (err.mean(dim=1) * valid).sum()
+            sums[2 * i + 1] += (err[:, -1] * valid).sum()
+        sums[4] += valid.sum()
+    if run.world > 1:
+        tdist.all_reduce(sums)
+    n = max(sums[4].item(), 1.0)
+    return {"ade": sums[0].item() / n, "fde": sums[1].item() / n,
+            "baseline_ade": sums[2].item() / n, "baseline_fde": sums[3].item() / n,
+            "n": int(sums[4].item())}
+
+
+def finish(run: Run, last_eval: dict[str, float] | None) -> None:
+    """Rank 0: curves, a prediction montage and a summary in the run directory."""
+    from .show import show
+    from .viz import plot_run
+    run_dir = Path(run.cfg.run_dir)
+    plot_run(run_dir, run_dir / "curves.png")
+    show(run.cfg.data.val, run_dir / "predictions.png", checkpoint=run_dir / CHECKPOINT,
+         n=run.cfg.show_samples)
+    summary = {"step": run.step, "epochs": run.cfg.epochs, "world_size": run.world,
+               "train_batches_per_rank": len(run.train), "val": last_eval}
+    atomic_write_json(run_dir / "summary.json", summary)
+    if last_eval:
+        verdict = "beats" if last_eval["ade"] < last_eval["baseline_ade"] else "does NOT beat"
+        log.info("val ADE %.3f m, FDE %.3f m on %d samples; straight-line baseline ADE %.3f m, "
+                 "FDE %.3f m: the model %s the baseline", last_eval["ade"], last_eval["fde"],
+                 last_eval["n"], last_eval["baseline_ade"], last_eval["baseline_fde"], verdict)
+
+
+def run_training(cfg: TrainConfig) -> dict[str, float] | None:
+    run = setup_run(cfg)
+    if run.main:
+        atomic_write_json(Path(cfg.run_dir) / "config.json", to_dict(cfg))
+        log.info("world %d on %s: %d train batches of %d per rank per epoch, %d val batches",
+                 run.world, run.device, len(run.train), cfg.data.batch_size, len(run.val))
+    restore(run)
+    last_eval = None
+    try:
+        while run.epoch < cfg.epochs:
+            train_one_epoch(run)
+            if (run.epoch + 1) % cfg.eval_every == 0 or run.epoch + 1 == cfg.epochs:
+                last_eval = evaluate(run)
+                run.log_metrics({"kind": "eval", "step": run.step, "epoch": run.epoch, **last_eval})
+            save(run)
+            run.epoch += 1
+        if last_eval is None:   # resumed after the last epoch: every rank joins the reduce
+            last_eval = evaluate(run)
+        if run.main:
+            finish(run, last_eval)
+    finally:
+        dist.cleanup()
+    return last_eval
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="carla_wds.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=None, help="YAML file in configs/train/")
+    parser.add_argument("overrides", nargs="*", help="key=value, e.g. optim.lr=3e-4")
+    args = parser.parse_args(argv)
+    rank = dist.rank_world()[0]
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    run_training(load_config(args.config, args.overrides))
+
+
+if __name__ == "__main__":
+    main()
