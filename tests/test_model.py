@@ -11,9 +11,9 @@ from carla_wds.model import VALID_BACKBONES, ModelConfig, WaypointModel, build_m
 H, W = 64, 128
 
 
-def make_batch(b: int, n_cameras: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+def make_batch(b: int, n_cameras: int, seed: int = 0, hw: tuple[int, int] = (H, W)) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
-    images = torch.randn(b, n_cameras, 3, H, W, generator=g)
+    images = torch.randn(b, n_cameras, 3, *hw, generator=g)
     speed = torch.rand(b, generator=g) * 10.0
     target = torch.randn(b, 2, generator=g) * 10.0
     command = torch.nn.functional.one_hot(torch.randint(0, 6, (b,), generator=g), 6).float()
@@ -78,8 +78,9 @@ def test_gradient_reaches_encoder() -> None:
 
 def test_tiny_model_overfits_small_batch() -> None:
     torch.manual_seed(0)
-    model = tiny(n_cameras=2, pred_len=4)
-    images, speed, target, command = make_batch(8, 2, seed=1)
+    model = tiny(n_cameras=1, pred_len=4)
+    # Small images keep 100 CPU steps fast; the point is the optimisation path, not vision.
+    images, speed, target, command = make_batch(8, 1, seed=1, hw=(32, 64))
     g = torch.Generator().manual_seed(2)
     # Smooth forward trajectories like real data (forward is -y).
     steps = torch.arange(1, 5).float()[None, :, None]
@@ -123,8 +124,19 @@ def test_pretrained_key_mismatch(tmp_path: Path) -> None:
         build_model(ModelConfig(backbone="resnet34", pretrained=str(path)), 1, 4)
     prefixed = tmp_path / "ddp.pth"
     torch.save({f"module.{k}": v for k, v in torch.load(path).items()}, prefixed)
-    with pytest.raises(ValueError, match="unexpected keys .*module.conv1.weight"):
+    with pytest.raises(ValueError, match=r"unexpected keys \[module\."):
         build_model(ModelConfig(backbone="resnet18", pretrained=str(prefixed)), 1, 4)
+
+
+def test_pretrained_not_a_state_dict(tmp_path: Path) -> None:
+    tensor_file = tmp_path / "tensor.pth"
+    torch.save(torch.zeros(3), tensor_file)
+    with pytest.raises(ValueError, match="does not contain a state_dict"):
+        build_model(ModelConfig(backbone="resnet18", pretrained=str(tensor_file)), 1, 4)
+    garbage = tmp_path / "garbage.pth"
+    garbage.write_bytes(b"definitely not a checkpoint")
+    with pytest.raises(ValueError, match="garbage.pth"):
+        build_model(ModelConfig(backbone="resnet18", pretrained=str(garbage)), 1, 4)
 
 
 def test_pretrained_with_tiny_rejected(tmp_path: Path) -> None:
