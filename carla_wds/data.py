@@ -108,11 +108,6 @@ class _EpochStream(IterableDataset):
         return stages.augmenter(e.seed, e.epoch, e.per_camera_augment, iteration_of)
 
 
-def _worker_init(_: int) -> None:
-    import cv2
-    cv2.setNumThreads(1)   # one decode thread per worker; the workers are the parallelism
-
-
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
@@ -201,7 +196,6 @@ class CARLAWebData:
         expected = self._len - self.consumed
         loader = DataLoader(_EpochStream(self._epoch()), batch_size=None,
                             num_workers=self.num_workers, pin_memory=self.pin_memory,
-                            worker_init_fn=_worker_init if self.num_workers else None,
                             prefetch_factor=self.prefetch_factor if self.num_workers else None)
         produced = 0
         for batch in loader:

@@ -24,6 +24,11 @@ from .schema import SampleSpec, SchemaError, check_members, decode_labels
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
 
+# cv2's thread pool does not survive fork(): a DataLoader worker forked from a process whose pool
+# is running deadlocks in its first parallel cv2 call. Decoding parallelises across workers, so
+# cv2 runs sequentially in every process that imports the loader.
+cv2.setNumThreads(0)
+
 try:  # pyspng decodes PNG faster than cv2 here; optional ([fast] extra)
     import pyspng
 except ImportError:  # pragma: no cover - depends on the environment
