@@ -1,0 +1,26 @@
+"""CARLADataModule under a real 2-process Lightning DDP fit (torchrun, gloo)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+
+from .test_data import make_pack  # noqa: E402
+from .test_data_ddp import SCRIPTS, torchrun  # noqa: E402
+
+
+def test_lightning_ddp_fit_has_exact_lengths(tmp_path):
+    shards = make_pack(tmp_path / "data", episodes=2, frames=24)
+    torchrun(str(SCRIPTS / "lightning_fit.py"), str(shards), str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for r in ranks:
+        # a finite total for the progress bar, equal to our exact per-rank length
+        assert r["num_training_batches"] == r["len"] > 0
+        assert len(r["train_keys"]) == 2 * r["len"]   # two epochs, every batch seen
+    assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
+    epoch0 = [k for r in ranks for b in r["train_keys"][: r["len"]] for k in b]
+    assert len(epoch0) == len(set(epoch0))   # no DistributedSampler duplicating samples
+    assert ranks[0]["train_keys"][: ranks[0]["len"]] != ranks[0]["train_keys"][ranks[0]["len"]:]
