@@ -58,6 +58,7 @@ class TrainConfig:
     bf16: bool = True                       # autocast on CUDA
     channels_last: bool = True
     show_samples: int = 6                   # rows of the final prediction montage
+    eval_only: bool = False                 # evaluate the resumed checkpoint, then stop
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

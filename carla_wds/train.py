@@ -133,6 +133,9 @@ def restore(run: Run) -> None:
         return
     ckpt = load_checkpoint(path)
     run.raw_model.load_state_dict(ckpt["model"])
+    run.step = ckpt["step"]
+    if run.cfg.eval_only:   # weights only: any world size may evaluate them
+        return
     run.opt.load_state_dict(ckpt["optimizer"])
     run.sched.load_state_dict(ckpt["scheduler"])
     run.train.load_state_dict(ckpt["loader"])
@@ -225,7 +228,20 @@ def evaluate(run: Run, model: torch.nn.Module | None = None) -> dict[str, float]
             "n": int(sums[4].item())}
 
 
-def finish(run: Run, last_eval: dict[str, float] | None) -> None:
+def rank_consistency(run: Run) -> list[list[float]]:
+    """[steps, parameter sum, parameter sum of squares] of every rank, to prove DDP kept them equal."""
+    params = [p.detach().double() for p in run.raw_model.parameters()]
+    mine = torch.tensor([float(run.step), sum(p.sum().item() for p in params),
+                         sum((p * p).sum().item() for p in params)], dtype=torch.float64,
+                        device=run.device)
+    if run.world == 1:
+        return [mine.tolist()]
+    every = [torch.zeros_like(mine) for _ in range(run.world)]
+    tdist.all_gather(every, mine)
+    return [t.tolist() for t in every]
+
+
+def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]]) -> None:
     """Rank 0: curves, a prediction montage and a summary in the run directory."""
     from .show import show
     from .viz import plot_run
@@ -234,7 +250,9 @@ def finish(run: Run, last_eval: dict[str, float] | None) -> None:
     show(run.cfg.data.val, run_dir / "predictions.png", checkpoint=run_dir / CHECKPOINT,
          n=run.cfg.show_samples)
     summary = {"step": run.step, "epochs": run.cfg.epochs, "world_size": run.world,
-               "train_batches_per_rank": len(run.train), "val": last_eval}
+               "train_batches_per_rank": len(run.train), "val": last_eval,
+               "ranks": [{"steps": int(r[0]), "param_sum": r[1], "param_sumsq": r[2]}
+                         for r in ranks]}
     atomic_write_json(run_dir / "summary.json", summary)
     if last_eval:
         verdict = "beats" if last_eval["ade"] < last_eval["baseline_ade"] else "does NOT beat"
@@ -252,6 +270,12 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
     restore(run)
     last_eval = None
     try:
+        if cfg.eval_only:
+            result = evaluate(run)
+            if run.main:
+                atomic_write_json(Path(cfg.run_dir) / "eval.json", {**result, "step": run.step})
+                log.info("eval of step %d: %s", run.step, result)
+            return result
         while run.epoch < cfg.epochs:
             train_one_epoch(run)
             if (run.epoch + 1) % cfg.eval_every == 0 or run.epoch + 1 == cfg.epochs:
@@ -261,8 +285,9 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
             run.epoch += 1
         if last_eval is None:   # resumed after the last epoch: every rank joins the reduce
             last_eval = evaluate(run)
+        ranks = rank_consistency(run)
         if run.main:
-            finish(run, last_eval)
+            finish(run, last_eval, ranks)
     finally:
         dist.cleanup()
     return last_eval
