@@ -8,6 +8,10 @@ import sys
 import click
 
 from .routes import PackError
+from .schema import SchemaError
+
+# Errors about the user's input or folders: shown as "Error: message", never as a traceback.
+USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError)
 
 
 def _hxw(value: str | None) -> tuple[int, int] | None:
@@ -78,7 +82,10 @@ def pack(input_dir, output_dir, resize, part, **kw) -> None:
 def merge(part_dirs, out_dir, prefix) -> None:
     """Combine `pack --part i/N` outputs into one folder and manifest."""
     from .manifest import merge as run_merge
-    m = run_merge(list(part_dirs), out_dir, prefix)
+    try:
+        m = run_merge(list(part_dirs), out_dir, prefix)
+    except USER_ERRORS as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"merged {len(part_dirs)} parts: {m['total_samples']} samples, "
                f"{len(m['shards'])} shards in {out_dir}")
 
@@ -89,7 +96,10 @@ def merge(part_dirs, out_dir, prefix) -> None:
 def verify(directory, deep) -> None:
     """Check shard counts and sha256 against the manifest."""
     from .manifest import verify as run_verify
-    problems = run_verify(directory, deep=deep)
+    try:
+        problems = run_verify(directory, deep=deep)
+    except USER_ERRORS as exc:
+        raise click.ClickException(str(exc)) from None
     for p in problems:
         click.echo(f"FAIL {p}", err=True)
     if problems:
@@ -103,7 +113,10 @@ def verify(directory, deep) -> None:
 def inspect(directory, as_json) -> None:
     """Summarise a pack: samples, shards, sizes, commands, speeds."""
     from .manifest import summary
-    s = summary(directory)
+    try:
+        s = summary(directory)
+    except USER_ERRORS as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(s, indent=2))
         return
@@ -129,8 +142,8 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     from .synth import synth_dataset
     size = None
     if image_size:
-        h, w = _hxw(image_size)  # parsed as AxB; synth takes (width, height)
-        size = (h, w)
+        first, second = _hxw(image_size)
+        size = (first, second)   # given as WxH, and synth takes (width, height)
     routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
                            image_size=size)
     click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")

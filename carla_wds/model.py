@@ -26,6 +26,11 @@ RESNET_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18")
 # CARLA speeds in urban driving rarely exceed ~12 m/s; TCP divides by 12 so the
 # speed input is O(1) like the other measurement inputs.
 SPEED_SCALE: float = 12.0
+# Positions (target point, previous waypoint) reach 20-30 m. TCP feeds them raw, which saturates
+# the GRU gates early on; dividing the network's position INPUTS by 10 m (outputs stay in metres)
+# cut the tiny model's training loss after 250 steps from 1.05 to 0.48 on synthetic data
+# (measured before the join lost its Tanh; see WaypointModel).
+POSITION_SCALE: float = 10.0
 N_COMMANDS: int = 6
 MEASUREMENT_DIM: int = 1 + 2 + N_COMMANDS
 _MEAS_HIDDEN: int = 128
@@ -160,14 +165,14 @@ class WaypointModel(nn.Module):
             nn.Linear(_MEAS_HIDDEN, _MEAS_HIDDEN),
             nn.ReLU(inplace=True),
         )
-        # Tanh at the end keeps h0 in the same [-1, 1] range that the GRU's own
-        # hidden states live in, so step 1 is not special to the decoder.
+        # ReLU as in TCP. A Tanh here (tried first) saturated and held the tiny model at the
+        # mean trajectory for 160+ steps on 2 of 2 seeds; ReLU left it by step ~80 on both.
         self.join = nn.Sequential(
             nn.Linear(cfg.feature_dim + _MEAS_HIDDEN, _JOIN_HIDDEN),
             nn.ReLU(inplace=True),
             nn.Dropout(cfg.dropout),
             nn.Linear(_JOIN_HIDDEN, cfg.feature_dim),
-            nn.Tanh(),
+            nn.ReLU(inplace=True),
         )
         self.decoder = nn.GRUCell(input_size=4, hidden_size=cfg.feature_dim)
         self.output = nn.Linear(cfg.feature_dim, 2)
@@ -203,7 +208,9 @@ class WaypointModel(nn.Module):
         b = images.shape[0]
         dtype = self.output.weight.dtype
         tp = target_point.to(dtype)
-        meas = torch.cat([speed.reshape(b, 1).to(dtype) / SPEED_SCALE, tp, command.to(dtype)], dim=1)
+        tp_in = tp / POSITION_SCALE
+        meas = torch.cat([speed.reshape(b, 1).to(dtype) / SPEED_SCALE, tp_in, command.to(dtype)],
+                         dim=1)
         h = self.join(torch.cat([self.encode_images(images), self.measurements(meas)], dim=1))
 
         # Accumulate waypoints in at least fp32: under bf16 autocast a running
@@ -212,7 +219,7 @@ class WaypointModel(nn.Module):
         wp = torch.zeros(b, 2, dtype=wp_dtype, device=images.device)
         out: list[Tensor] = []
         for _ in range(self.pred_len):
-            h = self.decoder(torch.cat([wp, tp.to(wp_dtype)], dim=1), h)
+            h = self.decoder(torch.cat([wp / POSITION_SCALE, tp_in.to(wp_dtype)], dim=1), h)
             wp = wp + self.output(h).to(wp_dtype)
             out.append(wp)
         return torch.stack(out, dim=1)
