@@ -24,7 +24,7 @@ from .fileio import atomic_write_json, sha256_file
 from .layouts import Layout, load_layout
 from .manifest import MANIFEST, build_manifest
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
-from .schema import SampleSpec, encode_sample, image_encoder
+from .schema import SampleSpec, SchemaError, encode_sample, image_encoder, make_key
 from .shards import JOURNAL, ShardRecord, ShardSink
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,8 @@ def _encode_frame(task: FrameTask, codec: _Codec) -> dict[str, Any] | Skip:
     images = {}
     for cam in codec.cameras:
         path = task.image_paths[cam]
-        rel = "/".join(Path(path).parts[-2:])
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
         problem = _structure_problem(data, codec.source_ext)
         rgb = None
         if problem is None and (codec.check_images or not codec.passthrough):
@@ -100,7 +100,7 @@ def _encode_frame(task: FrameTask, codec: _Codec) -> dict[str, Any] | Skip:
             else:
                 rgb = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
         if problem:
-            return Skip(task.episode, task.frame, rel, problem)
+            return Skip(task.episode, task.frame, "/".join(Path(path).parts[-2:]), problem)
         images[cam] = data if codec.passthrough else _reencode(rgb, codec)
     return encode_sample(codec.spec, task.key, images, task.labels)
 
@@ -162,6 +162,21 @@ def _read_journal(out: Path, opts: PackOptions) -> list[ShardRecord]:
     return done
 
 
+def _check_key_collisions(routes: list[str], dot_replacement: str | None) -> None:
+    """Two routes whose keys coincide (a.b and a_b with --dot-replacement _) would interleave."""
+    seen: dict[str, str] = {}
+    for route in routes:
+        try:
+            key = make_key(route, 0, dot_replacement)
+        except SchemaError:
+            continue   # reported per frame by plan_route
+        if key in seen:
+            raise PackError(f"routes {seen[key]!r} and {route!r} give the same sample keys "
+                            f"({key[:-6]}__NNNN). Fix: rename one folder or choose another "
+                            "--dot-replacement")
+        seen[key] = route
+
+
 def _select_part(routes: list[str], part: tuple[int, int] | None) -> list[str]:
     if part is None:
         return routes
@@ -176,9 +191,14 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     """Pack input_dir into output_dir; returns the manifest that was written."""
     if opts.on_error not in ("fail", "skip"):
         raise PackError(f"--on-error {opts.on_error!r}; expected fail or skip")
-    layout = load_layout(opts.layout)
+    try:
+        layout = load_layout(opts.layout)
+    except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
+        raise PackError(f"--layout {opts.layout}: {exc}") from None
     spec = SampleSpec(layout.camera_names, opts.pred_len, opts.image_format or layout.image_ext)
-    routes = _select_part(find_routes(input_dir, layout), opts.part)
+    all_routes = find_routes(input_dir, layout)
+    _check_key_collisions(all_routes, opts.dot_replacement)
+    routes = _select_part(all_routes, opts.part)
     out = Path(output_dir)
     done = _prepare_output(out, opts)
     if not done:
@@ -206,7 +226,14 @@ def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec:
     plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
     chunks = _chunks(plans, codec, report)
     bar = tqdm(desc="pack", unit="frame", disable=not opts.progress)
-    pool = get_context("spawn").Pool(opts.workers) if opts.workers > 1 else None
+    # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
+    # a pipe per image and compete with the writer for cores (3x slower on 2 cores, measured in
+    # docs/benchmarks.md). They are used when images are decoded or re-encoded.
+    use_pool = opts.workers > 1 and (codec.check_images or not codec.passthrough)
+    if opts.workers > 1 and not use_pool:
+        log.info("PNG passthrough without --check-images: reading in one process, "
+                 "--workers %d not needed", opts.workers)
+    pool = get_context("spawn").Pool(opts.workers) if use_pool else None
     try:
         results = pool.imap(_encode_chunk, chunks) if pool else map(_encode_chunk, chunks)
         for chunk in results:
@@ -225,7 +252,9 @@ def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec:
 def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> RoutePlan:
     plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement)
     if plan.skipped and opts.on_error == "fail":
-        raise PackError(plan.skipped[0].message())
+        # Name the bad file's own frame rather than an earlier frame it makes unusable.
+        cause = [s for s in plan.skipped if not s.derived] or plan.skipped
+        raise PackError(cause[0].message())
     return plan
 
 

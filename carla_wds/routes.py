@@ -15,7 +15,7 @@ from typing import Any
 
 from .labels import frame_labels
 from .layouts import Layout
-from .schema import SchemaError, make_key
+from .schema import N_COMMANDS, SchemaError, make_key
 
 FIX_SKIP = "fix or remove the file, or pack with --on-error skip to record the frame and go on"
 
@@ -31,6 +31,7 @@ class Skip:
     file: str
     reason: str
     fix: str = FIX_SKIP
+    derived: bool = False   # skipped only because another frame's file is bad
 
     def message(self) -> str:
         frame = "" if self.frame is None else f" frame {self.frame:04d}"
@@ -108,6 +109,9 @@ def _read_measurement(path: Path, layout: Layout) -> tuple[dict[str, float] | No
         return None, f"non-finite value in {bad}; expected finite numbers"
     if not math.isfinite(values["command"]) or values["command"] != int(values["command"]):
         return None, f"command {values['command']} is not an integer RoadOption"
+    if not (values["command"] < 0 or 1 <= values["command"] <= N_COMMANDS):
+        return None, (f"field {layout.fields['command']!r} is {int(values['command'])}; expected a "
+                      f"CARLA RoadOption: -1 (VOID) or 1..{N_COMMANDS}")
     return values, ""
 
 
@@ -143,8 +147,9 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
         key_of = lambda t: make_key(episode, t, dot_replacement)  # noqa: E731
         key_of(0)
     except SchemaError as exc:
-        plan.skipped += [Skip(episode, t, episode, str(exc), fix="rename the route folder, or "
-                              "pack with --dot-replacement _") for t in sorted(frames)]
+        reason, _, fix = str(exc).partition(" Fix: ")   # Skip.message() adds the fix itself
+        plan.skipped += [Skip(episode, t, episode, reason.rstrip("."),
+                              fix=fix or "rename the route folder") for t in sorted(frames)]
         return plan
     if len(frames) < pred_len + 1:
         plan.skipped += [Skip(episode, t, f"{layout.measurements}/", f"route has {len(frames)} "
@@ -189,10 +194,10 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
             continue
         future = [t + i for i in range(1, pred_len + 1) if t + i not in good]
         if future:
-            what = "missing" if future[0] not in frames else "unusable"
+            what = "missing" if future[0] not in frames else f"unusable ({bad[future[0]]})"
             plan.skipped.append(Skip(plan.episode, t, f"{meas}/{future[0]:04d}.json",
                                      f"future frame {future[0]:04d} is {what}; waypoints need "
-                                     f"frames {t + 1}..{t + pred_len}"))
+                                     f"frames {t + 1}..{t + pred_len}", derived=True))
             continue
         images, missing = {}, None
         for cam, folder in layout.cameras.items():

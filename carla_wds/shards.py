@@ -1,4 +1,10 @@
-"""Writing reproducible tar shards with webdataset's TarWriter, each one atomically.
+"""Writing reproducible tar shards, each one atomically.
+
+The bytes are those webdataset's `TarWriter` writes (members `<key>.<suffix>` in sorted suffix
+order, PAX format, mtime 0, mode 0644, empty owner names), but written directly: `TarWriter`'s
+"w|" stream re-slices its buffer every 10 KB (a copy of the rest of each image per slice),
+`tarfile` spends ~40 us of Python per member header, and importing webdataset pulls in torch
+(seconds in every pack worker). `_member_header` reproduces tarfile's header bytes exactly.
 
 Shard boundaries depend only on the ordered sample stream, `max_samples` and `max_bytes`, never
 on timing or worker count, which is what makes packs byte-identical and resumable: on resume the
@@ -8,22 +14,71 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import webdataset as wds
-
 from .fileio import HashingWriter, fsync_dir
 
 TAR_BLOCK = 512
+TAR_RECORD = 20 * TAR_BLOCK   # tarfile pads a closed stream to whole 10240-byte records
 JOURNAL = ".pack-journal.jsonl"
 
 
+def _padded(n: int) -> int:
+    return -(-n // TAR_BLOCK) * TAR_BLOCK
+
+
+def _header_size(name: str) -> int:
+    """A member's header bytes. Shards are PAX tars, as webdataset's TarWriter writes them (its
+    `format` argument is not used): a name over 100 characters gets an extended header (a block
+    plus its padded record) first."""
+    if len(name) <= 100:
+        return TAR_BLOCK
+    n = len(f" path={name}\n".encode("utf-8"))
+    length = n + len(str(n))
+    length = n + len(str(length))
+    return TAR_BLOCK + _padded(length) + TAR_BLOCK
+
+
 def tar_size(sample: dict[str, Any]) -> int:
-    """Bytes a sample takes in a ustar stream: a header plus padded data per member."""
-    return sum(TAR_BLOCK + -(-len(v) // TAR_BLOCK) * TAR_BLOCK
+    """Bytes a sample takes in the tar stream: header(s) plus padded data per member."""
+    key = str(sample.get("__key__", ""))
+    return sum(_header_size(f"{key}.{k}") + _padded(len(v))
                for k, v in sample.items() if not k.startswith("__"))
+
+
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.uname, info.gname = size, 0, 0o644, "", ""
+    return info
+
+
+def _pax_header(name: str, size: int) -> bytes:
+    """What tarfile (PAX format, as TarFile.addfile uses it) writes before a member's data."""
+    return _tarinfo(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+_TEMPLATE = bytearray(_pax_header("", 0))
+_TEMPLATE[148:156] = b" " * 8      # the checksum is computed with its own field as spaces
+
+
+def _member_header(name: str, size: int) -> bytes:
+    """tarfile's header for a member, from a template in the common case (short ASCII name)."""
+    raw = name.encode("utf-8")
+    if len(raw) > 100 or not raw.isascii() or size >= 8 ** 11:
+        return _pax_header(name, size)   # needs an extended header; let tarfile build it
+    buf = bytearray(_TEMPLATE)
+    buf[:len(raw)] = raw
+    buf[124:136] = b"%011o\0" % size
+    buf[148:156] = b"%06o\0 " % sum(buf)
+    return bytes(buf)
+
+
+def archive_size(payload: int) -> int:
+    """Bytes of a closed shard holding `payload` bytes of members: end blocks, record padding."""
+    return -(-(payload + 2 * TAR_BLOCK) // TAR_RECORD) * TAR_RECORD
 
 
 def shard_name(prefix: str, index: int) -> str:
@@ -54,7 +109,22 @@ class ShardSink:
         self.done = list(done or [])
         self.records: list[ShardRecord] = []
         self._count = self._bytes = 0
-        self._file = self._hasher = self._writer = None
+        self._file = self._hasher = None
+
+    def _write_sample(self, sample: dict[str, Any]) -> None:
+        key, out = sample["__key__"], self._hasher
+        for suffix in sorted(sample):
+            if suffix.startswith("_"):
+                continue
+            data = sample[suffix]
+            header = _member_header(f"{key}.{suffix}", len(data))
+            pad = bytes(-len(data) % TAR_BLOCK)
+            if len(data) < 1 << 16:
+                out.write(header + bytes(data) + pad)
+            else:   # large members (images) go out as they are, never copied
+                out.write(header)
+                out.write(data)
+                out.write(pad)
 
     @property
     def journal(self) -> Path:
@@ -63,13 +133,13 @@ class ShardSink:
     def add(self, sample: dict[str, Any]) -> None:
         size = tar_size(sample)
         full = self._count >= self.max_samples or (
-            self.max_bytes is not None and self._bytes + size > self.max_bytes)
+            self.max_bytes is not None and archive_size(self._bytes + size) > self.max_bytes)
         if self._count and full:
             self._finish()
         if self._count == 0:
             self._start()
-        if self._writer is not None:
-            self._writer.write(sample)
+        if self._hasher is not None:
+            self._write_sample(sample)
         self._count += 1
         self._bytes += size
 
@@ -92,9 +162,6 @@ class ShardSink:
         self._tmp = self.out_dir / f".{name}.tmp"
         self._file = open(self._tmp, "wb")
         self._hasher = HashingWriter(self._file)
-        # Fixed metadata: mtime 0, empty owner names, one mode, so equal input gives equal bytes.
-        self._writer = wds.TarWriter(self._hasher, user="", group="", mode=0o644, mtime=0,
-                                     encoder=False, format="USTAR_FORMAT")
 
     def _finish(self) -> None:
         index = len(self.records)
@@ -110,7 +177,9 @@ class ShardSink:
         self._count = self._bytes = 0
 
     def _commit(self, index: int) -> ShardRecord:
-        self._writer.close()
+        # End of archive as tarfile writes it: two zero blocks, then zeros to a whole record.
+        end = 2 * TAR_BLOCK
+        self._hasher.write(bytes(end + -(self._hasher.size + end) % TAR_RECORD))
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
@@ -122,7 +191,7 @@ class ShardSink:
             j.write(json.dumps({"shard": record.__dict__}) + "\n")
             j.flush()
             os.fsync(j.fileno())
-        self._file = self._hasher = self._writer = None
+        self._file = self._hasher = None
         return record
 
     def abort(self) -> None:
@@ -130,4 +199,4 @@ class ShardSink:
         if self._file is not None:
             self._file.close()
             Path(self._tmp).unlink(missing_ok=True)
-            self._file = None
+            self._file = self._hasher = None

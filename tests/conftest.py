@@ -1,0 +1,129 @@
+"""Shared fixtures: small synthetic raw datasets (both layouts) and packs of them.
+
+Everything is made with the project's own generator (`carla_wds.synth.synth_dataset`) into real
+folders; nothing is mocked. Session fixtures are read-only for tests: a test that corrupts raw
+files copies them first with `copy_raw`, and a test that changes a pack copies it with
+`copy_tree`.
+
+Fixtures for other test modules (loader, trainer):
+- `raw_tcp`, `raw_tf4`: raw route folders (RAW_EPISODES routes x RAW_FRAMES frames, IMAGE_SIZE).
+- `packed_tcp`, `packed_tf4`: folders written by `carla-wds pack` with PACKED_MAX_SAMPLES
+  samples per shard, so there are several shards of uneven size (78 samples: 11 shards of 7,
+  then one of 1); `manifest.json` is inside.
+- `copy_raw(src)`, `copy_tree(src, name)`: a private copy under the test's tmp_path.
+- `packer(in, out, **PackOptions)`, `synth(out, layout, ...)`, `samples_of(pack_dir)` (plain
+  tarfile reader), `cli(*args)` (the click CLI in process; returns click's Result).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from click.testing import CliRunner, Result
+
+from carla_wds.cli import main as cli_main
+from carla_wds.pack import PackOptions, pack
+from carla_wds.synth import synth_dataset
+
+IMAGE_SIZE = (64, 48)          # (width, height); small so the whole suite stays fast
+RAW_EPISODES = 3
+RAW_FRAMES = 30
+PACKED_MAX_SAMPLES = 7         # 3 x (30 - 4) = 78 samples -> 11 shards of 7 and one of 1
+PRED_LEN = 4
+
+
+def make_raw(out_dir: Path, layout: str, episodes: int = RAW_EPISODES, frames: int = RAW_FRAMES,
+             seed: int = 0) -> Path:
+    synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
+                  image_size=IMAGE_SIZE, progress=False)
+    return out_dir
+
+
+def run_pack(input_dir: Path, output_dir: Path, **options) -> dict:
+    """carla_wds.pack.pack with progress off; returns the manifest."""
+    options.setdefault("progress", False)
+    return pack(input_dir, output_dir, PackOptions(**options))
+
+
+def read_pack(pack_dir: Path) -> dict[str, dict[str, bytes]]:
+    """All samples of a pack in manifest order, read with plain tarfile: key -> {member: bytes}."""
+    manifest = json.loads((Path(pack_dir) / "manifest.json").read_text())
+    samples: dict[str, dict[str, bytes]] = {}
+    for shard in manifest["shards"]:
+        with tarfile.open(Path(pack_dir) / shard["name"]) as tar:
+            for member in tar:
+                key, _, suffix = member.name.partition(".")
+                samples.setdefault(key, {})[suffix] = tar.extractfile(member).read()
+    return samples
+
+
+@pytest.fixture(scope="session")
+def raw_tcp(tmp_path_factory) -> Path:
+    return make_raw(tmp_path_factory.mktemp("raw_tcp"), "tcp")
+
+
+@pytest.fixture(scope="session")
+def raw_tf4(tmp_path_factory) -> Path:
+    return make_raw(tmp_path_factory.mktemp("raw_tf4"), "transfuser4")
+
+
+@pytest.fixture(scope="session")
+def packed_tcp(tmp_path_factory, raw_tcp) -> Path:
+    out = tmp_path_factory.mktemp("packed_tcp") / "shards"
+    run_pack(raw_tcp, out, layout="tcp", max_samples=PACKED_MAX_SAMPLES)
+    return out
+
+
+@pytest.fixture(scope="session")
+def packed_tf4(tmp_path_factory, raw_tf4) -> Path:
+    out = tmp_path_factory.mktemp("packed_tf4") / "shards"
+    run_pack(raw_tf4, out, layout="transfuser4", max_samples=PACKED_MAX_SAMPLES)
+    return out
+
+
+@pytest.fixture
+def copy_tree(tmp_path) -> Callable[[Path, str], Path]:
+    """copy_tree(src, name) -> a private copy of a folder under this test's tmp_path."""
+    def copy(src: Path, name: str = "copy") -> Path:
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        return dst
+    return copy
+
+
+@pytest.fixture
+def copy_raw(copy_tree) -> Callable[[Path, str], Path]:
+    """copy_raw(raw_fixture, name="raw") -> a private copy of a raw dataset to corrupt."""
+    return lambda src, name="raw": copy_tree(src, name)
+
+
+@pytest.fixture(scope="session")
+def cli() -> Callable[..., Result]:
+    """cli("pack", IN, OUT, "--max-samples", "7") -> click Result of carla-wds, run in process."""
+    runner = CliRunner()
+
+    def invoke(*args: str | Path) -> Result:
+        return runner.invoke(cli_main, [str(a) for a in args], catch_exceptions=False)
+    return invoke
+
+
+@pytest.fixture(scope="session")
+def packer() -> Callable[..., dict]:
+    """packer(input_dir, output_dir, **PackOptions fields) -> manifest (progress off)."""
+    return run_pack
+
+
+@pytest.fixture(scope="session")
+def synth() -> Callable[..., Path]:
+    """synth(out_dir, layout, episodes=3, frames=30, seed=0) -> out_dir with small images."""
+    return make_raw
+
+
+@pytest.fixture(scope="session")
+def samples_of() -> Callable[[Path], dict[str, dict[str, bytes]]]:
+    """samples_of(pack_dir) -> {key: {member: bytes}} in shard order, via plain tarfile."""
+    return read_pack

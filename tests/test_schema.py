@@ -1,0 +1,111 @@
+"""The sample schema: keys, codecs, spec checks and sample validation."""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+
+import cv2
+import numpy as np
+import pytest
+
+from carla_wds.schema import (CODECS, LABEL_MEMBERS, SampleSpec, SchemaError, codec_for,
+                              encode_sample, make_key, validate_sample)
+
+
+def _labels(pred_len: int = 4) -> dict:
+    wp = np.arange(pred_len * 2, dtype=np.float64).reshape(pred_len, 2)
+    return {"speed": 3.5, "meta": {"episode": "Town01/r", "frame": 3, "command": 4},
+            "target_point": [1.0, -2.0], "target_command": np.eye(6)[3],
+            "waypoints": wp, "waypoints_diff": np.diff(np.vstack([[0, 0], wp]), axis=0)}
+
+
+def _png(h: int = 12, w: int = 16) -> bytes:
+    rgb = np.random.default_rng(0).integers(0, 255, (h, w, 3), dtype=np.uint8)
+    return cv2.imencode(".png", rgb)[1].tobytes()
+
+
+def test_make_key_maps_slashes_and_pads_frame():
+    assert make_key("Town01/routes_00", 7) == "Town01__routes_00__0007"
+    assert "." not in make_key("Town01/routes_00", 12345)
+
+
+def test_make_key_refuses_dot_unless_replaced():
+    with pytest.raises(SchemaError, match="dot") as exc:
+        make_key("Town01/route.v2", 0)
+    assert "--dot-replacement" in str(exc.value)
+    assert make_key("Town01/route.v2", 0, dot_replacement="_") == "Town01__route_v2__0000"
+
+
+def test_make_key_refuses_other_characters():
+    with pytest.raises(SchemaError, match="characters"):
+        make_key("Town01/route 2", 0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(cameras=()), dict(cameras=("top",)),
+                                    dict(cameras=("front",), pred_len=0),
+                                    dict(cameras=("front",), image_format="bmp")])
+def test_sample_spec_rejects_bad_values(kwargs):
+    kwargs.setdefault("pred_len", 4)
+    with pytest.raises(SchemaError):
+        SampleSpec(**kwargs)
+
+
+def test_spec_members_and_shapes():
+    spec = SampleSpec(("front", "left"), 3, "jpg")
+    assert spec.members == ("front.jpg", "left.jpg") + LABEL_MEMBERS
+    assert spec.shapes()["waypoints.npy"] == (3, 2)
+    assert spec.shapes()["target_command.npy"] == (6,)
+
+
+def test_codecs_round_trip():
+    arr = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(CODECS["npy"].decode(CODECS["npy"].encode(arr)), arr)
+    assert CODECS["json"].decode(CODECS["json"].encode({"b": 1, "a": [2]})) == {"a": [2], "b": 1}
+    rgb = np.random.default_rng(1).integers(0, 255, (10, 14, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(CODECS["png"].decode(CODECS["png"].encode(rgb)), rgb)
+    assert CODECS["jpg"].decode(CODECS["jpg"].encode(rgb)).shape == (10, 14, 3)
+
+
+def test_pickles_are_refused_never_decoded():
+    for name in ("target_command.pth", "x.pkl", "y.pickle"):
+        with pytest.raises(SchemaError, match="pickle"):
+            codec_for(name)
+    obj = np.asarray([{"a": 1}], dtype=object)
+    buf = io.BytesIO()
+    np.save(buf, obj, allow_pickle=True)
+    with pytest.raises(ValueError):
+        CODECS["npy"].decode(buf.getvalue())
+
+
+def test_encode_sample_gives_all_members_as_bytes():
+    spec = SampleSpec(("front",), 4)
+    sample = encode_sample(spec, "k__0000", {"front": _png()}, _labels())
+    assert sample["__key__"] == "k__0000"
+    assert set(sample) - {"__key__"} == set(spec.members)
+    assert all(isinstance(v, bytes) for k, v in sample.items() if k != "__key__")
+    wp = np.load(io.BytesIO(sample["waypoints.npy"]))
+    assert wp.dtype == np.float32 and wp.shape == (4, 2)
+    assert json.loads(sample["speed.json"]) == 3.5
+    validate_sample(spec, sample, "here")
+
+
+@pytest.mark.parametrize("break_it, match", [
+    (lambda s: s.pop("waypoints.npy"), "missing member"),
+    (lambda s: s.update({"waypoints.npy": CODECS["npy"].encode(np.zeros((3, 2), np.float32))}),
+     "shape"),
+    (lambda s: s.update({"target_point.npy": CODECS["npy"].encode(np.zeros(2, np.float64))}),
+     "dtype"),
+    (lambda s: s.update({"target_command.npy": CODECS["npy"].encode(np.ones(6, np.float32))}),
+     "one-hot"),
+    (lambda s: s.update({"speed.json": b"NaN"}), "finite"),
+    (lambda s: s.update({"front.png": b"\x89PNG\r\n\x1a\nnot really"}), "decode"),
+    (lambda s: s.update({"extra.pth": pickle.dumps(1)}), "pickle"),
+])
+def test_validate_sample_names_the_problem(break_it, match):
+    spec = SampleSpec(("front",), 4)
+    sample = encode_sample(spec, "k__0000", {"front": _png()}, _labels())
+    break_it(sample)
+    with pytest.raises(SchemaError, match=match) as exc:
+        validate_sample(spec, sample, "shard-000000.tar:k__0000")
+    assert "k__0000" in str(exc.value)
