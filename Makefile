@@ -1,0 +1,24 @@
+# Two commands, each doing its own setup on a fresh machine:
+#   make demo   synthesise -> pack -> verify -> inspect -> torchrun x2 training -> report
+#   make test   the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: demo test install clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test,lightning,fast]' -c constraints.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) tools/demo.py --out runs/demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf runs/demo .pytest_cache
