@@ -8,6 +8,7 @@ byte-identical shards, because shard boundaries depend only on the ordered sampl
 from __future__ import annotations
 
 import json
+import os
 import logging
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -117,9 +118,10 @@ def _encode_chunk(args: tuple[list[FrameTask], _Codec]) -> list[dict[str, Any] |
     return [_encode_frame(t, codec) for t in tasks]
 
 
-def _chunks(plans: Iterator[RoutePlan], codec: _Codec, report: dict) -> Iterator[tuple]:
+def _chunks(plans: Iterator[RoutePlan], codec: _Codec, report: dict, bar: tqdm) -> Iterator[tuple]:
     for plan in plans:
         report["plans"].append(plan)
+        bar.update(plan.tail + len(plan.skipped))   # frames that never become tasks
         for i in range(0, len(plan.tasks), CHUNK):
             yield plan.tasks[i:i + CHUNK], codec
 
@@ -224,8 +226,10 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
 def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec: _Codec,
          sink: ShardSink, report: dict) -> None:
     plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
-    chunks = _chunks(plans, codec, report)
-    bar = tqdm(desc="pack", unit="frame", disable=not opts.progress)
+    total = sum(n.endswith(".json") for r in routes
+                for n in os.listdir(Path(input_dir) / r / layout.measurements))
+    bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
+    chunks = _chunks(plans, codec, report, bar)
     # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
     # a pipe per image and compete with the writer for cores (3x slower on 2 cores, measured in
     # docs/benchmarks.md). They are used when images are decoded or re-encoded.

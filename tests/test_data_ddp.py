@@ -82,3 +82,14 @@ def test_http_without_cache(shards, http_server):
     url = f"http://127.0.0.1:{http_server.server_address[1]}/manifest.json"
     data = CARLAWebData(url, batch_size=5, num_workers=2, image_size=SIZE)
     assert len(list(data)) == len(data)
+
+
+def test_pipe_shard_names(shards, tmp_path):
+    manifest = json.loads((shards / "manifest.json").read_text())
+    for s in manifest["shards"]:
+        s["name"] = f"pipe:cat {shards / s['name']}"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    piped = CARLAWebData(str(tmp_path / "manifest.json"), batch_size=4, mode="eval",
+                         image_size=SIZE)
+    local = CARLAWebData(str(shards), batch_size=4, mode="eval", image_size=SIZE)
+    assert [b.keys for b in piped] == [b.keys for b in local]

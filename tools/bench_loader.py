@@ -1,0 +1,204 @@
+#!/usr/bin/env python
+"""Loader throughput and peak RSS, side by side on the same shards:
+
+  (a) seed   - the seed post's recipe: WebDataset(resampled, shardshuffle).shuffle(S).decode("rgb")
+               .to_tuple(...).map_tuple(ToTensor + Resize((256, 512)) + Normalize).batched(64)
+               -> WebLoader(batch_size=None).unbatched().shuffle(S).batched(32).with_epoch(n)
+  (b) ours   - CARLAWebData(batch_size=32, image_size=(256, 512), shuffle_buffer=S), uint8 batches
+               (normalisation happens on the GPU in training, see CARLABatch.normalized_images)
+  (c) floor  - one process: read the tar, decode the four images and resize to uint8, nothing else
+
+for num_workers 0, 1, 2 and for PNG and JPEG shards. Each measurement runs in a fresh process;
+peak RSS is the largest sum over that process and its worker processes, sampled every 20 ms.
+
+    .venv/bin/python tools/bench_loader.py --workdir /tmp/bench_loader [--episodes 4 --frames 60]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+BATCH, SIZE = 32, (256, 512)
+MEMBERS = ("front", "rear", "left", "right")
+
+
+def _tree_rss_mb(root: int) -> float:
+    """RSS of `root` and all its descendants, in MB (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total / 1e6
+
+
+class PeakRSS:
+    def __init__(self) -> None:
+        self.peak, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, _tree_rss_mb(os.getpid()))
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def seed_recipe(shards: Path, workers: int, shuffle: int, n_batches: int, fmt: str) -> int:
+    import torchvision.transforms as T
+    import webdataset as wds
+    manifest = json.loads((shards / "manifest.json").read_text())
+    urls = [str(shards / s["name"]) for s in manifest["shards"]]
+    tf = T.Compose([T.ToTensor(), T.Resize(SIZE),
+                    T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
+    ident = lambda x: x  # noqa: E731
+    ds = (wds.WebDataset(urls, resampled=True, shardshuffle=True,
+                         nodesplitter=wds.shardlists.single_node_only)
+          .shuffle(shuffle).decode("rgb")
+          .to_tuple(*(f"{m}.{fmt}" for m in MEMBERS), "speed.json", "target_point.npy",
+                    "target_command.npy", "waypoints.npy", "waypoints_diff.npy")
+          .map_tuple(tf, tf, tf, tf, ident, ident, ident, ident, ident))
+    loader = wds.WebLoader(ds.batched(64), batch_size=None, collate_fn=ident,
+                           num_workers=workers)
+    loader = loader.unbatched().shuffle(shuffle).batched(BATCH).with_epoch(n_batches)
+    return sum(len(b[0]) for b in loader)
+
+
+def ours(shards: Path, workers: int, shuffle: int) -> int:
+    from carla_wds import CARLAWebData
+    data = CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
+                        shuffle_buffer=shuffle)
+    return sum(len(b) for b in data)
+
+
+def floor(shards: Path, fmt: str) -> int:
+    import tarfile
+    from carla_wds.stages import decode_image
+    manifest = json.loads((shards / "manifest.json").read_text())
+    n = 0
+    for s in manifest["shards"]:
+        with tarfile.open(shards / s["name"]) as tar:
+            for m in tar:
+                if m.name.endswith("." + fmt):
+                    decode_image(tar.extractfile(m).read(), SIZE, fmt)
+                    n += 1
+    return n // len(MEMBERS)
+
+
+def child(args: argparse.Namespace) -> None:
+    shards = Path(args.workdir) / f"shards_{args.fmt}"
+    total = json.loads((shards / "manifest.json").read_text())["total_samples"]
+    with PeakRSS() as rss:
+        t0 = time.perf_counter()
+        if args.child == "seed":
+            n = seed_recipe(shards, args.workers, args.shuffle, total // BATCH, args.fmt)
+        elif args.child == "ours":
+            n = ours(shards, args.workers, args.shuffle)
+        else:
+            n = floor(shards, args.fmt)
+        seconds = time.perf_counter() - t0
+    print(json.dumps({"samples": n, "seconds": seconds, "peak_rss_mb": rss.peak}))
+
+
+def prepare(workdir: Path, episodes: int, frames: int) -> None:
+    from carla_wds.pack import PackOptions, pack
+    from carla_wds.synth import synth_dataset
+    raw = workdir / "raw"
+    if not raw.exists():
+        synth_dataset(raw, "transfuser4", episodes=episodes, frames=frames, seed=0)
+    for fmt in ("png", "jpg"):
+        out = workdir / f"shards_{fmt}"
+        if not (out / "manifest.json").exists():
+            pack(raw, out, PackOptions(layout="transfuser4", max_samples=32, overwrite=True,
+                                       image_format=None if fmt == "png" else "jpg", quality=95))
+
+
+def measure(workdir: Path, kind: str, fmt: str, workers: int, shuffle: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--fmt", fmt, "--workers", str(workers),
+           "--shuffle", str(shuffle), "--workdir", str(workdir)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    result["rate"] = result["samples"] / result["seconds"]
+    return result
+
+
+def len_timing(workdir: Path) -> tuple[float, float]:
+    """Construction and len() of a CARLAWebData over a 1000-shard manifest (no shard is read)."""
+    from carla_wds import CARLAWebData
+    folder = workdir / "manifest_1000"
+    folder.mkdir(exist_ok=True)
+    shards = [{"name": f"shard-{i:06d}.tar", "samples": 1000, "bytes": 1, "sha256": "0"}
+              for i in range(1000)]
+    (folder / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "cameras": list(MEMBERS), "pred_len": 4, "image_format": "png",
+        "layout": "transfuser4", "total_samples": 10**6, "shards": shards}))
+    t0 = time.perf_counter()
+    data = CARLAWebData(str(folder), batch_size=32, rank=3, world_size=8)
+    t1 = time.perf_counter()
+    for _ in range(1000):
+        len(data)
+    return (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3 / 1000
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workdir", default="/tmp/bench_loader")
+    p.add_argument("--episodes", type=int, default=4)
+    p.add_argument("--frames", type=int, default=60)
+    p.add_argument("--shuffle", type=int, default=256)
+    p.add_argument("--workers-list", default="0,1,2")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--fmt", default="png", help=argparse.SUPPRESS)
+    p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        return child(args)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    prepare(workdir, args.episodes, args.frames)
+    build_ms, len_ms = len_timing(workdir)
+    print(f"1000-shard manifest: construction {build_ms:.2f} ms, len() {len_ms * 1e3:.2f} us\n")
+    print(f"shuffle buffer {args.shuffle} (both of the seed's buffers, and ours); batch {BATCH}; "
+          f"output {SIZE[0]}x{SIZE[1]}; {os.cpu_count()} cores\n")
+    print("| format | workers | seed samples/s | ours samples/s | floor samples/s | ours/seed | "
+          "ours/floor | seed peak RSS MB | ours peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for fmt in ("png", "jpg"):
+        fl = measure(workdir, "floor", fmt, 0, args.shuffle)
+        for workers in (int(w) for w in args.workers_list.split(",")):
+            seed = measure(workdir, "seed", fmt, workers, args.shuffle)
+            mine = measure(workdir, "ours", fmt, workers, args.shuffle)
+            print(f"| {fmt} | {workers} | {seed['rate']:.1f} | {mine['rate']:.1f} | "
+                  f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
+                  f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
+                  f"{mine['peak_rss_mb']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
