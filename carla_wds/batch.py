@@ -14,7 +14,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class CARLASample:
     """One decoded frame: uint8 camera images and float32 labels (numpy, worker side)."""
     key: str
-    images: np.ndarray          # (n_cameras, 3, H, W) uint8 RGB
+    images: np.ndarray          # (n_cameras, 3, H, W) uint8 RGB, a view of (n, H, W, 3) memory
     speed: float                # m/s
     target_point: np.ndarray    # (2,) float32, ego frame
     command: np.ndarray         # (6,) float32 one-hot
@@ -27,7 +27,7 @@ class CARLASample:
 @dataclass
 class CARLABatch:
     """A batch of samples as tensors; `valid` is False for padding and skipped samples."""
-    images: torch.Tensor          # (B, n_cameras, 3, H, W) uint8
+    images: torch.Tensor          # (B, n_cameras, 3, H, W) uint8, channels-last in memory
     speed: torch.Tensor           # (B,) float32
     target_point: torch.Tensor    # (B, 2)
     command: torch.Tensor         # (B, 6)
@@ -62,16 +62,20 @@ def empty_sample(n_cameras: int, image_size: tuple[int, int], pred_len: int) -> 
     """A zero padding sample with valid=False (eval padding, skipped-sample fill)."""
     h, w = image_size
     z2 = np.zeros((pred_len, 2), np.float32)
-    return CARLASample("", np.zeros((n_cameras, 3, h, w), np.uint8), 0.0,
+    return CARLASample("", np.zeros((n_cameras, h, w, 3), np.uint8).transpose(0, 3, 1, 2), 0.0,
                        np.zeros(2, np.float32), np.zeros(6, np.float32), z2, z2.copy(),
                        valid=False)
 
 
 def collate(samples: list[CARLASample], errors: list[str] | None = None) -> CARLABatch:
-    """Stack samples into a batch; images are copied once into one uint8 array."""
-    images = np.stack([s.images for s in samples])
+    """Stack samples into a batch; images are copied once into one uint8 array.
+
+    The images keep HWC memory (a permuted view), so `flatten(0, 1)` of the batch is already
+    channels_last for the encoder; call `.contiguous()` where NCHW memory is needed.
+    """
+    images = np.stack([s.images.transpose(0, 2, 3, 1) for s in samples])
     return CARLABatch(
-        images=torch.from_numpy(images),
+        images=torch.from_numpy(images).permute(0, 1, 4, 2, 3),
         speed=torch.tensor([s.speed for s in samples], dtype=torch.float32),
         target_point=torch.from_numpy(np.stack([s.target_point for s in samples])),
         command=torch.from_numpy(np.stack([s.command for s in samples])),

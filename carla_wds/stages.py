@@ -134,8 +134,12 @@ def take(samples: Iterable[Any], n: int) -> Iterator[Any]:
         yield sample
 
 
-def decode_image(data: bytes, image_size: tuple[int, int], fmt: str) -> np.ndarray:
-    """Encoded bytes -> uint8 HWC RGB at image_size (H, W); never through float."""
+def decode_image(data: bytes, image_size: tuple[int, int], fmt: str,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """Encoded bytes -> uint8 HWC RGB at image_size (H, W); never through float.
+
+    With `out` (a contiguous (H, W, 3) uint8 slot), the resize writes straight into it.
+    """
     img = None
     if fmt == "png" and pyspng is not None:
         try:
@@ -151,7 +155,10 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str) -> np.ndarr
         img = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     h, w = image_size
     if img.shape[:2] != (h, w):
-        img = cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR)
+        return cv2.resize(img, (w, h), dst=out, interpolation=cv2.INTER_LINEAR)
+    if out is not None:
+        np.copyto(out, img)
+        return out
     return img
 
 
@@ -161,16 +168,19 @@ def decode_sample(raw: Raw, spec: SampleSpec, image_size: tuple[int, int],
     where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
     check_members(spec, raw, where)
     labels = decode_labels(spec, raw, where)
+    # Cameras are decoded into one HWC block: no transpose copy here, and collate stacks
+    # contiguous memory; the (n, 3, H, W) shape is a view (channels-last, as convs want it).
+    hwc = np.empty((len(spec.image_members), *image_size, 3), np.uint8)
     try:
-        images = [decode_image(raw[m], image_size, spec.image_format) for m in spec.image_members]
+        for i, member in enumerate(spec.image_members):
+            decode_image(raw[member], image_size, spec.image_format, out=hwc[i])
     except SchemaError as exc:
         raise SchemaError(f"{where}: {exc}") from None
     if augment is not None:
-        images = augment(raw["__key__"], images)
-    chw = np.empty((len(images), 3, *image_size), np.uint8)
-    for i, img in enumerate(images):
-        chw[i] = img.transpose(2, 0, 1)
-    return CARLASample(raw["__key__"], chw, labels["speed"], labels["target_point"],
+        for i, img in enumerate(augment(raw["__key__"], list(hwc))):
+            hwc[i] = img
+    return CARLASample(raw["__key__"], hwc.transpose(0, 3, 1, 2), labels["speed"],
+                       labels["target_point"],
                        labels["target_command"], labels["waypoints"],
                        labels["waypoints_diff"], labels["meta"])
 

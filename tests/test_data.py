@@ -118,7 +118,7 @@ def test_resume_gives_identical_batches(shards, workers, k):
 def test_resume_skips_without_decoding(shards, monkeypatch):
     calls = []
     real = stages.decode_image
-    monkeypatch.setattr(stages, "decode_image", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(stages, "decode_image", lambda *a, **k: calls.append(1) or real(*a, **k))
     data = CARLAWebData(str(shards), batch_size=4, image_size=SIZE)
     state = {**data.state_dict(), "consumed": len(data) - 2}
     data.load_state_dict(state)

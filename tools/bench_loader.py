@@ -9,7 +9,7 @@
   (c) floor  - one process: read the tar, decode the four images and resize to uint8, nothing else
 
 for num_workers 0, 1, 2 and for PNG and JPEG shards. Each measurement runs in a fresh process;
-peak RSS is the largest sum over that process and its worker processes, sampled every 20 ms.
+peak RSS is the largest sum over that process and its worker processes, sampled every 50 ms.
 
     .venv/bin/python tools/bench_loader.py --workdir /tmp/bench_loader [--episodes 4 --frames 60]
 """
@@ -28,21 +28,23 @@ BATCH, SIZE = 32, (256, 512)
 MEMBERS = ("front", "rear", "left", "right")
 
 
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+    except OSError:
+        pass
+    return kids
+
+
 def _tree_rss_mb(root: int) -> float:
-    """RSS of `root` and all its descendants, in MB (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
+    """RSS of `root` and all its descendants, in MB (Linux /proc; cheap: no full /proc scan)."""
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        todo += children.get(pid, [])
+        todo += _children(pid)
         try:
             with open(f"/proc/{pid}/statm") as f:
                 total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -59,7 +61,7 @@ class PeakRSS:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, _tree_rss_mb(os.getpid()))
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     def __enter__(self):
         self._thread.start()
@@ -173,6 +175,7 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=60)
     p.add_argument("--shuffle", type=int, default=256)
     p.add_argument("--workers-list", default="0,1,2")
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--fmt", default="png", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
@@ -186,18 +189,32 @@ def main() -> None:
     print(f"1000-shard manifest: construction {build_ms:.2f} ms, len() {len_ms * 1e3:.2f} us\n")
     print(f"shuffle buffer {args.shuffle} (both of the seed's buffers, and ours); batch {BATCH}; "
           f"output {SIZE[0]}x{SIZE[1]}; {os.cpu_count()} cores\n")
+    print(f"median of {args.repeats} interleaved runs per cell\n")
     print("| format | workers | seed samples/s | ours samples/s | floor samples/s | ours/seed | "
           "ours/floor | seed peak RSS MB | ours peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    workers_list = [int(w) for w in args.workers_list.split(",")]
     for fmt in ("png", "jpg"):
-        fl = measure(workdir, "floor", fmt, 0, args.shuffle)
-        for workers in (int(w) for w in args.workers_list.split(",")):
-            seed = measure(workdir, "seed", fmt, workers, args.shuffle)
-            mine = measure(workdir, "ours", fmt, workers, args.shuffle)
+        runs: dict[tuple, list[dict]] = {}
+        for _ in range(args.repeats):   # interleaved, so machine noise hits every cell alike
+            runs.setdefault(("floor", 0), []).append(measure(workdir, "floor", fmt, 0, args.shuffle))
+            for kind in ("seed", "ours"):
+                for workers in workers_list:
+                    runs.setdefault((kind, workers), []).append(
+                        measure(workdir, kind, fmt, workers, args.shuffle))
+        fl = _median(runs[("floor", 0)])
+        for workers in workers_list:
+            seed, mine = _median(runs[("seed", workers)]), _median(runs[("ours", workers)])
             print(f"| {fmt} | {workers} | {seed['rate']:.1f} | {mine['rate']:.1f} | "
                   f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
                   f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
                   f"{mine['peak_rss_mb']:.0f} |", flush=True)
+
+
+def _median(results: list[dict]) -> dict:
+    rates = sorted(r["rate"] for r in results)
+    return {"rate": rates[len(rates) // 2],
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
 
 
 if __name__ == "__main__":
