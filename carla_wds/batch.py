@@ -73,9 +73,16 @@ def collate(samples: list[CARLASample], errors: list[str] | None = None) -> CARL
     The images keep HWC memory (a permuted view), so `flatten(0, 1)` of the batch is already
     channels_last for the encoder; call `.contiguous()` where NCHW memory is needed.
     """
-    images = np.stack([s.images.transpose(0, 2, 3, 1) for s in samples])
+    first = samples[0].images
+    images = torch.empty((len(samples), first.shape[0], *first.shape[2:], first.shape[1]),
+                         dtype=torch.uint8)
+    if torch.utils.data.get_worker_info() is not None:
+        # Allocated in shared memory up front: the DataLoader then sends it to the main process
+        # as is, instead of copying the whole batch into shared memory once more.
+        images.share_memory_()
+    np.stack([s.images.transpose(0, 2, 3, 1) for s in samples], out=images.numpy())
     return CARLABatch(
-        images=torch.from_numpy(images).permute(0, 1, 4, 2, 3),
+        images=images.permute(0, 1, 4, 2, 3),
         speed=torch.tensor([s.speed for s in samples], dtype=torch.float32),
         target_point=torch.from_numpy(np.stack([s.target_point for s in samples])),
         command=torch.from_numpy(np.stack([s.command for s in samples])),

@@ -14,14 +14,16 @@ from .schema import SchemaError
 USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError)
 
 
-def _hxw(value: str | None) -> tuple[int, int] | None:
+def _pair(value: str | None, form: str = "HxW", example: str = "256x512"
+          ) -> tuple[int, int] | None:
+    """'AxB' -> (A, B), for HxW and WxH options alike."""
     if value is None:
         return None
     try:
-        h, w = (int(v) for v in value.lower().split("x"))
+        a, b = (int(v) for v in value.lower().split("x"))
     except ValueError:
-        raise click.BadParameter(f"{value!r}; expected HxW such as 256x512") from None
-    return h, w
+        raise click.BadParameter(f"{value!r}; expected {form} such as {example}") from None
+    return a, b
 
 
 def _part(value: str | None) -> tuple[int, int] | None:
@@ -64,10 +66,10 @@ def main(verbose: bool) -> None:
 def pack(input_dir, output_dir, resize, part, **kw) -> None:
     """Pack raw CARLA route folders into WebDataset shards plus manifest.json."""
     from .pack import PackOptions, pack as run_pack
-    opts = PackOptions(resize=_hxw(resize), part=_part(part), **kw)
+    opts = PackOptions(resize=_pair(resize), part=_part(part), **kw)
     try:
         manifest = run_pack(input_dir, output_dir, opts)
-    except PackError as exc:
+    except (*USER_ERRORS, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     c = manifest["counts"]
     click.echo(f"{c['samples']} samples in {len(manifest['shards'])} shards; {c['frames']} frames "
@@ -140,10 +142,7 @@ def inspect(directory, as_json) -> None:
 def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
     from .synth import synth_dataset
-    size = None
-    if image_size:
-        first, second = _hxw(image_size)
-        size = (first, second)   # given as WxH, and synth takes (width, height)
+    size = _pair(image_size, "WxH", "400x300")   # synth takes (width, height)
     routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
                            image_size=size)
     click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")

@@ -49,6 +49,7 @@ class OptimConfig:
 class TrainConfig:
     run_dir: str = "runs/tiny"
     epochs: int = 4
+    max_steps: int = 0                      # stop after this many steps (0: run all epochs)
     seed: int = 0
     eval_every: int = 1                     # epochs
     log_every: int = 10                     # steps
@@ -123,6 +124,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Tr
             raise ConfigError(f"override {item!r}: expected key=value, e.g. optim.lr=3e-4")
         key, _, raw = item.partition("=")
         _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    return _from_dict(TrainConfig, data)
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """A TrainConfig from a plain dict, such as the one stored in a checkpoint."""
     return _from_dict(TrainConfig, data)
 
 

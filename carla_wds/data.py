@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from . import stages
+from . import shardio, stages
 from .augment import image_iteration
 from .batch import CARLABatch
 from .dist import rank_world
@@ -79,7 +79,7 @@ class _EpochStream(IterableDataset):
             segments = ((s, 0, e.counts[s]) for s in
                         resampled_shards(len(e.counts), e.seed, e.epoch, e.rank, w))
         # raw samples (member bytes) of this worker, in plan order
-        raw = stages.read_segments(segments, list(e.urls), e.on_error, e.cache_dir,
+        raw = shardio.read_segments(segments, list(e.urls), e.on_error, e.cache_dir,
                                    list(e.checksums) if e.checksums else None)
         if e.mode == "train":   # buffered shuffle of encoded samples
             rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
@@ -191,12 +191,18 @@ class CARLAWebData:
                       self.on_error)
 
     def __iter__(self) -> Iterator[CARLABatch]:
-        if self.consumed >= self._len:
-            self.consumed = 0   # a finished epoch restarts, like DistributedSampler
+        if self.consumed >= self._len or self.mode == "eval":
+            # A finished epoch restarts, like DistributedSampler; eval always runs whole, so an
+            # interrupted pass (Lightning's sanity check) never hides samples from the next.
+            self.consumed = 0
         expected = self._len - self.consumed
         loader = DataLoader(_EpochStream(self._epoch()), batch_size=None,
                             num_workers=self.num_workers, pin_memory=self.pin_memory,
-                            prefetch_factor=self.prefetch_factor if self.num_workers else None)
+                            prefetch_factor=self.prefetch_factor if self.num_workers else None,
+                            # Its own generator: building a loader must not draw from the global
+                            # torch RNG, or a resumed run's RNG stream would shift.
+                            generator=torch.Generator().manual_seed(
+                                derive_seed(self.seed, self.epoch, self.rank) % 2**63))
         produced = 0
         for batch in loader:
             produced += 1

@@ -31,10 +31,6 @@ def _group_rank_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def is_main() -> bool:
-    return rank_world()[0] == 0
-
-
 def setup(device: str = "auto") -> tuple[str, int, int]:
     """Initialise the process group when launched by torchrun; returns (device, rank, world).
 

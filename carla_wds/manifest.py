@@ -121,7 +121,11 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True) -> 
             continue
         if sha256_file(path) != shard["sha256"] or path.stat().st_size != shard["bytes"]:
             problems.append(f"{path}: sha256/size differ from the manifest")
-        samples = _read_tar_samples(path)
+        try:
+            samples = _read_tar_samples(path)
+        except (tarfile.TarError, OSError) as exc:
+            problems.append(f"{path}: not a readable tar ({exc}); re-pack or re-download it")
+            continue
         total += len(samples)
         if len(samples) != shard["samples"]:
             problems.append(f"{path}: {len(samples)} samples, manifest says {shard['samples']}")
@@ -176,6 +180,7 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
             if m.get(k) != first.get(k):
                 raise SchemaError(f"{where}: {k}={m.get(k)!r} but the first part has "
                                   f"{first.get(k)!r}; parts must be packed with the same options")
+    _check_parts(manifests)
     shards, skipped, counts = [], [], {}
     for m, where in manifests:
         for shard in m["shards"]:
@@ -191,6 +196,23 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
     merged["pack_args"] = {**first["pack_args"], "part": None}
     atomic_write_json(out / MANIFEST, merged)
     return merged
+
+
+def _check_parts(manifests: list[tuple[dict, str]]) -> None:
+    """Parts must come from one pack command (same options) and be exactly parts 0..N-1."""
+    args = [{k: v for k, v in m["pack_args"].items() if k != "part"} for m, _ in manifests]
+    for (m, where), a in zip(manifests[1:], args[1:]):
+        if a != args[0]:
+            diff = sorted(k for k in set(a) | set(args[0]) if a.get(k) != args[0].get(k))
+            raise SchemaError(f"{where}: packed with different options {diff} than "
+                              f"{manifests[0][1]}; merge parts of one pack command only")
+    parts = [m["pack_args"].get("part") for m, _ in manifests]
+    if any(p is not None for p in parts):
+        n = parts[0][1] if parts[0] else None
+        if any(p is None or p[1] != n for p in parts) or sorted(p[0] for p in parts) != list(
+                range(n)):
+            raise SchemaError(f"merge needs exactly the parts 0..N-1 of one --part i/N pack, got "
+                              f"{parts}; add the missing parts or remove the repeated ones")
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

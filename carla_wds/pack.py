@@ -21,11 +21,12 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
-from .fileio import atomic_write_json, sha256_file
+from .fileio import atomic_write_bytes, atomic_write_json, sha256_file
 from .layouts import Layout, load_layout
 from .manifest import MANIFEST, build_manifest
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
-from .schema import SampleSpec, SchemaError, encode_sample, image_encoder, make_key
+from .schema import (SampleSpec, SchemaError, decode_rgb, encode_sample, image_encoder,
+                     make_key)
 from .shards import JOURNAL, ShardRecord, ShardSink
 
 log = logging.getLogger(__name__)
@@ -95,11 +96,10 @@ def _encode_frame(task: FrameTask, codec: _Codec) -> dict[str, Any] | Skip:
         problem = _structure_problem(data, codec.source_ext)
         rgb = None
         if problem is None and (codec.check_images or not codec.passthrough):
-            img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-            if img is None:
+            try:
+                rgb = decode_rgb(data)
+            except SchemaError:
                 problem = "image does not decode; expected a valid image file"
-            else:
-                rgb = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
         if problem:
             return Skip(task.episode, task.frame, "/".join(Path(path).parts[-2:]), problem)
         images[cam] = data if codec.passthrough else _reencode(rgb, codec)
@@ -150,7 +150,12 @@ def _read_journal(out: Path, opts: PackOptions) -> list[ShardRecord]:
             raise PackError(f"{out} holds a finished pack (manifest.json); nothing to resume. "
                             "Use --overwrite to pack again")
         return []
-    lines = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    lines = []
+    for line in journal.read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            break   # the last line was cut short by the kill; its shard is redone
     saved = lines[0].get("options") if lines else None
     if saved != json.loads(json.dumps(opts.identity())):
         raise PackError(f"--resume: {journal} was written with options {saved}, now "
@@ -204,7 +209,7 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     out = Path(output_dir)
     done = _prepare_output(out, opts)
     if not done:
-        (out / JOURNAL).write_text(json.dumps({"options": opts.identity()}) + "\n")
+        atomic_write_bytes(out / JOURNAL, (json.dumps({"options": opts.identity()}) + "\n").encode())
     codec = _Codec(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
                    list(layout.camera_names))
     sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done)

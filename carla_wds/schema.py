@@ -1,6 +1,6 @@
 """The sample schema: the single source of truth for keys, codecs, dtypes and shapes.
 
-The packer encodes through `encode_sample`, the loader decodes through `decode_members`, and
+The packer encodes through `encode_sample`, the loader decodes through `decode_labels` and `decode_rgb`, and
 `carla-wds verify --deep` validates through `validate_sample`, so the three cannot drift apart.
 Like Mosaic Streaming's codec registry, every member suffix maps to one codec used both ways.
 """
@@ -14,6 +14,11 @@ from typing import Any, Callable
 
 import cv2
 import numpy as np
+
+try:  # pyspng decodes PNG ~1.3x faster than cv2 here; optional ([fast] extra)
+    import pyspng
+except ImportError:  # pragma: no cover - depends on the environment
+    pyspng = None
 
 SCHEMA_VERSION = 1
 CAMERAS = ("front", "rear", "left", "right")
@@ -54,8 +59,16 @@ def _json_encode(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def _image_decode(data: bytes) -> np.ndarray:
-    # Straight from bytes to uint8 RGB: no float round-trip (the seed's all-black-image bug).
+def decode_rgb(data: bytes) -> np.ndarray:
+    """Image bytes -> uint8 HWC RGB, straight: no float round-trip (the seed's black images)."""
+    if pyspng is not None and data[:8] == b"\x89PNG\r\n\x1a\n":
+        try:
+            img = pyspng.load(data)
+        except Exception:  # noqa: BLE001 - pyspng raises plain Exception on bad data
+            img = None
+        # 8-bit RGB only; gray, RGBA and 16-bit PNGs go through cv2, which normalises them.
+        if img is not None and img.ndim == 3 and img.shape[2] == 3 and img.dtype == np.uint8:
+            return img
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if img is None:
         raise SchemaError("image bytes do not decode")
@@ -76,8 +89,8 @@ def image_encoder(ext: str, **params: int) -> Callable[[np.ndarray], bytes]:
 CODECS: dict[str, Codec] = {
     "npy": Codec(_npy_encode, _npy_decode),
     "json": Codec(_json_encode, lambda b: json.loads(b.decode("utf-8"))),
-    "png": Codec(image_encoder("png"), _image_decode),
-    "jpg": Codec(image_encoder("jpg"), _image_decode),
+    "png": Codec(image_encoder("png"), decode_rgb),
+    "jpg": Codec(image_encoder("jpg"), decode_rgb),
 }
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import load_checkpoint
-from .config import TrainConfig, _from_dict
+from .config import config_from_dict
 from .data import CARLAWebData
 from .model import build_model
 
@@ -15,13 +15,13 @@ def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = No
          n: int = 6, image_size: tuple[int, int] = (128, 256)) -> Path:
     """Write a PNG of the first n samples of `shards` (eval order) with their waypoints."""
     from .viz import montage
-    model = None
+    model, cameras = None, None
     if checkpoint is not None:
         ckpt = load_checkpoint(checkpoint)
-        cfg: TrainConfig = _from_dict(TrainConfig, ckpt["config"])
-        image_size = tuple(cfg.data.image_size)
+        cfg = config_from_dict(ckpt["config"])
+        image_size, cameras = tuple(cfg.data.image_size), cfg.data.cameras
     data = CARLAWebData(str(shards), batch_size=max(1, n), mode="eval", image_size=image_size,
-                        rank=0, world_size=1)
+                        cameras=cameras, rank=0, world_size=1)
     batch = next(iter(data))
     if checkpoint is not None:
         model = build_model(cfg.model, len(data.camera_names), data.pred_len)

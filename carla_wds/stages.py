@@ -14,12 +14,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import cv2
 import numpy as np
-import webdataset as wds
-from webdataset.tariterators import group_by_keys, tar_file_iterator
 
 from .augment import augment_cameras
 from .batch import CARLABatch, CARLASample, collate, empty_sample
-from .schema import SampleSpec, SchemaError, check_members, decode_labels
+from .shardio import error_marker
+from .schema import SampleSpec, SchemaError, check_members, decode_labels, decode_rgb
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -28,75 +27,6 @@ Raw = dict[str, Any]
 # is running deadlocks in its first parallel cv2 call. Decoding parallelises across workers, so
 # cv2 runs sequentially in every process that imports the loader.
 cv2.setNumThreads(0)
-
-try:  # pyspng decodes PNG faster than cv2 here; optional ([fast] extra)
-    import pyspng
-except ImportError:  # pragma: no cover - depends on the environment
-    pyspng = None
-
-
-class ShardError(RuntimeError):
-    """A shard that cannot be read as the manifest describes; names the shard and sample."""
-
-
-def _error(msg: str) -> Raw:
-    return {"__error__": msg}
-
-
-def _cache_name(url: str) -> str:
-    # webdataset's default keeps only the basename: two servers' shard-000000.tar would collide.
-    return f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
-
-
-def open_shard(url: str, cache_dir: str | None, sha256: str | None) -> io.BufferedIOBase:
-    """A readable stream for a shard: local path, http(s)://, or pipe:, optionally cached."""
-    if cache_dir is not None and "://" in url:
-        from webdataset.cache import FileCache
-        os.makedirs(cache_dir, exist_ok=True)
-        stream = open(FileCache(cache_dir, url_to_name=_cache_name).get_file(url), "rb")
-    else:
-        stream = wds.gopen(url, "rb")
-    if sha256 is None:
-        return stream
-    data = stream.read()
-    stream.close()
-    found = hashlib.sha256(data).hexdigest()
-    if found != sha256:
-        raise ShardError(f"shard {url}: sha256 {found} differs from the manifest's {sha256}; "
-                         "the file is corrupt or was changed. Fix: re-download or re-pack it")
-    return io.BytesIO(data)
-
-
-# stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers
-def read_segments(segments: Iterable[tuple[int, int, int]], urls: list[str],
-                  on_error: str = "raise", cache_dir: str | None = None,
-                  checksums: list[str] | None = None) -> Iterator[Raw]:
-    for shard, start, stop in segments:
-        url, last_key, index = urls[shard], None, 0
-        try:
-            stream = open_shard(url, cache_dir, checksums[shard] if checksums else None)
-            try:
-                members = ({**m, "__url__": url} for m in tar_file_iterator(stream))
-                for index, sample in enumerate(group_by_keys(members)):
-                    if index >= stop:
-                        break
-                    last_key = sample["__key__"]
-                    if index >= start:
-                        sample["__shard__"] = url
-                        yield sample
-                else:
-                    if index + 1 < stop:
-                        raise ShardError(f"ended after {index + 1} samples, the manifest "
-                                         f"promises at least {stop}")
-            finally:
-                stream.close()
-        except Exception as exc:  # noqa: BLE001 - tarfile and gopen raise many types
-            msg = (f"shard {url}: cannot read past sample {last_key!r} ({exc}). Fix: verify the "
-                   "shards with `carla-wds verify` and re-pack or re-download this shard")
-            if on_error == "raise":
-                raise ShardError(msg) from None
-            log.warning("skipping the rest of a shard: %s", msg)
-            yield _error(msg)
 
 
 # stage: raw samples -> the same samples in a buffered random order (deterministic per rng)
@@ -140,19 +70,7 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str,
 
     With `out` (a contiguous (H, W, 3) uint8 slot), the resize writes straight into it.
     """
-    img = None
-    if fmt == "png" and pyspng is not None:
-        try:
-            img = pyspng.load(data)
-        except Exception:  # noqa: BLE001 - pyspng raises plain Exception on bad data
-            img = None
-        if img is not None and (img.ndim != 3 or img.shape[2] != 3):
-            img = None   # gray or RGBA: let cv2 normalise channels
-    if img is None:
-        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise SchemaError("image bytes do not decode")
-        img = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    img = decode_rgb(data)
     h, w = image_size
     if img.shape[:2] != (h, w):
         return cv2.resize(img, (w, h), dst=out, interpolation=cv2.INTER_LINEAR)
@@ -199,7 +117,7 @@ def decode_samples(samples: Iterable[Raw], spec: SampleSpec, image_size: tuple[i
             if on_error == "raise":
                 raise
             log.warning("skipping sample: %s", exc)
-            yield _error(str(exc))
+            yield error_marker(str(exc))
 
 
 # stage: samples -> exactly n_batches CARLABatch of batch_size, padded with valid=False

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from . import dist
 from .checkpoint import CHECKPOINT, find_resume, load_checkpoint, save_checkpoint
-from .config import TrainConfig, load_config, to_dict
+from .config import ConfigError, TrainConfig, load_config, to_dict
 from .data import CARLAWebData
 from .fileio import atomic_write_bytes, atomic_write_json
 from .model import build_model
@@ -56,6 +56,7 @@ class Run:
     val: CARLAWebData
     step: int = 0
     epoch: int = 0
+    last_loss: float = float("nan")
 
     @property
     def main(self) -> bool:
@@ -111,7 +112,9 @@ def setup_run(cfg: TrainConfig) -> Run:
         if world > 1 else model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr,
                             weight_decay=cfg.optim.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, cfg.epochs * len(train)))
+    total = cfg.epochs * len(train)
+    total = min(total, cfg.max_steps) if cfg.max_steps else total
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(cfg, total))
     seed_everything(derive_seed(cfg.seed, rank))   # per-rank streams from here on
     return Run(cfg, device, rank, world, ddp, model, opt, sched, train, val)
 
@@ -129,7 +132,11 @@ def save(run: Run) -> None:
 
 def restore(run: Run) -> None:
     path = find_resume(run.cfg.resume, run.cfg.run_dir)
+    _check_ranks_agree(run, path)
     if path is None:
+        if run.cfg.eval_only:
+            raise FileNotFoundError(f"eval_only=true needs a checkpoint: none at "
+                                    f"{run.cfg.run_dir}/{CHECKPOINT}. Pass resume=PATH")
         return
     ckpt = load_checkpoint(path)
     run.raw_model.load_state_dict(ckpt["model"])
@@ -149,11 +156,33 @@ def restore(run: Run) -> None:
                  run.train.consumed % len(run.train))
 
 
+def _check_ranks_agree(run: Run, path: Path | None) -> None:
+    """Every rank must resume from the same step, or collectives would hang later."""
+    if run.world == 1:
+        return
+    step = load_checkpoint(path)["step"] if path is not None else -1
+    mine = torch.tensor([float(step)], dtype=torch.float64, device=run.device)
+    every = [torch.zeros_like(mine) for _ in range(run.world)]
+    tdist.all_gather(every, mine)
+    steps = [int(t.item()) for t in every]
+    if len(set(steps)) > 1:
+        raise RuntimeError(f"ranks disagree on where to resume (checkpoint step per rank, -1 for "
+                           f"none: {steps}). Fix: put run_dir on a file system every node sees, "
+                           "or pass resume=PATH that exists on every node, or resume=none")
+
+
 def _trim_metrics(path: Path, step: int) -> None:
     """Drop lines a killed run logged after its last checkpoint, so curves don't double up."""
     if path.exists():
-        keep = [ln for ln in path.read_text().splitlines() if json.loads(ln)["step"] <= step]
+        keep = [ln for ln in path.read_text().splitlines() if _step_of(ln) <= step]
         atomic_write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
+
+
+def _step_of(line: str) -> float:
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf   # a line cut short by a kill: dropped
 
 
 def masked_l1(pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -167,12 +196,28 @@ def forward(run: Run, batch, model: torch.nn.Module | None = None) -> torch.Tens
                                     batch.target_point, batch.command)
 
 
+def _log_window(run: Run, window: list[torch.Tensor], wait: float, started: float) -> float:
+    """One metrics line per log window: loss, lr, throughput and the time spent waiting for data."""
+    if run.device.startswith("cuda"):
+        torch.cuda.synchronize()   # the GPU's queued work belongs to this window, not the next
+    now = time.perf_counter()
+    run.last_loss = torch.stack(window).float().mean().item()
+    elapsed = now - started
+    run.log_metrics({"kind": "train", "step": run.step, "epoch": run.epoch, "loss": run.last_loss,
+                     "lr": run.sched.get_last_lr()[0], "steps": len(window),
+                     "data_wait_s": wait, "window_s": elapsed,
+                     "samples_per_s": len(window) * run.cfg.data.batch_size * run.world / elapsed,
+                     "data_wait_share": wait / elapsed})
+    return now
+
+
 def train_one_epoch(run: Run) -> None:
     run.model.train()
     run.train.set_epoch(run.epoch, global_step=run.epoch * len(run.train))
     bar = tqdm(total=len(run.train), initial=run.train.consumed, disable=not run.main,
                desc=f"epoch {run.epoch}", unit="batch")
-    window, t0, wait = [], time.perf_counter(), 0.0
+    window, wait, t0 = [], 0.0, time.perf_counter()
+    started = t0
     for batch in run.train:
         wait += time.perf_counter() - t0
         batch = batch.to(run.device)
@@ -183,16 +228,16 @@ def train_one_epoch(run: Run) -> None:
         run.opt.step()
         run.sched.step()
         run.step += 1
-        window.append(loss.item())
+        window.append(loss.detach())   # no GPU sync per step; .item() only when logging
         bar.update(1)
-        bar.set_postfix(loss=f"{window[-1]:.3f}")
         if run.step % run.cfg.log_every == 0 or run.train.consumed == len(run.train):
-            run.log_metrics({"kind": "train", "step": run.step, "epoch": run.epoch,
-                             "loss": sum(window) / len(window), "lr": run.sched.get_last_lr()[0],
-                             "data_wait_s": wait})
+            started = _log_window(run, window, wait, started)
+            bar.set_postfix(loss=f"{run.last_loss:.3f}")
             window, wait = [], 0.0
         if run.cfg.ckpt_every and run.step % run.cfg.ckpt_every == 0:
             save(run)
+        if run.cfg.max_steps and run.step >= run.cfg.max_steps:
+            break
         t0 = time.perf_counter()
     bar.close()
 
@@ -276,7 +321,7 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
                 atomic_write_json(Path(cfg.run_dir) / "eval.json", {**result, "step": run.step})
                 log.info("eval of step %d: %s", run.step, result)
             return result
-        while run.epoch < cfg.epochs:
+        while run.epoch < cfg.epochs and not (cfg.max_steps and run.step >= cfg.max_steps):
             train_one_epoch(run)
             if (run.epoch + 1) % cfg.eval_every == 0 or run.epoch + 1 == cfg.epochs:
                 last_eval = evaluate(run)
@@ -302,7 +347,11 @@ def main(argv: list[str] | None = None) -> None:
     rank = dist.rank_world()[0]
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    run_training(load_config(args.config, args.overrides))
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    run_training(cfg)
 
 
 if __name__ == "__main__":

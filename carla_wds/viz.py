@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import tempfile
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .fileio import atomic_write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -51,17 +52,9 @@ def _new_figure(figsize: tuple[float, float]) -> Figure:
 
 def _save_atomic(fig: Figure, out: str | Path) -> Path:
     """Write ``fig`` to ``out`` via a temp file in the same dir, so readers never see a partial PNG."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=DPI)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return atomic_write_bytes(out, buf.getvalue())
 
 
 def _valid_record(rec: Any) -> str | None:
