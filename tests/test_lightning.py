@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 
-from .test_data import make_pack  # noqa: E402
+from .test_data import all_keys, make_pack  # noqa: E402
 from .test_data_ddp import SCRIPTS, torchrun  # noqa: E402
 
 
@@ -21,6 +21,9 @@ def test_lightning_ddp_fit_has_exact_lengths(tmp_path):
         assert r["num_training_batches"] == r["len"] > 0
         assert len(r["train_keys"]) == 2 * r["len"]   # two epochs, every batch seen
     assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
+    # after the sanity check stopped early, each validation epoch still covers every sample once
+    val = ranks[0]["last_val_keys"] + ranks[1]["last_val_keys"]
+    assert sorted(val) == sorted(all_keys(shards))
     epoch0 = [k for r in ranks for b in r["train_keys"][: r["len"]] for k in b]
     assert len(epoch0) == len(set(epoch0))   # no DistributedSampler duplicating samples
     assert ranks[0]["train_keys"][: ranks[0]["len"]] != ranks[0]["train_keys"][ranks[0]["len"]:]

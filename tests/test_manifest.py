@@ -145,3 +145,12 @@ def test_merge_refuses_mismatched_parts_and_busy_output(packed_tcp, packed_tf4, 
     (busy / "x").write_text("x")
     result = cli("merge", packed_tcp, "--out", busy)
     assert result.exit_code != 0 and "not empty" in result.output
+
+
+def test_verify_reports_an_unreadable_tar(packed_tcp, copy_tree):
+    from carla_wds.manifest import verify
+    pack_dir = copy_tree(packed_tcp, "truncated")
+    shard = pack_dir / "shard-000003.tar"
+    shard.write_bytes(shard.read_bytes()[:700])
+    problems = verify(pack_dir, progress=False)
+    assert any("shard-000003.tar" in p and "not a readable tar" in p for p in problems), problems

@@ -306,6 +306,19 @@ def test_parts_then_merge_equal_a_single_pack(raw_tcp, packed_tcp, tmp_path, cli
     assert cli("verify", tmp_path / "merged").exit_code == 0
 
 
+def test_merge_refuses_repeated_or_missing_parts(raw_tcp, tmp_path, cli):
+    for i in range(2):
+        assert cli("pack", raw_tcp, tmp_path / f"p{i}", "--part", f"{i}/2").exit_code == 0
+    repeated = cli("merge", tmp_path / "p0", tmp_path / "p0", "--out", tmp_path / "m1")
+    assert repeated.exit_code != 0 and "exactly the parts 0..N-1" in repeated.output
+    missing = cli("merge", tmp_path / "p1", "--out", tmp_path / "m2")
+    assert missing.exit_code != 0 and "exactly the parts 0..N-1" in missing.output
+    assert cli("pack", raw_tcp, tmp_path / "q1", "--part", "1/2", "--max-samples", "5"
+               ).exit_code == 0
+    mixed = cli("merge", tmp_path / "p0", tmp_path / "q1", "--out", tmp_path / "m3")
+    assert mixed.exit_code != 0 and "max_samples" in mixed.output
+
+
 def test_part_out_of_range_is_refused(raw_tcp, tmp_path, cli):
     result = cli("pack", raw_tcp, tmp_path / "out", "--part", "2/2")
     assert result.exit_code != 0 and "0 <= i < N" in result.output

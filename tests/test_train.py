@@ -187,3 +187,9 @@ def test_cli_show_and_plot(data, tmp_path):
     subprocess.run([*cli, "plot", str(run_dir), "--out", str(tmp_path / "c.png")], check=True,
                    env=env())
     assert cv2.imread(str(tmp_path / "c.png")).shape == (450, 1200, 3)
+
+
+def test_eval_only_without_a_checkpoint_is_an_error(data, tmp_path):
+    cfg = load_config(TINY, overrides(data, tmp_path / "none", eval_only="true"))
+    with pytest.raises(FileNotFoundError, match="eval_only=true needs a checkpoint"):
+        run_training(cfg)

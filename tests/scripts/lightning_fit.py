@@ -28,8 +28,12 @@ class Tiny(pl.LightningModule):
         self.train_keys.append(batch.keys)
         return (self(batch) - batch.waypoints).abs().mean()
 
+    def on_validation_epoch_start(self):
+        self.val_keys = []
+
     def validation_step(self, batch, _):
         self.val_batches += 1
+        self.val_keys += [k for k, v in zip(batch.keys, batch.valid.tolist()) if v]
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -43,4 +47,4 @@ trainer.fit(model, dm)
 (out / f"rank{trainer.global_rank}.json").write_text(json.dumps({
     "num_training_batches": trainer.num_training_batches, "len": len(dm._train),
     "train_keys": model.train_keys, "val_batches": model.val_batches,
-    "num_val_batches": trainer.num_val_batches}))
+    "num_val_batches": trainer.num_val_batches, "last_val_keys": model.val_keys}))
