@@ -52,34 +52,6 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None) -> io.Buffer
     return io.BytesIO(data)
 
 
-def _error(msg: str) -> Raw:
-    return {"__error__": msg}
-
-
-def _cache_name(url: str) -> str:
-    # webdataset's default keeps only the basename: two servers' shard-000000.tar would collide.
-    return f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
-
-
-def open_shard(url: str, cache_dir: str | None, sha256: str | None) -> io.BufferedIOBase:
-    """A readable stream for a shard: local path, http(s)://, or pipe:, optionally cached."""
-    if cache_dir is not None and "://" in url:
-        from webdataset.cache import FileCache
-        os.makedirs(cache_dir, exist_ok=True)
-        stream = open(FileCache(cache_dir, url_to_name=_cache_name).get_file(url), "rb")
-    else:
-        stream = wds.gopen(url, "rb")
-    if sha256 is None:
-        return stream
-    data = stream.read()
-    stream.close()
-    found = hashlib.sha256(data).hexdigest()
-    if found != sha256:
-        raise ShardError(f"shard {url}: sha256 {found} differs from the manifest's {sha256}; "
-                         "the file is corrupt or was changed. Fix: re-download or re-pack it")
-    return io.BytesIO(data)
-
-
 # stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers
 def read_segments(segments: Iterable[tuple[int, int, int]], urls: list[str],
                   on_error: str = "raise", cache_dir: str | None = None,

@@ -93,3 +93,26 @@ def test_pipe_shard_names(shards, tmp_path):
                          image_size=SIZE)
     local = CARLAWebData(str(shards), batch_size=4, mode="eval", image_size=SIZE)
     assert [b.keys for b in piped] == [b.keys for b in local]
+
+
+def test_http_sha256_mismatch_drops_the_cached_copy(shards, tmp_path):
+    import shutil
+    served = tmp_path / "served"
+    shutil.copytree(shards, served)
+    manifest = json.loads((served / "manifest.json").read_text())
+    manifest["shards"][0]["sha256"] = "0" * 64
+    (served / "manifest.json").write_text(json.dumps(manifest))
+    handler = functools.partial(_QuietHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/manifest.json"
+        cache = tmp_path / "cache"
+        data = CARLAWebData(url, batch_size=4, mode="eval", cache_dir=str(cache), verify=True,
+                            image_size=SIZE)
+        with pytest.raises(Exception, match="sha256"):
+            list(data)
+        assert not [p for p in cache.iterdir() if p.name.endswith("shard-000000.tar")]
+    finally:
+        server.shutdown()
+        server.server_close()
