@@ -113,11 +113,11 @@ def test_workers_1_and_2_identical_when_reencoding(raw_tf4, tmp_path, packer):
     assert len(shard_hashes(tmp_path / "w1")) == 16
 
 
-def test_passthrough_needs_no_workers(raw_tf4, packed_tf4, tmp_path, packer, caplog):
-    with caplog.at_level("INFO", logger="carla_wds.pack"):
-        packer(raw_tf4, tmp_path / "w2", layout="transfuser4", max_samples=7, workers=2)
-    assert "not needed" in caplog.text
-    assert shard_hashes(tmp_path / "w2") == shard_hashes(packed_tf4)
+def test_passthrough_with_reader_threads_is_identical(raw_tf4, packed_tf4, tmp_path, packer):
+    for workers in (2, 3):
+        packer(raw_tf4, tmp_path / f"w{workers}", layout="transfuser4", max_samples=7,
+               workers=workers)
+        assert shard_hashes(tmp_path / f"w{workers}") == shard_hashes(packed_tf4)
 
 
 def test_shard_bytes_equal_webdataset_tarwriter(tmp_path):
