@@ -174,10 +174,15 @@ def test_config_errors_and_overrides(tmp_path):
     assert load_config(str(ROOT / "configs" / "train" / "tcp.yaml")).model.backbone == "resnet34"
 
 
-def test_cli_show_and_plot(data, tmp_path):
+def test_cli_train_show_and_plot(data, tmp_path):
     run_dir = tmp_path / "run"
-    finish(launch(overrides(data, run_dir, epochs=1)))
     cli = [sys.executable, "-m", "carla_wds.cli"]
+    subprocess.run([*cli, "train", "--config", TINY, *overrides(data, run_dir, epochs=1)],
+                   check=True, env=env(), capture_output=True)
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 1
+    bad = subprocess.run([*cli, "train", "--config", TINY, "optim.lrr=1"], env=env(),
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "valid keys here: optim.lr" in bad.stderr
     out = tmp_path / "show.png"
     subprocess.run([*cli, "show", str(data / "val"), "--checkpoint",
                     str(run_dir / "checkpoint.pt"), "--out", str(out), "-n", "2"], check=True,
