@@ -176,6 +176,8 @@ def main() -> None:
     p.add_argument("--shuffle", type=int, default=256)
     p.add_argument("--workers-list", default="0,1,2")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--formats", default="png,jpg")
+    p.add_argument("--kinds", default="seed,ours", help="pipelines besides the floor")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--fmt", default="png", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
@@ -194,17 +196,20 @@ def main() -> None:
           "ours/floor | seed peak RSS MB | ours peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     workers_list = [int(w) for w in args.workers_list.split(",")]
-    for fmt in ("png", "jpg"):
+    kinds = args.kinds.split(",")
+    for fmt in args.formats.split(","):
         runs: dict[tuple, list[dict]] = {}
         for _ in range(args.repeats):   # interleaved, so machine noise hits every cell alike
             runs.setdefault(("floor", 0), []).append(measure(workdir, "floor", fmt, 0, args.shuffle))
-            for kind in ("seed", "ours"):
+            for kind in kinds:
                 for workers in workers_list:
                     runs.setdefault((kind, workers), []).append(
                         measure(workdir, kind, fmt, workers, args.shuffle))
         fl = _median(runs[("floor", 0)])
+        none = {"rate": float("nan"), "peak_rss_mb": float("nan")}
         for workers in workers_list:
-            seed, mine = _median(runs[("seed", workers)]), _median(runs[("ours", workers)])
+            seed = _median(runs[("seed", workers)]) if "seed" in kinds else none
+            mine = _median(runs[("ours", workers)]) if "ours" in kinds else none
             print(f"| {fmt} | {workers} | {seed['rate']:.1f} | {mine['rate']:.1f} | "
                   f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
                   f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
