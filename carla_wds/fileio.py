@@ -4,7 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -60,17 +62,38 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 class HashingWriter:
-    """A write-only file wrapper that hashes and counts what passes through it."""
+    """A write-only file wrapper that counts what passes through it and hashes it in a thread.
+
+    hashlib releases the GIL on large buffers, so sha256 runs beside the reads and writes of
+    the packing thread instead of after them.
+    """
 
     def __init__(self, f: BinaryIO) -> None:
         self.f = f
-        self.sha = hashlib.sha256()
         self.size = 0
+        self._sha = hashlib.sha256()
+        self._queue: queue.Queue = queue.Queue(maxsize=256)
+        self._thread = threading.Thread(target=self._hash, daemon=True)
+        self._thread.start()
+
+    def _hash(self) -> None:
+        while (data := self._queue.get()) is not None:
+            self._sha.update(data)
 
     def write(self, data: bytes) -> int:
-        self.sha.update(data)
+        data = bytes(data)   # immutable, so the hashing thread sees exactly what was written
+        self._queue.put(data)
         self.size += len(data)
         return self.f.write(data)
+
+    def hexdigest(self) -> str:
+        self.close()
+        self._thread.join()
+        return self._sha.hexdigest()
+
+    def close(self) -> None:
+        """Let the hashing thread finish (it ends at the first None)."""
+        self._queue.put(None)
 
     def flush(self) -> None:
         self.f.flush()

@@ -13,7 +13,6 @@ import logging
 import shutil
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
-from multiprocessing.pool import ThreadPool
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -237,13 +236,15 @@ def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec:
     bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
     chunks = _chunks(plans, codec, report, bar)
     # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
-    # a pipe per image (3x slower on 2 cores, docs/benchmarks.md). Threads instead overlap the
-    # reads with hashing and writing here, which release the GIL. Processes are used when
-    # images are decoded or re-encoded.
+    # a pipe per image (3x slower on 2 cores), and reader threads compete with the shard
+    # writer's hashing thread (20% slower), both measured in docs/benchmarks.md. Worker
+    # processes are used when images are decoded or re-encoded.
     pool = None
-    if opts.workers > 1:
-        decode = codec.check_images or not codec.passthrough
-        pool = get_context("spawn").Pool(opts.workers) if decode else ThreadPool(opts.workers)
+    if opts.workers > 1 and (codec.check_images or not codec.passthrough):
+        pool = get_context("spawn").Pool(opts.workers)
+    elif opts.workers > 1:
+        log.info("PNG passthrough without --check-images: one reader, --workers %d not needed",
+                 opts.workers)
     try:
         results = pool.imap(_encode_chunk, chunks) if pool else map(_encode_chunk, chunks)
         for chunk in results:

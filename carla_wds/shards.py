@@ -186,7 +186,7 @@ class ShardSink:
         name = shard_name(self.prefix, index)
         os.replace(self._tmp, self.out_dir / name)
         fsync_dir(self.out_dir)
-        record = ShardRecord(name, self._count, self._hasher.size, self._hasher.sha.hexdigest())
+        record = ShardRecord(name, self._count, self._hasher.size, self._hasher.hexdigest())
         with open(self.journal, "a") as j:
             j.write(json.dumps({"shard": record.__dict__}) + "\n")
             j.flush()
@@ -197,6 +197,7 @@ class ShardSink:
     def abort(self) -> None:
         """Drop a half-written shard (on error) so no partial file keeps a shard's name."""
         if self._file is not None:
+            self._hasher.close()
             self._file.close()
             Path(self._tmp).unlink(missing_ok=True)
             self._file = self._hasher = None
