@@ -49,7 +49,15 @@ def setup(device: str = "auto") -> tuple[str, int, int]:
     return dev, rank, world
 
 
-def cleanup() -> None:
+def cleanup(barrier: bool = True) -> None:
+    """Tear the process group down; after success, all ranks leave together.
+
+    A rank tearing gloo down while a peer still talked to it was seen to abort ("terminate
+    called without an active exception"). After a failure there is no barrier: the other ranks
+    may be stuck in another collective, and torchrun stops them.
+    """
     import torch.distributed as tdist
     if tdist.is_initialized():
+        if barrier:
+            tdist.barrier()
         tdist.destroy_process_group()

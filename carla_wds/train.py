@@ -312,14 +312,15 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
         atomic_write_json(Path(cfg.run_dir) / "config.json", to_dict(cfg))
         log.info("world %d on %s: %d train batches of %d per rank per epoch, %d val batches",
                  run.world, run.device, len(run.train), cfg.data.batch_size, len(run.val))
-    restore(run)
-    last_eval = None
+    last_eval, ok = None, False
     try:
+        restore(run)
         if cfg.eval_only:
             result = evaluate(run)
             if run.main:
                 atomic_write_json(Path(cfg.run_dir) / "eval.json", {**result, "step": run.step})
                 log.info("eval of step %d: %s", run.step, result)
+            ok = True
             return result
         while run.epoch < cfg.epochs and not (cfg.max_steps and run.step >= cfg.max_steps):
             train_one_epoch(run)
@@ -333,8 +334,9 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
         ranks = rank_consistency(run)
         if run.main:
             finish(run, last_eval, ranks)
+        ok = True
     finally:
-        dist.cleanup()
+        dist.cleanup(barrier=ok)
     return last_eval
 
 
