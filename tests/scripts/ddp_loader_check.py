@@ -23,4 +23,5 @@ tdist.barrier()
 (out / f"rank{rank}.json").write_text(json.dumps({
     "rank": rank, "world": tdist.get_world_size(), "len": len(train), "train": train_keys,
     "eval": eval_keys, "eval_batches": eval_batches, "eval_len": len(val)}))
+tdist.barrier()   # leave together (see carla_wds.dist.cleanup)
 tdist.destroy_process_group()
