@@ -8,8 +8,8 @@ byte-identical shards, because shard boundaries depend only on the ordered sampl
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context

@@ -6,9 +6,6 @@ so shuffling and resume-skipping never decode an image.
 """
 from __future__ import annotations
 
-import hashlib
-import io
-import os
 import logging
 from typing import Any, Callable, Iterable, Iterator
 
