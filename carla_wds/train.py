@@ -132,13 +132,13 @@ def save(run: Run) -> None:
 
 def restore(run: Run) -> None:
     path = find_resume(run.cfg.resume, run.cfg.run_dir)
-    _check_ranks_agree(run, path)
-    if path is None:
+    ckpt = load_checkpoint(path) if path is not None else None
+    _check_ranks_agree(run, ckpt["step"] if ckpt else -1)
+    if ckpt is None:
         if run.cfg.eval_only:
             raise FileNotFoundError(f"eval_only=true needs a checkpoint: none at "
                                     f"{run.cfg.run_dir}/{CHECKPOINT}. Pass resume=PATH")
         return
-    ckpt = load_checkpoint(path)
     run.raw_model.load_state_dict(ckpt["model"])
     run.step = ckpt["step"]
     if run.cfg.eval_only:   # weights only: any world size may evaluate them
@@ -156,11 +156,10 @@ def restore(run: Run) -> None:
                  run.train.consumed % len(run.train))
 
 
-def _check_ranks_agree(run: Run, path: Path | None) -> None:
-    """Every rank must resume from the same step, or collectives would hang later."""
+def _check_ranks_agree(run: Run, step: int) -> None:
+    """Every rank must resume from the same step (-1: none), or collectives would hang later."""
     if run.world == 1:
         return
-    step = load_checkpoint(path)["step"] if path is not None else -1
     mine = torch.tensor([float(step)], dtype=torch.float64, device=run.device)
     every = [torch.zeros_like(mine) for _ in range(run.world)]
     tdist.all_gather(every, mine)
