@@ -63,6 +63,9 @@ def main(verbose: bool) -> None:
 @click.option("--dot-replacement", default=None, help="Map dots in route names to this string.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted pack in OUTPUT_DIR.")
 @click.option("--overwrite", is_flag=True, help="Replace what OUTPUT_DIR holds.")
+@click.option("--fsync/--no-fsync", default=True, show_default=True,
+              help="fsync each shard before it gets its name (durable against power loss). "
+                   "--no-fsync is faster; shards stay atomic against a killed pack.")
 def pack(input_dir, output_dir, resize, part, **kw) -> None:
     """Pack raw CARLA route folders into WebDataset shards plus manifest.json."""
     from .pack import PackOptions, pack as run_pack

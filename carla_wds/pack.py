@@ -53,10 +53,13 @@ class PackOptions:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
+    # fsync each shard before its rename: durable against power loss, not only against a killed
+    # process. Off, a pack runs at page-cache speed; the kernel writes the shards out later.
+    fsync: bool = True
 
     def identity(self) -> dict[str, Any]:
         """The options that change the output bytes; a resume must match them exactly."""
-        skip = {"workers", "resume", "overwrite", "progress"}
+        skip = {"workers", "resume", "overwrite", "progress", "fsync"}
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
 
@@ -212,7 +215,7 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
         atomic_write_bytes(out / JOURNAL, (json.dumps({"options": opts.identity()}) + "\n").encode())
     codec = _Codec(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
                    list(layout.camera_names))
-    sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done)
+    sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
     report: dict[str, Any] = {"plans": [], "skipped": []}
     try:
         _run(input_dir, routes, layout, opts, codec, sink, report)
@@ -236,9 +239,9 @@ def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec:
     bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
     chunks = _chunks(plans, codec, report, bar)
     # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
-    # a pipe per image (3x slower on 2 cores), and reader threads compete with the shard
-    # writer's hashing thread (20% slower), both measured in docs/benchmarks.md. Worker
-    # processes are used when images are decoded or re-encoded.
+    # a pipe per image (3x slower on 2 cores), and a thread reading ahead gained nothing (the
+    # second core already hashes); both measured, see docs/benchmarks.md. Worker processes
+    # are used when images are decoded or re-encoded.
     pool = None
     if opts.workers > 1 and (codec.check_images or not codec.passthrough):
         pool = get_context("spawn").Pool(opts.workers)

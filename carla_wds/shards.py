@@ -25,6 +25,7 @@ from .fileio import HashingWriter, fsync_dir
 TAR_BLOCK = 512
 TAR_RECORD = 20 * TAR_BLOCK   # tarfile pads a closed stream to whole 10240-byte records
 JOURNAL = ".pack-journal.jsonl"
+_ZEROS = bytes(TAR_BLOCK)
 
 
 def _padded(n: int) -> int:
@@ -102,12 +103,13 @@ class ShardSink:
     """
 
     def __init__(self, out_dir: Path, prefix: str, max_samples: int, max_bytes: int | None,
-                 done: list[ShardRecord] | None = None) -> None:
+                 done: list[ShardRecord] | None = None, fsync: bool = True) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, got {max_samples}")
         self.out_dir, self.prefix = Path(out_dir), prefix
         self.max_samples, self.max_bytes = max_samples, max_bytes
         self.done = list(done or [])
+        self.fsync = fsync
         self.records: list[ShardRecord | Future] = []
         self._count = self._bytes = 0
         self._file = self._hasher = None
@@ -116,26 +118,22 @@ class ShardSink:
         self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-commit")
 
     def _write_sample(self, sample: dict[str, Any]) -> None:
-        key, out = sample["__key__"], self._hasher
+        key, parts = sample["__key__"], []
         for suffix in sorted(sample):
             if suffix.startswith("_"):
                 continue
             data = sample[suffix]
-            header = _member_header(f"{key}.{suffix}", len(data))
-            pad = bytes(-len(data) % TAR_BLOCK)
-            if len(data) < 1 << 16:
-                out.write(header + bytes(data) + pad)
-            else:   # large members (images) go out as they are, never copied
-                out.write(header)
-                out.write(data)
-                out.write(pad)
+            # images go out as they are, never copied: header, data and padding are parts
+            parts += (_member_header(f"{key}.{suffix}", len(data)), data,
+                      _ZEROS[:-len(data) % TAR_BLOCK])
+        self._hasher.write_parts(parts)
 
     @property
     def journal(self) -> Path:
         return self.out_dir / JOURNAL
 
     def add(self, sample: dict[str, Any]) -> None:
-        size = tar_size(sample)
+        size = tar_size(sample) if self.max_bytes is not None else 0   # only cuts need it
         full = self._count >= self.max_samples or (
             self.max_bytes is not None and archive_size(self._bytes + size) > self.max_bytes)
         if self._count and full:
@@ -166,8 +164,9 @@ class ShardSink:
             return
         name = shard_name(self.prefix, len(self.records))
         self._tmp = self.out_dir / f".{name}.tmp"
-        self._file = open(self._tmp, "wb")
-        self._hasher = HashingWriter(self._file)
+        self._file = open(self._tmp, "wb", buffering=0)
+        self._hasher = HashingWriter(self._file.fileno(),
+                                     writeback_bytes=32 << 20 if self.fsync else None)
 
     def _finish(self) -> None:
         index = len(self.records)
@@ -180,7 +179,7 @@ class ShardSink:
         else:
             # End of archive as tarfile writes it: two zero blocks, then zeros to a whole record.
             end = 2 * TAR_BLOCK
-            self._hasher.write(bytes(end + -(self._hasher.size + end) % TAR_RECORD))
+            self._hasher.write_parts([bytes(end + -(self._hasher.size + end) % TAR_RECORD)])
             record = self._committer.submit(self._commit, self._file, self._hasher, self._tmp,
                                             shard_name(self.prefix, index), self._count)
             self._file = self._hasher = None
@@ -189,16 +188,18 @@ class ShardSink:
 
     def _commit(self, f, hasher: HashingWriter, tmp: Path, name: str, count: int) -> ShardRecord:
         """Runs on the committer thread: the shard becomes visible only once it is durable."""
-        f.flush()
-        os.fsync(f.fileno())
+        if self.fsync:
+            os.fsync(f.fileno())
         f.close()
         os.replace(tmp, self.out_dir / name)
-        fsync_dir(self.out_dir)
+        if self.fsync:
+            fsync_dir(self.out_dir)
         record = ShardRecord(name, count, hasher.size, hasher.hexdigest())
         with open(self.journal, "a") as j:
             j.write(json.dumps({"shard": record.__dict__}) + "\n")
             j.flush()
-            os.fsync(j.fileno())
+            if self.fsync:
+                os.fsync(j.fileno())
         return record
 
     def abort(self) -> None:

@@ -397,3 +397,13 @@ def test_dot_replacement_collision_is_refused(tmp_path):
     shutil.copytree(route, route.parent / "r_x")
     with pytest.raises(PackError, match="same sample keys"):
         pack(raw, tmp_path / "out", PackOptions(dot_replacement="_", progress=False))
+
+
+def test_no_fsync_gives_the_same_shards(raw_tcp, packed_tcp, tmp_path, cli):
+    """--no-fsync changes durability only: same bytes, same manifest shards, and a resume of
+    a --no-fsync pack may use the default (the option is not part of the output's identity)."""
+    result = cli("pack", raw_tcp, tmp_path / "nofsync", "--max-samples", "7", "--no-fsync")
+    assert result.exit_code == 0, result.output
+    assert shard_hashes(tmp_path / "nofsync") == shard_hashes(packed_tcp)
+    assert manifest_of(tmp_path / "nofsync")["shards"] == manifest_of(packed_tcp)["shards"]
+    assert "fsync" not in manifest_of(tmp_path / "nofsync")["pack_args"]

@@ -109,3 +109,24 @@ def test_validate_sample_names_the_problem(break_it, match):
     with pytest.raises(SchemaError, match=match) as exc:
         validate_sample(spec, sample, "shard-000000.tar:k__0000")
     assert "k__0000" in str(exc.value)
+
+
+@pytest.mark.parametrize("array", [
+    np.zeros((4, 2), np.float32), np.arange(6, dtype=np.float32), np.float32(3.5),
+    np.ones(3, np.float64), np.zeros((0, 2), np.float32), np.ones((2, 3), ">f4"),
+    np.asfortranarray(np.arange(6, dtype=np.float32).reshape(3, 2)),
+])
+def test_npy_codec_writes_np_save_bytes(array):
+    """The npy encoder caches headers; its bytes must stay np.save's, and round-trip."""
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array), allow_pickle=False)
+    encoded = CODECS["npy"].encode(array)
+    assert encoded == buf.getvalue()
+    decoded = CODECS["npy"].decode(encoded)
+    assert decoded.dtype == array.dtype and decoded.shape == np.shape(array)
+    assert np.array_equal(decoded, array)
+
+
+def test_npy_codec_refuses_object_arrays():
+    with pytest.raises(SchemaError, match="object array"):
+        CODECS["npy"].encode(np.array([{"a": 1}], dtype=object))
