@@ -67,28 +67,67 @@ def empty_sample(n_cameras: int, image_size: tuple[int, int], pred_len: int) -> 
                        valid=False)
 
 
+class BatchBuffer:
+    """One batch being filled in place: HWC camera slots and label arrays, then a CARLABatch.
+
+    Cameras are decoded straight into `hwc[i]`, so a batch's 50 MB of images are written once.
+    """
+
+    def __init__(self, size: int, n_cameras: int, image_size: tuple[int, int],
+                 pred_len: int) -> None:
+        shape = (size, n_cameras, *image_size, 3)
+        if torch.utils.data.get_worker_info() is not None:
+            # In shared memory up front: the DataLoader then hands it to the main process as
+            # is, instead of copying the whole batch into shared memory once more.
+            self.images = torch.empty(shape, dtype=torch.uint8).share_memory_()
+        else:
+            # numpy asks for transparent huge pages on large arrays: faulting in a batch costs
+            # a third of what torch.empty's 4 KB pages cost (docs/benchmarks.md).
+            self.images = torch.from_numpy(np.empty(shape, np.uint8))
+        self.hwc = self.images.numpy()
+        self.labels = {"speed": np.zeros(size, np.float32),
+                       "target_point": np.zeros((size, 2), np.float32),
+                       "target_command": np.zeros((size, 6), np.float32),
+                       "waypoints": np.zeros((size, pred_len, 2), np.float32),
+                       "waypoints_diff": np.zeros((size, pred_len, 2), np.float32)}
+        self.keys, self.valid, self.errors = [""] * size, np.zeros(size, bool), []
+
+    def set(self, i: int, key: str, labels: dict) -> None:
+        """Slot i holds a real sample whose images are already in hwc[i]."""
+        for name, arr in self.labels.items():
+            arr[i] = labels[name]
+        self.keys[i], self.valid[i] = key, True
+
+    def pad(self, i: int, error: str | None = None) -> None:
+        """Slot i is padding (the end of an eval pass) or a skipped sample (with its error)."""
+        self.hwc[i] = 0
+        if error is not None:
+            self.errors.append(error)
+
+    def batch(self) -> CARLABatch:
+        t = {name: torch.from_numpy(arr) for name, arr in self.labels.items()}
+        return CARLABatch(images=self.images.permute(0, 1, 4, 2, 3), speed=t["speed"],
+                          target_point=t["target_point"], command=t["target_command"],
+                          waypoints=t["waypoints"], waypoints_diff=t["waypoints_diff"],
+                          keys=self.keys, valid=torch.from_numpy(self.valid),
+                          errors=self.errors)
+
+
 def collate(samples: list[CARLASample], errors: list[str] | None = None) -> CARLABatch:
-    """Stack samples into a batch; images are copied once into one uint8 array.
+    """Stack CARLASamples (from a pipeline of your own) into a batch; padding samples
+    (valid=False) keep their zeros.
 
     The images keep HWC memory (a permuted view), so `flatten(0, 1)` of the batch is already
     channels_last for the encoder; call `.contiguous()` where NCHW memory is needed.
     """
-    first = samples[0].images
-    images = torch.empty((len(samples), first.shape[0], *first.shape[2:], first.shape[1]),
-                         dtype=torch.uint8)
-    if torch.utils.data.get_worker_info() is not None:
-        # Allocated in shared memory up front: the DataLoader then sends it to the main process
-        # as is, instead of copying the whole batch into shared memory once more.
-        images.share_memory_()
-    np.stack([s.images.transpose(0, 2, 3, 1) for s in samples], out=images.numpy())
-    return CARLABatch(
-        images=images.permute(0, 1, 4, 2, 3),
-        speed=torch.tensor([s.speed for s in samples], dtype=torch.float32),
-        target_point=torch.from_numpy(np.stack([s.target_point for s in samples])),
-        command=torch.from_numpy(np.stack([s.command for s in samples])),
-        waypoints=torch.from_numpy(np.stack([s.waypoints for s in samples])),
-        waypoints_diff=torch.from_numpy(np.stack([s.waypoints_diff for s in samples])),
-        keys=[s.key for s in samples],
-        valid=torch.tensor([s.valid for s in samples], dtype=torch.bool),
-        errors=list(errors or []),
-    )
+    first = samples[0]
+    out = BatchBuffer(len(samples), first.images.shape[0], first.images.shape[2:],
+                      first.waypoints.shape[0])
+    for i, s in enumerate(samples):
+        out.hwc[i] = s.images.transpose(0, 2, 3, 1)
+        if s.valid:
+            out.set(i, s.key, {"speed": s.speed, "target_point": s.target_point,
+                               "target_command": s.command, "waypoints": s.waypoints,
+                               "waypoints_diff": s.waypoints_diff})
+    out.errors = list(errors or [])
+    return out.batch()

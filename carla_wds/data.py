@@ -88,11 +88,10 @@ class _EpochStream(IterableDataset):
         # drop what was consumed before a resume, still encoded
         skipped = plan.skip_batches * e.batch_size
         raw = stages.skip(raw, skipped)
-        samples = stages.decode_samples(raw, e.spec, e.image_size, e.on_error,
-                                        self._augmenter(w), first_position=skipped)
-        pad = stages.padding(e.spec, e.image_size)
-        yield from stages.batch_exact(samples, e.batch_size, plan.n_batches - plan.skip_batches,
-                                      pad)
+        # lists of batch_size raw samples, exactly this worker's remaining batch count
+        groups = stages.group(raw, e.batch_size, plan.n_batches - plan.skip_batches)
+        yield from stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
+                                         self._augmenter(w), first_position=skipped)
 
     def _augmenter(self, logical_worker: int):
         e = self.e

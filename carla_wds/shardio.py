@@ -6,6 +6,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 from typing import Any, Iterable, Iterator
 
 import webdataset as wds
@@ -52,6 +53,80 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None) -> io.Buffer
     return io.BytesIO(data)
 
 
+_BLOCK = 512
+_META = re.compile(r"__[^/]*__($|/)")   # webdataset's skip_meta
+
+
+def _read_exact(stream: io.BufferedIOBase, n: int) -> bytes:
+    """n bytes, looping over short reads (pipes, HTTP); fewer only at the end of the stream."""
+    data = stream.read(n)
+    if len(data) == n or not data:
+        return data
+    parts = [data]
+    while n - sum(map(len, parts)) > 0 and (more := stream.read(n - sum(map(len, parts)))):
+        parts.append(more)
+    return b"".join(parts)
+
+
+def _tar_number(field: bytes) -> int:
+    if field[:1] in (b"\x80", b"\xff"):   # GNU base-256, for sizes of 8 GiB and more
+        return int.from_bytes(field[1:], "big", signed=field[:1] == b"\xff")
+    return int(field.rstrip(b"\0 ").lstrip(b" ") or b"0", 8)
+
+
+def tar_members(stream: io.BufferedIOBase, where: str) -> Iterator[dict[str, Any]]:
+    """{"fname", "data"} of each regular member of an uncompressed tar stream, in order.
+
+    Reads ustar, GNU long names and PAX `path` records (what carla-wds, webdataset's TarWriter
+    and GNU tar write), with one read per header and per member: tarfile's stream mode copies
+    its 10 KB buffer for every slice, a fifth of the loader's time (docs/benchmarks.md).
+    """
+    long_name = None
+    while (header := _read_exact(stream, _BLOCK)) and header.count(0) < _BLOCK:
+        if len(header) < _BLOCK:
+            raise ShardError(f"{where}: a tar header is cut short (truncated shard)")
+        stored = _tar_number(header[148:156])
+        if stored != sum(header[:148]) + 256 + sum(header[156:]):
+            raise ShardError(f"{where}: a tar header fails its checksum; the shard is corrupt")
+        size, kind = _tar_number(header[124:136]), header[156:157]
+        data = _read_exact(stream, size)
+        if len(data) < size or len(_read_exact(stream, -size % _BLOCK)) < -size % _BLOCK:
+            raise ShardError(f"{where}: a tar member is cut short (truncated shard)")
+        if kind == b"x":    # PAX: "<len> key=value\n" records; only path matters here
+            for record in data.decode("utf-8").splitlines():
+                if " path=" in record:
+                    long_name = record.split(" path=", 1)[1]
+            continue
+        if kind == b"L":
+            long_name = data.rstrip(b"\0").decode("utf-8")
+            continue
+        name = long_name
+        long_name = None
+        if kind not in (b"0", b"\0", b"7"):   # directories, links, global headers
+            continue
+        if name is None:
+            name = header[:100].split(b"\0", 1)[0].decode("utf-8")
+            prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
+            if prefix:
+                name = prefix.decode("utf-8") + "/" + name
+        if not _META.match(name):
+            yield {"fname": name, "data": data}
+
+
+def iterate_tar(stream: io.BufferedIOBase, where: str) -> Iterator[dict[str, Any]]:
+    """tar_members for plain tars (carla-wds shards); webdataset's reader for anything else,
+    such as a compressed tar."""
+    first = b""
+    if hasattr(stream, "peek"):
+        first = stream.peek(_BLOCK)[:_BLOCK]
+    elif getattr(stream, "seekable", lambda: False)():
+        first = stream.read(_BLOCK)
+        stream.seek(-len(first), io.SEEK_CUR)
+    if len(first) == _BLOCK and first[257:262] == b"ustar":
+        return tar_members(stream, where)
+    return tar_file_iterator(stream)
+
+
 # stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers
 def read_segments(segments: Iterable[tuple[int, int, int]], urls: list[str],
                   on_error: str = "raise", cache_dir: str | None = None,
@@ -61,7 +136,7 @@ def read_segments(segments: Iterable[tuple[int, int, int]], urls: list[str],
         try:
             stream = open_shard(url, cache_dir, checksums[shard] if checksums else None)
             try:
-                members = ({**m, "__url__": url} for m in tar_file_iterator(stream))
+                members = ({**m, "__url__": url} for m in iterate_tar(stream, url))
                 for sample in group_by_keys(members):
                     if seen >= stop:
                         break

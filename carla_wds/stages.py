@@ -13,8 +13,7 @@ import cv2
 import numpy as np
 
 from .augment import augment_cameras
-from .batch import CARLABatch, CARLASample, collate, empty_sample
-from .shardio import error_marker
+from .batch import BatchBuffer, CARLABatch, CARLASample
 from .schema import SampleSpec, SchemaError, check_members, decode_labels, decode_rgb
 
 log = logging.getLogger(__name__)
@@ -77,15 +76,13 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str,
     return img
 
 
-def decode_sample(raw: Raw, spec: SampleSpec, image_size: tuple[int, int],
-                  augment: Callable[[str, list[np.ndarray]], list[np.ndarray]] | None = None
-                  ) -> CARLASample:
+def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: np.ndarray,
+                 augment: Callable[[str, list[np.ndarray]], list[np.ndarray]] | None
+                 ) -> dict[str, Any]:
+    """Decode one raw sample's cameras into `hwc` (n, H, W, 3) and return its labels."""
     where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
     check_members(spec, raw, where)
     labels = decode_labels(spec, raw, where)
-    # Cameras are decoded into one HWC block: no transpose copy here, and collate stacks
-    # contiguous memory; the (n, 3, H, W) shape is a view (channels-last, as convs want it).
-    hwc = np.empty((len(spec.image_members), *image_size, 3), np.uint8)
     try:
         for i, member in enumerate(spec.image_members):
             decode_image(raw[member], image_size, spec.image_format, out=hwc[i])
@@ -94,42 +91,52 @@ def decode_sample(raw: Raw, spec: SampleSpec, image_size: tuple[int, int],
     if augment is not None:
         for i, img in enumerate(augment(raw["__key__"], list(hwc))):
             hwc[i] = img
+    return labels
+
+
+def decode_sample(raw: Raw, spec: SampleSpec, image_size: tuple[int, int],
+                  augment: Callable[[str, list[np.ndarray]], list[np.ndarray]] | None = None
+                  ) -> CARLASample:
+    """One raw sample -> CARLASample, for pipelines of your own (the loader decodes batches)."""
+    hwc = np.empty((len(spec.image_members), *image_size, 3), np.uint8)
+    labels = _decode_into(raw, spec, image_size, hwc, augment)
     return CARLASample(raw["__key__"], hwc.transpose(0, 3, 1, 2), labels["speed"],
-                       labels["target_point"],
-                       labels["target_command"], labels["waypoints"],
+                       labels["target_point"], labels["target_command"], labels["waypoints"],
                        labels["waypoints_diff"], labels["meta"])
 
 
-# stage: raw samples -> CARLASample, or error markers for samples that fail (on_error="skip")
-def decode_samples(samples: Iterable[Raw], spec: SampleSpec, image_size: tuple[int, int],
-                   on_error: str = "raise", augment_at: Callable[[int], Any] | None = None,
-                   first_position: int = 0) -> Iterator[CARLASample | Raw]:
-    for pos, raw in enumerate(samples, start=first_position):
-        if "__error__" in raw:
-            yield raw
-            continue
-        try:
-            yield decode_sample(raw, spec, image_size, augment_at(pos) if augment_at else None)
-        except (SchemaError, ValueError, KeyError) as exc:
-            if on_error == "raise":
-                raise
-            log.warning("skipping sample: %s", exc)
-            yield error_marker(str(exc))
-
-
-# stage: samples -> exactly n_batches CARLABatch of batch_size, padded with valid=False
-def batch_exact(samples: Iterable[CARLASample | Raw], batch_size: int, n_batches: int,
-                pad: CARLASample) -> Iterator[CARLABatch]:
+# stage: raw samples -> exactly n_batches lists of batch_size raw samples (None pads the end)
+def group(samples: Iterable[Raw], batch_size: int, n_batches: int) -> Iterator[list[Raw | None]]:
     it = iter(samples)
     for _ in range(n_batches):
-        items, errors = [], []
-        for _ in range(batch_size):
-            item = next(it, None)
-            if isinstance(item, dict):
-                errors.append(item["__error__"])
-                item = None
-            items.append(pad if item is None else item)
-        yield collate(items, errors)
+        yield [next(it, None) for _ in range(batch_size)]
+
+
+# stage: lists of raw samples -> CARLABatch, each camera decoded straight into the batch's
+# memory (no per-sample array, no stacking copy); None, error markers and samples that fail
+# (on_error="skip") become zero padding with valid=False
+def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
+                   image_size: tuple[int, int], on_error: str = "raise",
+                   augment_at: Callable[[int], Any] | None = None,
+                   first_position: int = 0) -> Iterator[CARLABatch]:
+    pos = first_position
+    for raws in groups:
+        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len)
+        for i, raw in enumerate(raws):
+            if raw is None or "__error__" in raw:
+                out.pad(i, raw["__error__"] if raw else None)
+            else:
+                try:
+                    labels = _decode_into(raw, spec, image_size, out.hwc[i],
+                                          augment_at(pos) if augment_at else None)
+                    out.set(i, raw["__key__"], labels)
+                except (SchemaError, ValueError, KeyError) as exc:
+                    if on_error == "raise":
+                        raise
+                    log.warning("skipping sample: %s", exc)
+                    out.pad(i, str(exc))
+            pos += 1
+        yield out.batch()
 
 
 def augmenter(seed: int, epoch: int, per_camera: bool,
@@ -140,7 +147,3 @@ def augmenter(seed: int, epoch: int, per_camera: bool,
         return lambda key, images: augment_cameras(images, seed=seed, epoch=epoch, key=key,
                                                    iteration=it, per_camera=per_camera)
     return at
-
-
-def padding(spec: SampleSpec, image_size: tuple[int, int]) -> CARLASample:
-    return empty_sample(len(spec.cameras), image_size, spec.pred_len)

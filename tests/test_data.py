@@ -47,7 +47,7 @@ def run_epoch(shards, **kw) -> list[CARLABatch]:
     return list(data)
 
 
-@pytest.mark.parametrize("world,workers", itertools.product((1, 2, 3), (0, 1, 2, 3)))
+@pytest.mark.parametrize("world,workers", list(itertools.product((1, 2, 3), (0, 1, 2, 3))))
 def test_train_exact_counts_no_duplicates(shards, world, workers):
     batch = 5
     keys, lengths = [], []

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from carla_wds import plan, stages
-from carla_wds.batch import empty_sample
 
 COUNTS = [7, 7, 3, 7, 1, 7, 5]   # uneven shards, like a real pack's tail shards
 
@@ -18,7 +17,7 @@ def _positions(counts, seg_list):
     return [(s, i) for s, lo, hi in seg_list for i in range(lo, hi)]
 
 
-@pytest.mark.parametrize("world,workers,batch", itertools.product((1, 2, 3), (0, 1, 2, 3), (2, 5)))
+@pytest.mark.parametrize("world,workers,batch", list(itertools.product((1, 2, 3), (0, 1, 2, 3), (2, 5))))
 def test_train_plan_exact_and_disjoint(world, workers, batch):
     n = plan.batches_per_rank(COUNTS, batch, world, "train")
     seen = []
@@ -36,7 +35,7 @@ def test_train_plan_exact_and_disjoint(world, workers, batch):
     assert 0 <= unseen < world * (batch + max(COUNTS))
 
 
-@pytest.mark.parametrize("world,workers,batch", itertools.product((1, 2, 3), (0, 1, 3), (2, 4)))
+@pytest.mark.parametrize("world,workers,batch", list(itertools.product((1, 2, 3), (0, 1, 3), (2, 4))))
 def test_eval_plan_covers_every_sample_once(world, workers, batch):
     n = plan.batches_per_rank(COUNTS, batch, world, "eval")
     seen = []
@@ -101,14 +100,9 @@ def test_skip_and_take():
     assert list(stages.take(range(10), 4)) == [0, 1, 2, 3]
 
 
-def test_batch_exact_pads_and_reports_errors():
-    pad = empty_sample(1, (4, 8), 4)
-    real = [empty_sample(1, (4, 8), 4) for _ in range(3)]
-    for i, s in enumerate(real):
-        s.key, s.valid = f"k{i}", True
-    items = real[:2] + [{"__error__": "bad member"}] + real[2:]
-    batches = list(stages.batch_exact(items, 3, 3, pad))
-    assert len(batches) == 3
-    assert [b.keys for b in batches] == [["k0", "k1", ""], ["k2", "", ""], ["", "", ""]]
-    assert batches[0].errors == ["bad member"] and batches[0].valid.tolist() == [True, True, False]
-    assert batches[0].images.shape == (3, 1, 3, 4, 8)
+def test_group_gives_exactly_n_batches_padded_with_none():
+    items = [{"__key__": f"k{i}"} for i in range(4)]
+    groups = list(stages.group(items, 3, 3))
+    assert [[g and g["__key__"] for g in batch] for batch in groups] == [
+        ["k0", "k1", "k2"], ["k3", None, None], [None, None, None]]
+    assert len(list(stages.group(range(100), 3, 2))) == 2   # never more than asked

@@ -8,7 +8,8 @@
                (normalisation happens on the GPU in training, see CARLABatch.normalized_images)
   (c) floor  - one process: read the tar, decode the four images and resize to uint8, nothing else
 
-for num_workers 0, 1, 2 and for PNG and JPEG shards. Each measurement runs in a fresh process;
+for num_workers 0, 1, 2 and for PNG and JPEG shards. Each measurement runs in a fresh process,
+timed from after its imports to the last batch (worker start-up and buffer filling included);
 peak RSS is the largest sum over that process and its worker processes, sampled every 50 ms.
 
     .venv/bin/python tools/bench_loader.py --workdir /tmp/bench_loader [--episodes 4 --frames 60]
@@ -113,9 +114,22 @@ def floor(shards: Path, fmt: str) -> int:
     return n // len(MEMBERS)
 
 
+def _import_for(kind: str) -> None:
+    """Import what a pipeline needs before the clock starts: library import time (torch,
+    torchvision, cv2: 1.5-8 s here) is not loader throughput, and it would hide how a
+    pipeline scales with workers."""
+    if kind == "seed":
+        import torchvision.transforms  # noqa: F401
+        import webdataset  # noqa: F401
+    else:
+        import carla_wds.data  # noqa: F401
+        import carla_wds.stages  # noqa: F401
+
+
 def child(args: argparse.Namespace) -> None:
     shards = Path(args.workdir) / f"shards_{args.fmt}"
     total = json.loads((shards / "manifest.json").read_text())["total_samples"]
+    _import_for(args.child)
     with PeakRSS() as rss:
         t0 = time.perf_counter()
         if args.child == "seed":
