@@ -74,9 +74,11 @@ class BatchBuffer:
     """
 
     def __init__(self, size: int, n_cameras: int, image_size: tuple[int, int],
-                 pred_len: int) -> None:
+                 pred_len: int, images: torch.Tensor | None = None) -> None:
         shape = (size, n_cameras, *image_size, 3)
-        if torch.utils.data.get_worker_info() is not None:
+        if images is not None:   # a block of the caller's, such as a ring slot (ring.py)
+            self.images = images
+        elif torch.utils.data.get_worker_info() is not None:
             # In shared memory up front: the DataLoader then hands it to the main process as
             # is, instead of copying the whole batch into shared memory once more.
             self.images = torch.empty(shape, dtype=torch.uint8).share_memory_()

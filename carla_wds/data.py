@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+import multiprocessing
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
 import torch
@@ -27,10 +28,12 @@ from .batch import CARLABatch
 from .dist import rank_world
 from .manifest import read_manifest, shard_url, spec_of
 from .plan import batches_per_rank, plan_worker, resampled_shards
+from .ring import BatchRing, RingItem
 from .rng import derive_seed, numpy_rng
 from .schema import SampleSpec
 
 log = logging.getLogger(__name__)
+_NO_IMAGES = torch.empty(0, dtype=torch.uint8)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_workers",
                 "batches_per_epoch")
 
@@ -58,6 +61,7 @@ class _Epoch:
     step_at_epoch_start: int
     cache_dir: str | None
     on_error: str
+    ring: BatchRing | None
 
 
 class _EpochStream(IterableDataset):
@@ -90,8 +94,18 @@ class _EpochStream(IterableDataset):
         raw = stages.skip(raw, skipped)
         # lists of batch_size raw samples, exactly this worker's remaining batch count
         groups = stages.group(raw, e.batch_size, plan.n_batches - plan.skip_batches)
-        yield from stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
-                                         self._augmenter(w), first_position=skipped)
+        slots: list[int] = []
+        alloc = None
+        if e.ring is not None and info is not None:
+            def alloc() -> torch.Tensor:
+                slot, images = e.ring.acquire(info.id)
+                slots.append(slot)
+                return images
+        batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
+                                        self._augmenter(w), first_position=skipped, alloc=alloc)
+        for batch in batches:   # CARLABatch, or RingItem (the images stay in the ring slot)
+            yield RingItem(replace(batch, images=_NO_IMAGES), info.id, slots.pop(0)) \
+                if alloc else batch
 
     def _augmenter(self, logical_worker: int):
         e = self.e
@@ -147,6 +161,8 @@ class CARLAWebData:
                 "pack more data")
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
         self.stats = {"skipped_samples": 0, "batches": 0}
+        self._batch_ring: BatchRing | None = None
+        self._mp = multiprocessing.get_context()   # the ring's semaphores and the workers'
 
     @staticmethod
     def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
@@ -187,7 +203,19 @@ class CARLAWebData:
                       self.seed, self.epoch, self.rank, self.world_size, self.consumed,
                       self.batches_per_epoch, self.shuffle_buffer, self.augment,
                       self.per_camera_augment, self.step_at_epoch_start, self.cache_dir,
-                      self.on_error)
+                      self.on_error, self._ring())
+
+    def _ring(self) -> BatchRing | None:
+        """The workers' image rings, made once and given fresh semaphores every epoch."""
+        if not self.num_workers or self._mp.get_start_method() != "fork":
+            return None   # then each batch gets a shared-memory block of its own
+        shape = (self.batch_size, len(self.spec.cameras), *self.image_size, 3)
+        if self._batch_ring is None or self._batch_ring.shape != shape:
+            self._batch_ring = BatchRing(self.num_workers, self.prefetch_factor + 1, shape,
+                                         self._mp)
+        else:
+            self._batch_ring.reset(self._mp)
+        return self._batch_ring
 
     def __iter__(self) -> Iterator[CARLABatch]:
         if self.consumed >= self._len or self.mode == "eval":
@@ -195,8 +223,10 @@ class CARLAWebData:
             # interrupted pass (Lightning's sanity check) never hides samples from the next.
             self.consumed = 0
         expected = self._len - self.consumed
-        loader = DataLoader(_EpochStream(self._epoch()), batch_size=None,
+        epoch = self._epoch()
+        loader = DataLoader(_EpochStream(epoch), batch_size=None,
                             num_workers=self.num_workers, pin_memory=self.pin_memory,
+                            multiprocessing_context=self._mp if self.num_workers else None,
                             prefetch_factor=self.prefetch_factor if self.num_workers else None,
                             # Its own generator: building a loader must not draw from the global
                             # torch RNG, or a resumed run's RNG stream would shift.
@@ -204,6 +234,8 @@ class CARLAWebData:
                                 derive_seed(self.seed, self.epoch, self.rank) % 2**63))
         produced = 0
         for batch in loader:
+            if epoch.ring is not None:
+                batch = epoch.ring.take(batch, self.pin_memory)
             produced += 1
             self.consumed += 1
             self.stats["batches"] += 1

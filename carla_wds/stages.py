@@ -118,10 +118,12 @@ def group(samples: Iterable[Raw], batch_size: int, n_batches: int) -> Iterator[l
 def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
                    image_size: tuple[int, int], on_error: str = "raise",
                    augment_at: Callable[[int], Any] | None = None,
-                   first_position: int = 0) -> Iterator[CARLABatch]:
+                   first_position: int = 0,
+                   alloc: Callable[[], Any] | None = None) -> Iterator[CARLABatch]:
     pos = first_position
     for raws in groups:
-        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len)
+        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len,
+                          alloc() if alloc else None)
         for i, raw in enumerate(raws):
             if raw is None or "__error__" in raw:
                 out.pad(i, raw["__error__"] if raw else None)

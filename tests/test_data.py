@@ -226,3 +226,32 @@ def test_camera_subset(tmp_path):
     assert b.images.shape[1] == 2
     with pytest.raises(ValueError, match="not in the shards"):
         CARLAWebData(str(tf4), batch_size=2, cameras=["top"])
+
+
+def _by_key(batches: list[CARLABatch]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    return {k: (b.images[i], b.waypoints[i]) for b in batches
+            for i, k in enumerate(b.keys) if b.valid[i]}
+
+
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_worker_batches_survive_ring_slot_reuse(shards, prefetch):
+    """Batches from workers pass through a ring of prefetch+1 reused slots per worker; holding
+    every batch of the epoch must still give, per key, exactly the num_workers=0 pixels."""
+    reference = _by_key(run_epoch(shards, batch_size=3, mode="eval"))
+    held = run_epoch(shards, batch_size=3, mode="eval", num_workers=2, prefetch_factor=prefetch)
+    assert len(held) > 2 * (prefetch + 1) * 2       # every slot of both rings was reused
+    found = _by_key(held)
+    assert found.keys() == reference.keys()
+    for key, (images, waypoints) in found.items():
+        assert torch.equal(images, reference[key][0]), key
+        assert torch.equal(waypoints, reference[key][1]), key
+    pointers = {b.images.untyped_storage().data_ptr() for b in held}
+    assert len(pointers) == len(held)               # each batch owns its images
+
+
+def test_a_second_epoch_reuses_the_ring(shards):
+    data = CARLAWebData(str(shards), image_size=SIZE, batch_size=3, num_workers=2)
+    first = [b.keys for b in data]
+    ring = data._batch_ring
+    data.set_epoch(0)
+    assert [b.keys for b in data] == first and data._batch_ring is ring
