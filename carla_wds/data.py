@@ -161,7 +161,7 @@ class CARLAWebData:
                 "pack more data")
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
         self.stats = {"skipped_samples": 0, "batches": 0}
-        self._batch_ring: BatchRing | None = None
+        self._spare_ring: BatchRing | None = None
         self._mp = multiprocessing.get_context()   # the ring's semaphores and the workers'
 
     @staticmethod
@@ -196,26 +196,26 @@ class CARLAWebData:
         self.epoch = epoch
         self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
 
-    def _epoch(self) -> _Epoch:
+    def _epoch(self, ring: BatchRing | None = None) -> _Epoch:
         return _Epoch(self.urls, self.counts,
                       tuple(s["sha256"] for s in self.manifest["shards"]) if self.verify else None,
                       self.spec, self.image_size, self.batch_size, self.mode, self.num_workers,
                       self.seed, self.epoch, self.rank, self.world_size, self.consumed,
                       self.batches_per_epoch, self.shuffle_buffer, self.augment,
                       self.per_camera_augment, self.step_at_epoch_start, self.cache_dir,
-                      self.on_error, self._ring())
+                      self.on_error, ring)
 
-    def _ring(self) -> BatchRing | None:
-        """The workers' image rings, made once and given fresh semaphores every epoch."""
+    def _lend_ring(self) -> BatchRing | None:
+        """Image rings for this pass's workers: the spare one (fresh semaphores), or a new one
+        while an earlier pass still holds it (an iterator kept half-consumed)."""
         if not self.num_workers or self._mp.get_start_method() != "fork":
             return None   # then each batch gets a shared-memory block of its own
         shape = (self.batch_size, len(self.spec.cameras), *self.image_size, 3)
-        if self._batch_ring is None or self._batch_ring.shape != shape:
-            self._batch_ring = BatchRing(self.num_workers, self.prefetch_factor + 1, shape,
-                                         self._mp)
-        else:
-            self._batch_ring.reset(self._mp)
-        return self._batch_ring
+        ring, self._spare_ring = self._spare_ring, None
+        if ring is None or ring.shape != shape:
+            return BatchRing(self.num_workers, self.prefetch_factor + 1, shape, self._mp)
+        ring.reset(self._mp)
+        return ring
 
     def __iter__(self) -> Iterator[CARLABatch]:
         if self.consumed >= self._len or self.mode == "eval":
@@ -223,7 +223,7 @@ class CARLAWebData:
             # interrupted pass (Lightning's sanity check) never hides samples from the next.
             self.consumed = 0
         expected = self._len - self.consumed
-        epoch = self._epoch()
+        epoch = self._epoch(self._lend_ring())
         loader = DataLoader(_EpochStream(epoch), batch_size=None,
                             num_workers=self.num_workers, pin_memory=self.pin_memory,
                             multiprocessing_context=self._mp if self.num_workers else None,
@@ -232,15 +232,19 @@ class CARLAWebData:
                             # torch RNG, or a resumed run's RNG stream would shift.
                             generator=torch.Generator().manual_seed(
                                 derive_seed(self.seed, self.epoch, self.rank) % 2**63))
-        produced = 0
-        for batch in loader:
-            if epoch.ring is not None:
-                batch = epoch.ring.take(batch, self.pin_memory)
-            produced += 1
-            self.consumed += 1
-            self.stats["batches"] += 1
-            self.stats["skipped_samples"] += len(batch.errors)
-            yield batch
+        produced, batches = 0, iter(loader)
+        try:
+            for batch in batches:
+                if epoch.ring is not None:
+                    batch = epoch.ring.take(batch, self.pin_memory)
+                produced += 1
+                self.consumed += 1
+                self.stats["batches"] += 1
+                self.stats["skipped_samples"] += len(batch.errors)
+                yield batch
+        finally:
+            del batches   # the DataLoader iterator joins its workers when released
+            self._spare_ring = epoch.ring or self._spare_ring
         if produced != expected:
             raise RuntimeError(f"rank {self.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")

@@ -249,9 +249,19 @@ def test_worker_batches_survive_ring_slot_reuse(shards, prefetch):
     assert len(pointers) == len(held)               # each batch owns its images
 
 
-def test_a_second_epoch_reuses_the_ring(shards):
-    data = CARLAWebData(str(shards), image_size=SIZE, batch_size=3, num_workers=2)
-    first = [b.keys for b in data]
-    ring = data._batch_ring
-    data.set_epoch(0)
-    assert [b.keys for b in data] == first and data._batch_ring is ring
+def test_a_second_epoch_reuses_the_ring_and_a_kept_iterator_gets_its_own(shards):
+    data = CARLAWebData(str(shards), image_size=SIZE, batch_size=3, num_workers=2,
+                        mode="eval", prefetch_factor=1)
+    reference = _by_key(run_epoch(shards, batch_size=3, mode="eval"))
+    first = list(data)
+    ring = data._spare_ring
+    assert ring is not None and [b.keys for b in data] == [b.keys for b in first]
+    assert data._spare_ring is ring                 # reused, not made again
+    kept = iter(data)
+    early = [next(kept)]                            # its workers keep filling their slots
+    whole = list(data)                              # meanwhile, a whole pass with a new ring
+    early += list(kept)
+    for batches in (whole, early):
+        found = _by_key(batches)
+        assert found.keys() == reference.keys()
+        assert all(torch.equal(found[k][0], reference[k][0]) for k in found)
