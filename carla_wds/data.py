@@ -97,15 +97,16 @@ class _EpochStream(IterableDataset):
         slots: list[int] = []
         alloc = None
         if e.ring is not None and info is not None:
-            def alloc() -> torch.Tensor:
-                slot, images = e.ring.acquire(info.id)
-                slots.append(slot)
-                return images
+            def alloc() -> torch.Tensor | None:
+                got = e.ring.acquire(info.id)   # None: all slots held, a block of its own
+                slots.append(None if got is None else got[0])
+                return None if got is None else got[1]
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(w), first_position=skipped, alloc=alloc)
         for batch in batches:   # CARLABatch, or RingItem (the images stay in the ring slot)
-            yield RingItem(replace(batch, images=_NO_IMAGES), info.id, slots.pop(0)) \
-                if alloc else batch
+            slot = slots.pop(0) if alloc else None
+            yield batch if slot is None else RingItem(replace(batch, images=_NO_IMAGES),
+                                                      info.id, slot)
 
     def _augmenter(self, logical_worker: int):
         e = self.e
@@ -160,7 +161,7 @@ class CARLAWebData:
                 f"each of {self.world_size} ranks. Fix: lower batch_size, use fewer ranks, or "
                 "pack more data")
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
-        self.stats = {"skipped_samples": 0, "batches": 0}
+        self.stats = {"skipped_samples": 0, "batches": 0, "batches_outside_ring": 0}
         self._spare_ring: BatchRing | None = None
         self._mp = multiprocessing.get_context()   # the ring's semaphores and the workers'
 
@@ -206,15 +207,16 @@ class CARLAWebData:
                       self.on_error, ring)
 
     def _lend_ring(self) -> BatchRing | None:
-        """Image rings for this pass's workers: the spare one (fresh semaphores), or a new one
-        while an earlier pass still holds it (an iterator kept half-consumed)."""
+        """Image rings for this pass's workers: the spare one, or a new one while an earlier
+        pass still holds it (an iterator kept half-consumed): two passes' workers must never
+        pick slots of one ring."""
         if not self.num_workers or self._mp.get_start_method() != "fork":
             return None   # then each batch gets a shared-memory block of its own
         shape = (self.batch_size, len(self.spec.cameras), *self.image_size, 3)
         ring, self._spare_ring = self._spare_ring, None
         if ring is None or ring.shape != shape:
-            return BatchRing(self.num_workers, self.prefetch_factor + 1, shape, self._mp)
-        ring.reset(self._mp)
+            # the batch in use, prefetch_factor queued, and the one being decoded
+            return BatchRing(self.num_workers, self.prefetch_factor + 2, shape, self._mp)
         return ring
 
     def __iter__(self) -> Iterator[CARLABatch]:
@@ -235,8 +237,10 @@ class CARLAWebData:
         produced, batches = 0, iter(loader)
         try:
             for batch in batches:
-                if epoch.ring is not None:
+                if isinstance(batch, RingItem):
                     batch = epoch.ring.take(batch, self.pin_memory)
+                elif epoch.ring is not None:
+                    self.stats["batches_outside_ring"] += 1   # every slot was still held
                 produced += 1
                 self.consumed += 1
                 self.stats["batches"] += 1

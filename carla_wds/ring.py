@@ -1,21 +1,28 @@
 """Shared-memory rings that carry batch images from DataLoader workers to the main process.
 
 A fresh shared-memory block per batch costs its page faults every time: 60 ms for a 50 MB
-batch here, a third of a JPEG batch's decode time, paid by the worker (docs/benchmarks.md).
-Each worker instead decodes into one of `slots` blocks made once, before the workers start,
-and the main process copies the images out (into huge-page memory, ~15 ms) and frees the slot.
+batch here, a third of a JPEG batch's decode time, paid by the worker; copying each batch out
+of a reused block instead cost the main process 30-45 ms a batch, a sixth of a core taken from
+two workers (docs/benchmarks.md). So each worker decodes into one of a few slots of a mapping
+made once, before the workers fork, and the main process hands the slot itself out as the
+batch's images, zero-copy:
 
     worker:  slot, images = ring.acquire(worker) -> decode into images -> yield RingItem
-    main:    batch = ring.take(item)              -> copies the images out, frees the slot
+    main:    batch = ring.take(item)              -> batch.images is a view of the slot
 
-A worker waits for a free slot, so at most `slots` of its batches are in flight. It cannot
-deadlock: the main process takes batches in order, so when it waits for a worker's next batch,
-every earlier batch of that worker has been taken and its slot freed.
+A slot is busy from `acquire` until the last reference to those images is gone (a finalizer
+on the view frees it), so a batch you keep is never overwritten. When all of a worker's slots
+are held, `acquire` returns None and that batch gets a shared-memory block of its own: keeping
+every batch of an epoch (list(data)) works, slower, and never blocks a worker.
+
+Each busy flag has one writer per transition (the worker sets it, the finalizer clears it),
+and the worker writes a slot only after it saw the flag clear.
 """
 from __future__ import annotations
 
 import mmap
 import multiprocessing
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,7 +34,7 @@ from .batch import CARLABatch
 @dataclass
 class RingItem:
     """What a worker yields: the batch without its images, and the slot that holds them (the
-    main process reads the slot through its own mapping; nothing image-sized is pickled)."""
+    main process maps the slot itself; nothing image-sized is pickled)."""
     batch: CARLABatch
     worker: int
     slot: int
@@ -43,31 +50,39 @@ class BatchRing:
         if context.get_start_method() != "fork":
             raise ValueError("BatchRing needs forked workers (it shares an anonymous mapping)")
         self.shape, self.slots = tuple(shape), slots
-        # MAP_SHARED | MAP_ANONYMOUS, inherited by forked workers: nothing is touched (or
+        self.nbytes = int(np.prod(shape))
+        n = num_workers * slots
+        # MAP_SHARED | MAP_ANONYMOUS, inherited by forked workers; nothing is touched (or
         # zeroed) until a slot is first written, unlike a torch shared-memory tensor.
-        self._map = mmap.mmap(-1, num_workers * slots * int(np.prod(shape)))
-        self.blocks = torch.frombuffer(self._map, dtype=torch.uint8).view(
-            num_workers, slots, *shape)
-        self.reset(context)
+        self._map = mmap.mmap(-1, n * self.nbytes + n)
+        self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=n * self.nbytes
+                                       ).view(num_workers, slots, *shape)
+        self.busy = np.frombuffer(self._map, np.uint8, count=n, offset=n * self.nbytes
+                                  ).reshape(num_workers, slots)
 
-    def reset(self, context: multiprocessing.context.BaseContext) -> None:
-        """Fresh semaphores for a new set of workers (an interrupted epoch's may be spent)."""
-        self.free = [context.Semaphore(self.slots) for _ in range(self.blocks.shape[0])]
-        self._next = [0] * self.blocks.shape[0]
-
-    def acquire(self, worker: int) -> tuple[int, torch.Tensor]:
-        """Worker side: the next slot in turn, once the main process has freed it."""
-        self.free[worker].acquire()
-        slot = self._next[worker]
-        self._next[worker] = (slot + 1) % self.slots
+    def acquire(self, worker: int) -> tuple[int, torch.Tensor] | None:
+        """Worker side: a slot whose images nobody holds, marked busy; None if all are held."""
+        free = np.flatnonzero(self.busy[worker] == 0)
+        if not len(free):
+            return None
+        slot = int(free[0])
+        self.busy[worker, slot] = 1
         return slot, self.blocks[worker, slot]
 
     def take(self, item: RingItem, pin_memory: bool = False) -> CARLABatch:
-        """Main side: the batch with images of its own (pinned if asked); frees the slot."""
-        if pin_memory:
-            own = torch.empty(self.shape, dtype=torch.uint8, pin_memory=True)
-        else:   # numpy asks for huge pages: a third of the page-fault cost of torch.empty
-            own = torch.from_numpy(np.empty(self.shape, np.uint8))
-        own.copy_(self.blocks[item.worker, item.slot])
-        self.free[item.worker].release()
-        return replace(item.batch, images=own.permute(0, 1, 4, 2, 3))
+        """Main side: the batch with its images; a view of the slot, or a pinned copy."""
+        offset = (item.worker * self.slots + item.slot) * self.nbytes
+        view = np.frombuffer(self._map, np.uint8, count=self.nbytes, offset=offset)
+        if pin_memory:   # the pinned copy is the batch's own; the slot is free at once
+            images = torch.empty(self.shape, dtype=torch.uint8, pin_memory=True)
+            images.copy_(torch.from_numpy(view.reshape(self.shape)))
+            self._free(item.worker, item.slot)
+        else:
+            # torch keeps the reshaped array, which keeps `view`: when the batch's images
+            # (and every view of them) are gone, `view` goes and the finalizer frees the slot.
+            weakref.finalize(view, self._free, item.worker, item.slot)
+            images = torch.from_numpy(view.reshape(self.shape))
+        return replace(item.batch, images=images.permute(0, 1, 4, 2, 3))
+
+    def _free(self, worker: int, slot: int) -> None:
+        self.busy[worker, slot] = 0

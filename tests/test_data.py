@@ -234,12 +234,23 @@ def _by_key(batches: list[CARLABatch]) -> dict[str, tuple[torch.Tensor, torch.Te
 
 
 @pytest.mark.parametrize("prefetch", [1, 2])
-def test_worker_batches_survive_ring_slot_reuse(shards, prefetch):
-    """Batches from workers pass through a ring of prefetch+1 reused slots per worker; holding
-    every batch of the epoch must still give, per key, exactly the num_workers=0 pixels."""
+def test_worker_batches_held_or_dropped_keep_their_pixels(shards, prefetch):
+    """Worker batches live in ring slots (prefetch+2 per worker) until dropped; holding every
+    batch of the epoch, or dropping each at once, must give per key exactly the
+    num_workers=0 pixels."""
     reference = _by_key(run_epoch(shards, batch_size=3, mode="eval"))
-    held = run_epoch(shards, batch_size=3, mode="eval", num_workers=2, prefetch_factor=prefetch)
-    assert len(held) > 2 * (prefetch + 1) * 2       # every slot of both rings was reused
+    data = CARLAWebData(str(shards), image_size=SIZE, batch_size=3, mode="eval",
+                        num_workers=2, prefetch_factor=prefetch)
+    dropped = {}
+    for b in data:   # each batch dropped after use: the slots are reused, none runs out
+        dropped.update({k: (b.images[i].clone(), b.waypoints[i].clone())
+                        for i, k in enumerate(b.keys) if b.valid[i]})
+    assert data.stats["batches_outside_ring"] == 0
+    assert dropped.keys() == reference.keys()
+    assert all(torch.equal(dropped[k][0], reference[k][0]) for k in dropped)
+    del b                        # the last batch of the loop held a slot until here
+    held = list(data)            # all held: once a worker's slots are taken, blocks of their own
+    assert data.stats["batches_outside_ring"] == len(held) - 2 * (prefetch + 2)
     found = _by_key(held)
     assert found.keys() == reference.keys()
     for key, (images, waypoints) in found.items():

@@ -1,11 +1,11 @@
-"""BatchRing in one process: slots in turn, freed by take(), copies that own their memory."""
+"""BatchRing in one process: busy slots, zero-copy batches, freed when the images are gone."""
 from __future__ import annotations
 
+import gc
 import multiprocessing
 
 import numpy as np
 import pytest
-import torch
 
 from carla_wds.batch import BatchBuffer
 from carla_wds.ring import BatchRing, RingItem
@@ -13,22 +13,34 @@ from carla_wds.ring import BatchRing, RingItem
 SHAPE = (2, 1, 4, 6, 3)   # batch, cameras, H, W, channels
 
 
-def test_slots_in_turn_and_take_copies_and_frees():
+def _fill(ring: BatchRing, value: int) -> RingItem | None:
+    got = ring.acquire(0)
+    if got is None:
+        return None
+    slot, images = got
+    images.fill_(value)
+    return RingItem(BatchBuffer(2, 1, (4, 6), 4, images=images).batch(), 0, slot)
+
+
+def test_slots_stay_busy_while_their_images_live():
     ring = BatchRing(1, 2, SHAPE, multiprocessing.get_context("fork"))
-    items = []
-    for value in (7, 9):
-        slot, images = ring.acquire(0)
-        images.fill_(value)
-        buf = BatchBuffer(2, 1, (4, 6), 4, images=images)
-        items.append(RingItem(buf.batch(), 0, slot))
-    assert [i.slot for i in items] == [0, 1]
-    assert not ring.free[0].acquire(block=False)    # both slots are in flight
-    batch = ring.take(items[0])
-    slot, images = ring.acquire(0)                  # slot 0 again, freed by take
-    images.fill_(1)
-    assert slot == 0 and batch.images.shape == (2, 1, 3, 4, 6)
-    assert bool((batch.images == 7).all())          # the taken copy kept its pixels
-    assert np.shares_memory(images.numpy(), ring.blocks[0, 0].numpy())
+    first = ring.take(_fill(ring, 7))
+    second = ring.take(_fill(ring, 9))
+    assert _fill(ring, 1) is None                   # both held: the worker must go elsewhere
+    assert first.images.shape == (2, 1, 3, 4, 6) and bool((first.images == 7).all())
+    assert np.shares_memory(first.images.numpy(), ring.blocks[0, 0].numpy())   # zero-copy
+    crop = first.images[0, 0, :, 1:3]               # a view outlives the batch object
+    del first
+    gc.collect()
+    assert _fill(ring, 1) is None and bool((crop == 7).all())
+    del crop
+    gc.collect()
+    third = ring.take(_fill(ring, 5))               # slot 0 again, now that nothing holds it
+    assert bool((third.images == 5).all()) and bool((second.images == 9).all())
+    assert ring.busy.tolist() == [[1, 1]]
+    del second, third
+    gc.collect()
+    assert ring.busy.tolist() == [[0, 0]]
 
 
 def test_ring_refuses_spawned_workers():
