@@ -93,7 +93,7 @@ def shard_url(where: str, name: str) -> str:
         raise SchemaError(f"manifest read through {where!r} must list absolute shard URLs")
     if is_url(where):
         return urljoin(where, name)
-    return str(Path(where).parent / name)
+    return os.path.normpath(os.path.join(os.path.dirname(where), name))   # pathlib: 3x slower
 
 
 def _read_tar_samples(path: Path) -> dict[str, dict[str, bytes]]:

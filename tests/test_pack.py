@@ -113,7 +113,7 @@ def test_workers_1_and_2_identical_when_reencoding(raw_tf4, tmp_path, packer):
     assert len(shard_hashes(tmp_path / "w1")) == 16
 
 
-def test_passthrough_with_reader_threads_is_identical(raw_tf4, packed_tf4, tmp_path, packer):
+def test_passthrough_with_workers_is_identical(raw_tf4, packed_tf4, tmp_path, packer):
     for workers in (2, 3):
         packer(raw_tf4, tmp_path / f"w{workers}", layout="transfuser4", max_samples=7,
                workers=workers)

@@ -5,8 +5,11 @@ Writes synthetic transfuser4 routes (four 400x300 PNG cameras, the real sensor s
 `carla_wds.synth.synth_dataset`, reads every file once to warm the page cache, then times,
 interleaved and repeated:
   - `tar cf OUT -C INPUT .`                           (the floor: one sequential copy)
-  - `carla_wds.pack.pack` with workers=1 and workers=2 (PNG passthrough, progress off)
-and prints a Markdown table of median MB/s (input bytes / wall seconds) and the pack/tar ratio.
+  - `tar cf` followed by an fsync of its output (what the default pack's durability costs tar)
+  - `carla_wds.pack.pack` with workers=1 and workers=2 (PNG passthrough, progress off), with
+    its default fsync per shard and with fsync=False (`--no-fsync`)
+and prints a Markdown table of median MB/s (input bytes / wall seconds), the pack/tar ratio,
+and the ratio against the tar run of the same durability ("like for like").
 
     .venv/bin/python tools/bench_pack.py --episodes 4 --frames 200 --copies 3 --repeats 3 \
         --out docs/benchmarks.md
