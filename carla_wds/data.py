@@ -94,7 +94,7 @@ class _EpochStream(IterableDataset):
         raw = stages.skip(raw, skipped)
         # lists of batch_size raw samples, exactly this worker's remaining batch count
         groups = stages.group(raw, e.batch_size, plan.n_batches - plan.skip_batches)
-        slots: list[int] = []
+        slots: list[int | None] = []   # per decoded batch, its ring slot (None: own block)
         alloc = None
         if e.ring is not None and info is not None:
             def alloc() -> torch.Tensor | None:
