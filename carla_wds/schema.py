@@ -66,7 +66,7 @@ def _npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
     return buf.getvalue()[:buf.tell() - empty.nbytes]
 
 
-def _npy_decode(data: bytes) -> np.ndarray:
+def _npy_decode(data: bytes | memoryview) -> np.ndarray:
     """np.load's array, with headers seen before answered from a cache: np.load parses every
     header with ast (a tenth of the loader's time). allow_pickle=False: an object array in a
     shard is refused, never unpickled."""
@@ -100,11 +100,11 @@ def _json_encode(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def decode_rgb(data: bytes) -> np.ndarray:
+def decode_rgb(data: bytes | memoryview) -> np.ndarray:
     """Image bytes -> uint8 HWC RGB, straight: no float round-trip (the seed's black images)."""
     if pyspng is not None and data[:8] == b"\x89PNG\r\n\x1a\n":
         try:
-            img = pyspng.load(data)
+            img = pyspng.load(bytes(data))   # it takes bytes only (shards give memoryviews)
         except Exception:  # noqa: BLE001 - pyspng raises plain Exception on bad data
             img = None
         # 8-bit RGB only; gray, RGBA and 16-bit PNGs go through cv2, which normalises them.
@@ -230,11 +230,11 @@ def decode_labels(spec: SampleSpec, raw: dict[str, Any], where: str) -> dict[str
             raise SchemaError(f"{where}: {member} has shape {arr.shape} dtype {arr.dtype}; "
                               f"expected {shape} float32. Re-pack with pred_len={spec.pred_len}")
         out[member.rsplit(".", 1)[0]] = arr
-    speed = json.loads(raw["speed.json"])
+    speed = json.loads(bytes(raw["speed.json"]))
     if not isinstance(speed, (int, float)) or not np.isfinite(speed):
         raise SchemaError(f"{where}: speed.json holds {speed!r}; expected a finite number (m/s)")
     out["speed"] = float(speed)
-    out["meta"] = json.loads(raw["meta.json"])
+    out["meta"] = json.loads(bytes(raw["meta.json"]))
     return out
 
 

@@ -1,14 +1,16 @@
 """shardio's tar reader against the standard library's, on tars written by tarfile itself."""
 from __future__ import annotations
 
+import gc
 import gzip
 import io
+import os
 import tarfile
 
 import numpy as np
 import pytest
 
-from carla_wds.shardio import ShardError, iterate_tar, tar_members
+from carla_wds.shardio import MappedShard, ShardError, iterate_tar, open_shard, tar_members
 
 
 def _tar(fmt: int, members: list[tuple[str, bytes]], dirs: tuple[str, ...] = ()) -> bytes:
@@ -33,8 +35,23 @@ def _members(rng: np.random.Generator) -> list[tuple[str, bytes]]:
     return [(n, rng.integers(0, 256, s, dtype=np.uint8).tobytes()) for n, s in zip(names, sizes)]
 
 
+@pytest.fixture(params=["stream", "mapped"])
+def reader(request, tmp_path, monkeypatch):
+    """bytes -> what tar_members reads: a stream, or a MappedShard of a file with windows of
+    one page, so that members and headers straddle windows."""
+    if request.param == "stream":
+        return io.BytesIO
+    monkeypatch.setattr(MappedShard, "WINDOW", 4096)
+
+    def mapped(data: bytes) -> MappedShard:
+        path = tmp_path / f"{len(os.listdir(tmp_path))}.tar"
+        path.write_bytes(data)
+        return MappedShard(str(path))
+    return mapped
+
+
 @pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
-def test_tar_members_equal_tarfile(fmt):
+def test_tar_members_equal_tarfile(fmt, reader):
     members = _members(np.random.default_rng(fmt))
     if fmt == tarfile.USTAR_FORMAT:   # ustar cannot store a 154-character file name
         members = [(n, d) for n, d in members if len(n.rsplit("/", 1)[-1]) <= 100]
@@ -42,19 +59,46 @@ def test_tar_members_equal_tarfile(fmt):
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         expected = [(m.name, tar.extractfile(m).read()) for m in tar
                     if m.isreg() and not m.name.startswith("__meta__")]
-    found = [(m["fname"], m["data"]) for m in tar_members(io.BytesIO(data), "t.tar")]
+    found = [(m["fname"], m["data"]) for m in tar_members(reader(data), "t.tar")]
     assert found == expected and len(found) == len(members) - 1
 
 
-def test_tar_members_refuse_truncation_and_bad_checksums():
+def test_tar_members_refuse_truncation_and_bad_checksums(reader):
     data = _tar(tarfile.PAX_FORMAT, _members(np.random.default_rng(0)))
     for cut in (700, 512 * 5 + 100, len(data) - 2048 - 512 * 3 - 10):
         with pytest.raises(ShardError, match="cut short"):
-            list(tar_members(io.BytesIO(data[:cut]), "t.tar"))
+            list(tar_members(reader(data[:cut]), "t.tar"))
     bad = bytearray(data)
     bad[0] ^= 1                         # the first header's name: its checksum no longer fits
     with pytest.raises(ShardError, match="checksum"):
-        list(tar_members(io.BytesIO(bytes(bad)), "t.tar"))
+        list(tar_members(reader(bytes(bad)), "t.tar"))
+    assert list(tar_members(reader(b""), "t.tar")) == []
+
+
+def _mappings_of(path) -> int:
+    with open("/proc/self/maps") as f:
+        return sum(str(path) in line for line in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux /proc")
+def test_mapped_members_outlive_the_shard_then_free_their_windows(tmp_path, monkeypatch):
+    monkeypatch.setattr(MappedShard, "WINDOW", 4096)
+    members = _members(np.random.default_rng(2))
+    path = tmp_path / "s.tar"
+    path.write_bytes(_tar(tarfile.PAX_FORMAT, members))
+    shard = open_shard(str(path), cache_dir=None, sha256=None)
+    assert isinstance(shard, MappedShard)
+    found = list(tar_members(shard, "s.tar"))
+    shard.close()
+    # large members are views of the page cache, small ones copies; all still readable
+    regular = [(n, d) for n, d in members if not n.startswith("__")]
+    assert [type(m["data"]) for m in found] == [
+        memoryview if len(d) > MappedShard.SMALL else bytes for _, d in regular]
+    assert [(m["fname"], bytes(m["data"])) for m in found] == regular
+    assert _mappings_of(path) > 0
+    del found
+    gc.collect()
+    assert _mappings_of(path) == 0
 
 
 def test_iterate_tar_reads_compressed_tars_through_webdataset():
