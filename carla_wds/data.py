@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import multiprocessing
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
 import torch
@@ -33,7 +33,6 @@ from .rng import derive_seed, numpy_rng
 from .schema import SampleSpec
 
 log = logging.getLogger(__name__)
-_NO_IMAGES = torch.empty(0, dtype=torch.uint8)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_workers",
                 "batches_per_epoch")
 
@@ -105,8 +104,7 @@ class _EpochStream(IterableDataset):
                                         self._augmenter(w), first_position=skipped, alloc=alloc)
         for batch in batches:   # CARLABatch, or RingItem (the images stay in the ring slot)
             slot = slots.pop(0) if alloc else None
-            yield batch if slot is None else RingItem(replace(batch, images=_NO_IMAGES),
-                                                      info.id, slot)
+            yield batch if slot is None else RingItem.of(batch, info.id, slot)
 
     def _augmenter(self, logical_worker: int):
         e = self.e

@@ -23,7 +23,8 @@ from __future__ import annotations
 import mmap
 import multiprocessing
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,15 +34,29 @@ from .batch import CARLABatch
 
 @dataclass
 class RingItem:
-    """What a worker yields: the batch without its images, and the slot that holds them (the
-    main process maps the slot itself; nothing image-sized is pickled)."""
-    batch: CARLABatch
+    """What a worker yields: the batch's other fields, and the slot that holds its images (the
+    main process maps the slot itself; nothing image-sized is pickled).
+
+    The fields travel as numpy arrays, pickled by value (about 2 KB): a torch tensor would go
+    through a shared-memory file of its own and a socket round trip to the worker for its
+    descriptor, seven of them per batch.
+    """
+    fields: dict[str, Any]
     worker: int
     slot: int
 
+    @classmethod
+    def of(cls, batch: CARLABatch, worker: int, slot: int) -> "RingItem":
+        """batch: its images already in the slot; they are left out."""
+        return cls({f.name: _as_numpy(getattr(batch, f.name)) for f in fields(batch)
+                    if f.name != "images"}, worker, slot)
+
     def pin_memory(self) -> "RingItem":
-        # DataLoader(pin_memory=True) calls this; the images are pinned in BatchRing.take.
-        return replace(self, batch=self.batch.pin_memory())
+        return self   # DataLoader(pin_memory=True) calls this; BatchRing.take pins the batch
+
+
+def _as_numpy(value: Any) -> Any:
+    return value.numpy() if isinstance(value, torch.Tensor) else value
 
 
 class BatchRing:
@@ -82,7 +97,10 @@ class BatchRing:
             # (and every view of them) are gone, `view` goes and the finalizer frees the slot.
             weakref.finalize(view, self._free, item.worker, item.slot)
             images = torch.from_numpy(view.reshape(self.shape))
-        return replace(item.batch, images=images.permute(0, 1, 4, 2, 3))
+        batch = CARLABatch(images=images.permute(0, 1, 4, 2, 3),
+                           **{name: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                              for name, v in item.fields.items()})
+        return batch.pin_memory() if pin_memory else batch
 
     def _free(self, worker: int, slot: int) -> None:
         self.busy[worker, slot] = 0

@@ -19,7 +19,7 @@ def _fill(ring: BatchRing, value: int) -> RingItem | None:
         return None
     slot, images = got
     images.fill_(value)
-    return RingItem(BatchBuffer(2, 1, (4, 6), 4, images=images).batch(), 0, slot)
+    return RingItem.of(BatchBuffer(2, 1, (4, 6), 4, images=images).batch(), 0, slot)
 
 
 def test_slots_stay_busy_while_their_images_live():
@@ -46,3 +46,24 @@ def test_slots_stay_busy_while_their_images_live():
 def test_ring_refuses_spawned_workers():
     with pytest.raises(ValueError, match="fork"):
         BatchRing(1, 2, SHAPE, multiprocessing.get_context("spawn"))
+
+
+def test_ring_items_travel_as_plain_arrays():
+    """What the worker queues holds no tensor (torch would pass each through a shared-memory
+    file and a socket); the main process gets the same batch back."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    torch.multiprocessing.get_sharing_strategy()   # registers torch's reductions
+    ring = BatchRing(1, 2, SHAPE, multiprocessing.get_context("fork"))
+    got = ring.acquire(0)
+    buf = BatchBuffer(2, 1, (4, 6), 4, images=got[1])
+    buf.set(0, "k0", {"speed": 3.5, "target_point": [1, 2], "target_command": np.eye(6)[2],
+                      "waypoints": np.arange(8).reshape(4, 2), "waypoints_diff": np.ones((4, 2))})
+    sent = buf.batch()
+    item = RingItem.of(sent, 0, got[0])
+    assert not any(isinstance(v, torch.Tensor) for v in item.fields.values())
+    back = ring.take(ForkingPickler.loads(ForkingPickler.dumps(item)))
+    for name in ("speed", "target_point", "command", "waypoints", "waypoints_diff", "valid"):
+        assert torch.equal(getattr(back, name), getattr(sent, name)), name
+    assert back.keys == ["k0", ""] and back.valid.tolist() == [True, False]
