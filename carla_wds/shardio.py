@@ -10,6 +10,7 @@ import os
 import re
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 import webdataset as wds
 from webdataset.tariterators import group_by_keys, tar_file_iterator
 
@@ -36,9 +37,10 @@ class MappedShard:
     out as memoryviews of the page cache, small reads (headers, labels) as bytes.
 
     A shuffle buffer of encoded samples then holds no copy of the images. Copies were fresh
-    memory for every sample, and on this project's VMs first-touched memory costs about
-    16 us a page (a PNG shuffle buffer of 256 samples: 0.5 s per worker, docs/benchmarks.md).
-    A window is unmapped when the last view into it is gone. Like any mmap reader, a shard
+    memory for every sample, and on this project's VMs first-touched memory can cost 16 us a
+    page (a PNG shuffle buffer of 256 samples: up to 0.7 s per worker and epoch,
+    docs/benchmarks.md). A window is unmapped when the last view into it is gone, and
+    `release_pages` unmaps a decoded sample's pages before that. Like any mmap reader, a shard
     truncated in place while it is being read kills the process (SIGBUS); carla-wds and
     webdataset's cache replace files by rename, which is safe.
     """
@@ -57,8 +59,6 @@ class MappedShard:
             length = min(max(self.WINDOW, end - start), self.size - start)
             window = mmap.mmap(self._file.fileno(), length, access=mmap.ACCESS_READ,
                                offset=start)
-            if hasattr(mmap, "MADV_SEQUENTIAL"):
-                window.madvise(mmap.MADV_SEQUENTIAL)
             self._view, self._start = memoryview(window), start
         return self._view[off - self._start:end - self._start]
 
@@ -66,16 +66,43 @@ class MappedShard:
         n = self.size - self.pos if n < 0 else min(n, self.size - self.pos)
         if n <= 0:
             return b""
-        data = self._slice(n)
+        if n <= self.SMALL:
+            # pread, not the mapping: a fault would map the page cache's whole folio (up to
+            # 2 MB here) into this process, neighbouring images included
+            data = os.pread(self._file.fileno(), n, self.pos)
+        else:
+            data = self._slice(n)
         self.pos += n
-        return bytes(data) if n <= self.SMALL else data
+        return data
 
     def peek(self, n: int = 1) -> bytes:
-        return bytes(self._slice(min(n, self.size - self.pos))) if self.pos < self.size else b""
+        return os.pread(self._file.fileno(), max(0, min(n, self.size - self.pos)), self.pos)
 
     def close(self) -> None:
         self._view = memoryview(b"")   # the window itself goes with the last view into it
         self._file.close()
+
+
+_PAGE = mmap.PAGESIZE
+
+
+def release_pages(raw: Raw) -> None:
+    """Unmap the pages of a decoded sample's memory-mapped members (MappedShard).
+
+    A window stays mapped while any sample read from it waits in the shuffle buffer, and the
+    pages decoding touched would count in the worker's RSS until then (about four times the
+    buffer's bytes). MADV_DONTNEED drops them from this process only: the page cache and the
+    file keep the data, and a view used again faults it back in unchanged.
+    """
+    for value in raw.values():
+        if isinstance(value, memoryview) and isinstance(value.obj, mmap.mmap):
+            window = value.obj
+            offset = (np.frombuffer(value, np.uint8).ctypes.data
+                      - np.frombuffer(window, np.uint8).ctypes.data)
+            start = -(-offset // _PAGE) * _PAGE
+            end = (offset + value.nbytes) // _PAGE * _PAGE
+            if end > start:
+                window.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def _is_local(url: str) -> bool:

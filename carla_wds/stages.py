@@ -15,6 +15,7 @@ import numpy as np
 from .augment import augment_cameras
 from .batch import BatchBuffer, CARLABatch, CARLASample
 from .schema import SampleSpec, SchemaError, check_members, decode_labels, decode_rgb
+from .shardio import release_pages
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -137,6 +138,7 @@ def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
                         raise
                     log.warning("skipping sample: %s", exc)
                     out.pad(i, str(exc))
+                release_pages(raw)   # decoded: its mapped pages leave this process's RSS
             pos += 1
         yield out.batch()
 

@@ -10,7 +10,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from carla_wds.shardio import MappedShard, ShardError, iterate_tar, open_shard, tar_members
+from carla_wds.shardio import (MappedShard, ShardError, iterate_tar, open_shard, release_pages,
+                               tar_members)
 
 
 def _tar(fmt: int, members: list[tuple[str, bytes]], dirs: tuple[str, ...] = ()) -> bytes:
@@ -106,3 +107,32 @@ def test_iterate_tar_reads_compressed_tars_through_webdataset():
     data = gzip.compress(_tar(tarfile.PAX_FORMAT, members))
     found = [(m["fname"], m["data"]) for m in iterate_tar(io.BytesIO(data), "t.tar.gz")]
     assert found == members
+
+
+def _mapped_rss_kb(path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:          # a mapping's first line
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
+def test_release_pages_unmaps_what_decoding_touched(tmp_path):
+    rng = np.random.default_rng(3)
+    members = [(f"s{i:03d}.front.png", rng.integers(0, 256, 300_000, np.uint8).tobytes())
+               for i in range(8)]
+    path = tmp_path / "big.tar"
+    path.write_bytes(_tar(tarfile.PAX_FORMAT, members))
+    shard = MappedShard(str(path))
+    found = {m["fname"]: m["data"] for m in tar_members(shard, "big.tar")}
+    assert _mapped_rss_kb(path) < 100               # nothing read yet: slices touch no page
+    assert all(bytes(found[n]) == d for n, d in members)   # touches every page
+    assert _mapped_rss_kb(path) > 2000
+    release_pages(found)
+    assert _mapped_rss_kb(path) < 100               # only the pages shared with headers
+    assert all(bytes(found[n]) == d for n, d in members)   # the views still read right

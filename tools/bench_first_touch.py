@@ -7,7 +7,7 @@ back when the guest frees it), a first touch can cost several times what a page 
 recently costs. This tool maps shared anonymous memory (like the ring) in 50 MB chunks and times
 the first write to each chunk, for one process and for two at once:
 
-    .venv/bin/python tools/bench_first_touch.py [--chunks 20] [--rounds 3]
+    .venv/bin/python tools/bench_first_touch.py [--chunks 40] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def in_children(n: int, chunks: int) -> list[list[float]]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--chunks", type=int, default=20)
+    p.add_argument("--chunks", type=int, default=40)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     print(f"first write of {args.chunks} chunks of {CHUNK / 2**20:.0f} MiB, ms per chunk\n")
