@@ -48,9 +48,9 @@ class MappedShard:
     SMALL = 4096   # reads up to this size are copied: cheaper than a view, and parsed as bytes
 
     def __init__(self, path: str) -> None:
-        self._file = open(path, "rb")
+        self.path, self._file = path, open(path, "rb")
         self.size = os.fstat(self._file.fileno()).st_size
-        self.pos, self._view, self._start = 0, memoryview(b""), 0
+        self.pos, self._view, self._start, self._can_map = 0, memoryview(b""), 0, True
 
     def _slice(self, n: int) -> memoryview:
         off, end = self.pos, min(self.pos + n, self.size)
@@ -66,14 +66,26 @@ class MappedShard:
         n = self.size - self.pos if n < 0 else min(n, self.size - self.pos)
         if n <= 0:
             return b""
-        if n <= self.SMALL:
+        if n <= self.SMALL or not self._can_map:
             # pread, not the mapping: a fault would map the page cache's whole folio (up to
             # 2 MB here) into this process, neighbouring images included
-            data = os.pread(self._file.fileno(), n, self.pos)
+            data = self._pread(n)
         else:
-            data = self._slice(n)
+            try:
+                data = self._slice(n)
+            except OSError as exc:   # a filesystem that cannot map, or no descriptors left
+                log.warning("%s: cannot memory-map it (%s); reading it with copies", self.path,
+                            exc)
+                self._can_map = False
+                data = self._pread(n)
         self.pos += n
         return data
+
+    def _pread(self, n: int) -> bytes:
+        parts = [os.pread(self._file.fileno(), n, self.pos)]
+        while (got := sum(map(len, parts))) < n and parts[-1]:   # short only at a shrunk end
+            parts.append(os.pread(self._file.fileno(), n - got, self.pos + got))
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def peek(self, n: int = 1) -> bytes:
         return os.pread(self._file.fileno(), max(0, min(n, self.size - self.pos)), self.pos)

@@ -136,3 +136,18 @@ def test_release_pages_unmaps_what_decoding_touched(tmp_path):
     release_pages(found)
     assert _mapped_rss_kb(path) < 100               # only the pages shared with headers
     assert all(bytes(found[n]) == d for n, d in members)   # the views still read right
+
+
+def test_mapped_shard_falls_back_to_copies_where_mmap_fails(tmp_path, monkeypatch, caplog):
+    import carla_wds.shardio as shardio
+
+    def no_mmap(*args, **kwargs):
+        raise OSError(19, "No such device")
+    monkeypatch.setattr(shardio.mmap, "mmap", no_mmap)
+    members = _members(np.random.default_rng(4))
+    path = tmp_path / "s.tar"
+    path.write_bytes(_tar(tarfile.PAX_FORMAT, members))
+    found = [(m["fname"], m["data"]) for m in tar_members(MappedShard(str(path)), "s.tar")]
+    assert found == [(n, d) for n, d in members if not n.startswith("__")]
+    assert all(isinstance(d, bytes) for _, d in found)
+    assert "cannot memory-map" in caplog.text and "s.tar" in caplog.text
