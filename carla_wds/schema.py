@@ -71,7 +71,7 @@ def _npy_decode(data: bytes | memoryview) -> np.ndarray:
     header with ast (a tenth of the loader's time). allow_pickle=False: an object array in a
     shard is refused, never unpickled."""
     end = _npy_header_end(data)
-    known = _NPY_HEADERS.get(data[:end]) if end else None
+    known = _NPY_HEADERS.get(bytes(data[:end])) if end else None
     if known is None:
         arr = np.load(io.BytesIO(data), allow_pickle=False)
         if end and not arr.dtype.hasobject and len(_NPY_HEADERS) < 256:
@@ -129,7 +129,7 @@ def image_encoder(ext: str, **params: int) -> Callable[[np.ndarray], bytes]:
 
 CODECS: dict[str, Codec] = {
     "npy": Codec(_npy_encode, _npy_decode),
-    "json": Codec(_json_encode, lambda b: json.loads(b.decode("utf-8"))),
+    "json": Codec(_json_encode, lambda b: json.loads(bytes(b).decode("utf-8"))),
     "png": Codec(image_encoder("png"), decode_rgb),
     "jpg": Codec(image_encoder("jpg"), decode_rgb),
 }

@@ -87,6 +87,15 @@ class MappedShard:
             parts.append(os.pread(self._file.fileno(), n - got, self.pos + got))
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def sha256(self) -> str:
+        """The hash of the open file itself (not of whatever the path names by now), read in
+        1 MB copies so that none of it stays mapped."""
+        digest, off = hashlib.sha256(), 0
+        while chunk := os.pread(self._file.fileno(), 1 << 20, off):
+            digest.update(chunk)
+            off += len(chunk)
+        return digest.hexdigest()
+
     def peek(self, n: int = 1) -> bytes:
         return os.pread(self._file.fileno(), max(0, min(n, self.size - self.pos)), self.pos)
 
@@ -106,6 +115,8 @@ def release_pages(raw: Raw) -> None:
     buffer's bytes). MADV_DONTNEED drops them from this process only: the page cache and the
     file keep the data, and a view used again faults it back in unchanged.
     """
+    if not hasattr(mmap, "MADV_DONTNEED"):   # Windows: no madvise
+        return
     for value in raw.values():
         if isinstance(value, memoryview) and isinstance(value.obj, mmap.mmap):
             window = value.obj
@@ -118,7 +129,7 @@ def release_pages(raw: Raw) -> None:
 
 
 def _is_local(url: str) -> bool:
-    return "://" not in url and not url.startswith("pipe:")
+    return "://" not in url and not url.startswith("pipe:") and url != "-"
 
 
 def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
@@ -132,21 +143,27 @@ def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> No
 def open_shard(url: str, cache_dir: str | None,
                sha256: str | None) -> io.BufferedIOBase | MappedShard:
     """A readable stream for a shard: local path, http(s)://, or pipe:, optionally cached.
-    Local files (and cached copies) are memory-mapped; with sha256 they are hashed first."""
+    Local files (and cached copies) are memory-mapped; with sha256, the very file that is
+    mapped is hashed first."""
     path = url if _is_local(url) else None
     cached = None
     if cache_dir is not None and path is None and "://" in url:
         from webdataset.cache import FileCache
         os.makedirs(cache_dir, exist_ok=True)
-        path = cached = FileCache(cache_dir, url_to_name=_cache_name).get_file(url)
+        path = FileCache(cache_dir, url_to_name=_cache_name).get_file(url)
+        # only a copy in the cache may be deleted on a mismatch: for file:// URLs the cache
+        # hands back the user's own file
+        inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(cache_dir)])
+        cached = path if inside == os.path.abspath(cache_dir) else None
     if path is not None:
+        shard = MappedShard(path)
         if sha256 is not None:
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
-            _check_sha256(digest.hexdigest(), sha256, url, cached)
-        return MappedShard(path)
+            try:
+                _check_sha256(shard.sha256(), sha256, url, cached)
+            except ShardError:
+                shard.close()
+                raise
+        return shard
     stream = wds.gopen(url, "rb")
     if sha256 is None:
         return stream

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import hashlib
 import gzip
 import io
 import os
@@ -151,3 +152,16 @@ def test_mapped_shard_falls_back_to_copies_where_mmap_fails(tmp_path, monkeypatc
     assert found == [(n, d) for n, d in members if not n.startswith("__")]
     assert all(isinstance(d, bytes) for _, d in found)
     assert "cannot memory-map" in caplog.text and "s.tar" in caplog.text
+
+
+def test_sha256_mismatch_never_deletes_a_users_file_url_shard(tmp_path):
+    """A file:// URL with cache_dir: the cache hands back the user's own file, which a
+    mismatch must leave alone (only copies inside the cache are dropped)."""
+    path = tmp_path / "own.tar"
+    path.write_bytes(_tar(tarfile.PAX_FORMAT, _members(np.random.default_rng(5))[:2]))
+    with pytest.raises(ShardError, match="sha256"):
+        open_shard(f"file://{path}", cache_dir=str(tmp_path / "cache"), sha256="0" * 64)
+    assert path.exists()
+    good = open_shard(str(path), cache_dir=None,
+                      sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    assert [m["fname"] for m in tar_members(good, "own.tar")] == ["a.png", "a.speed.json"]
