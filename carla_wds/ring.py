@@ -34,14 +34,14 @@ from .batch import CARLABatch
 
 @dataclass
 class RingItem:
-    """What a worker yields: the batch's other fields, and the slot that holds its images (the
-    main process maps the slot itself; nothing image-sized is pickled).
+    """What a worker yields: the batch's other fields (`parts`), and the slot that holds its
+    images (the main process maps the slot itself; nothing image-sized is pickled).
 
     The fields travel as numpy arrays, pickled by value (about 2 KB): a torch tensor would go
     through a shared-memory file of its own and a socket round trip to the worker for its
     descriptor, seven of them per batch.
     """
-    fields: dict[str, Any]
+    parts: dict[str, Any]     # field name -> value, tensors as numpy arrays
     worker: int
     slot: int
 
@@ -99,7 +99,7 @@ class BatchRing:
             images = torch.from_numpy(view.reshape(self.shape))
         batch = CARLABatch(images=images.permute(0, 1, 4, 2, 3),
                            **{name: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                              for name, v in item.fields.items()})
+                              for name, v in item.parts.items()})
         return batch.pin_memory() if pin_memory else batch
 
     def _free(self, worker: int, slot: int) -> None:

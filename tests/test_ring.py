@@ -62,7 +62,7 @@ def test_ring_items_travel_as_plain_arrays():
                       "waypoints": np.arange(8).reshape(4, 2), "waypoints_diff": np.ones((4, 2))})
     sent = buf.batch()
     item = RingItem.of(sent, 0, got[0])
-    assert not any(isinstance(v, torch.Tensor) for v in item.fields.values())
+    assert not any(isinstance(v, torch.Tensor) for v in item.parts.values())
     back = ring.take(ForkingPickler.loads(ForkingPickler.dumps(item)))
     for name in ("speed", "target_point", "command", "waypoints", "waypoints_diff", "valid"):
         assert torch.equal(getattr(back, name), getattr(sent, name)), name
