@@ -82,10 +82,9 @@ class MappedShard:
         return data
 
     def _pread(self, n: int) -> bytes:
-        parts = [os.pread(self._file.fileno(), n, self.pos)]
-        while (got := sum(map(len, parts))) < n and parts[-1]:   # short only at a shrunk end
-            parts.append(os.pread(self._file.fileno(), n - got, self.pos + got))
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        # a regular file reads short only where it ends (shrunk since it was opened), which
+        # tar_members reports as a truncated shard
+        return os.pread(self._file.fileno(), n, self.pos)
 
     def sha256(self) -> str:
         """The hash of the open file itself (not of whatever the path names by now), read in
