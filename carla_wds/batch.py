@@ -100,6 +100,14 @@ class BatchBuffer:
             arr[i] = labels[name]
         self.keys[i], self.valid[i] = key, True
 
+    def put(self, i: int, done: tuple[str, dict] | str | None) -> None:
+        """Record slot i's outcome: (key, labels) of a decoded sample, or padding (None) or
+        a skipped sample (its error message)."""
+        if isinstance(done, tuple):
+            self.set(i, *done)
+        else:
+            self.pad(i, done)
+
     def pad(self, i: int, error: str | None = None) -> None:
         """Slot i is padding (the end of an eval pass) or a skipped sample (with its error)."""
         self.hwc[i] = 0

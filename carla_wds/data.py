@@ -97,14 +97,14 @@ class _EpochStream(IterableDataset):
         alloc = None
         if e.ring is not None and info is not None:
             def alloc() -> torch.Tensor | None:
-                got = e.ring.acquire(info.id)   # None: all slots held, a block of its own
+                got = e.ring.acquire()   # None: all slots held, a block of its own
                 slots.append(None if got is None else got[0])
                 return None if got is None else got[1]
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(w), first_position=skipped, alloc=alloc)
         for batch in batches:   # CARLABatch, or RingItem (the images stay in the ring slot)
             slot = slots.pop(0) if alloc else None
-            yield batch if slot is None else RingItem.of(batch, info.id, slot)
+            yield batch if slot is None else RingItem.of(batch, slot)
 
     def _augmenter(self, logical_worker: int):
         e = self.e
@@ -205,16 +205,16 @@ class CARLAWebData:
                       self.on_error, ring)
 
     def _lend_ring(self) -> BatchRing | None:
-        """Image rings for this pass's workers: the spare one, or a new one while an earlier
-        pass still holds it (an iterator kept half-consumed): two passes' workers must never
-        pick slots of one ring."""
+        """The image ring for this pass's workers: the spare one, or a new one while an
+        earlier pass still holds it (an iterator kept half-consumed)."""
         if not self.num_workers or self._mp.get_start_method() != "fork":
             return None   # then each batch gets a shared-memory block of its own
         shape = (self.batch_size, len(self.spec.cameras), *self.image_size, 3)
         ring, self._spare_ring = self._spare_ring, None
         if ring is None or ring.shape != shape:
-            # the batch in use, prefetch_factor queued, and the one being decoded
-            return BatchRing(self.num_workers, self.prefetch_factor + 2, shape, self._mp)
+            # per worker: the batch in use, prefetch_factor queued, and the one being
+            # decoded; only slots ever written cost memory (ring.py)
+            return BatchRing(self.num_workers * (self.prefetch_factor + 2), shape, self._mp)
         return ring
 
     def __iter__(self) -> Iterator[CARLABatch]:

@@ -7,16 +7,17 @@ two workers (docs/benchmarks.md). So each worker decodes into one of a few slots
 made once, before the workers fork, and the main process hands the slot itself out as the
 batch's images, zero-copy:
 
-    worker:  slot, images = ring.acquire(worker) -> decode into images -> yield RingItem
-    main:    batch = ring.take(item)              -> batch.images is a view of the slot
+    worker:  slot, images = ring.acquire()  -> decode into images -> yield RingItem
+    main:    batch = ring.take(item)        -> batch.images is a view of the slot
 
 A slot is busy from `acquire` until the last reference to those images is gone (a finalizer
-on the view frees it), so a batch you keep is never overwritten. When all of a worker's slots
-are held, `acquire` returns None and that batch gets a shared-memory block of its own: keeping
-every batch of an epoch (list(data)) works, slower, and never blocks a worker.
+on the view frees it), so a batch you keep is never overwritten. When all slots are held,
+`acquire` returns None and that batch gets a shared-memory block of its own: keeping every
+batch of an epoch (list(data)) works, slower, and never blocks a worker.
 
-Each busy flag has one writer per transition (the worker sets it, the finalizer clears it),
-and the worker writes a slot only after it saw the flag clear.
+The workers share the slots, and take the lowest free one under a lock: two workers, which
+held six 50 MB slots of their own, write three or four (docs/benchmarks.md). The main
+process clears a busy flag with one store, and only a worker that saw it clear sets it.
 """
 from __future__ import annotations
 
@@ -42,14 +43,13 @@ class RingItem:
     descriptor, seven of them per batch.
     """
     parts: dict[str, Any]     # field name -> value, tensors as numpy arrays
-    worker: int
     slot: int
 
     @classmethod
-    def of(cls, batch: CARLABatch, worker: int, slot: int) -> "RingItem":
+    def of(cls, batch: CARLABatch, slot: int) -> "RingItem":
         """batch: its images already in the slot; they are left out."""
         return cls({f.name: _as_numpy(getattr(batch, f.name)) for f in fields(batch)
-                    if f.name != "images"}, worker, slot)
+                    if f.name != "images"}, slot)
 
     def pin_memory(self) -> "RingItem":
         return self   # DataLoader(pin_memory=True) calls this; BatchRing.take pins the batch
@@ -60,47 +60,56 @@ def _as_numpy(value: Any) -> Any:
 
 
 class BatchRing:
-    def __init__(self, num_workers: int, slots: int, shape: tuple[int, ...],
+    """`slots` image blocks of `shape`, shared by all workers of one pass."""
+
+    def __init__(self, slots: int, shape: tuple[int, ...],
                  context: multiprocessing.context.BaseContext) -> None:
         if context.get_start_method() != "fork":
             raise ValueError("BatchRing needs forked workers (it shares an anonymous mapping)")
         self.shape, self.slots = tuple(shape), slots
         self.nbytes = int(np.prod(shape))
-        n = num_workers * slots
         # MAP_SHARED | MAP_ANONYMOUS, inherited by forked workers; nothing is touched (or
         # zeroed) until a slot is first written, unlike a torch shared-memory tensor.
-        self._map = mmap.mmap(-1, n * self.nbytes + n)
-        self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=n * self.nbytes
-                                       ).view(num_workers, slots, *shape)
-        self.busy = np.frombuffer(self._map, np.uint8, count=n, offset=n * self.nbytes
-                                  ).reshape(num_workers, slots)
+        self._map = mmap.mmap(-1, slots * self.nbytes + slots)
+        self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=slots * self.nbytes
+                                       ).view(slots, *shape)
+        self.busy = np.frombuffer(self._map, np.uint8, count=slots, offset=slots * self.nbytes)
+        self._lock = context.Lock()
 
-    def acquire(self, worker: int) -> tuple[int, torch.Tensor] | None:
-        """Worker side: a slot whose images nobody holds, marked busy; None if all are held."""
-        free = np.flatnonzero(self.busy[worker] == 0)
-        if not len(free):
+    def acquire(self, timeout: float = 1.0) -> tuple[int, torch.Tensor] | None:
+        """Worker side: the lowest slot whose images nobody holds, marked busy; None if all
+        are held (or the lock stays taken, say by a worker killed inside it)."""
+        # Workers share the slots, lowest first, so a pass writes as few distinct slots as
+        # it can: the first write of each costs 12,800 page faults, 30-170 ms here.
+        if not self._lock.acquire(timeout=timeout):
             return None
-        slot = int(free[0])
-        self.busy[worker, slot] = 1
-        return slot, self.blocks[worker, slot]
+        try:
+            free = np.flatnonzero(self.busy == 0)
+            if not len(free):
+                return None
+            slot = int(free[0])
+            self.busy[slot] = 1
+        finally:
+            self._lock.release()
+        return slot, self.blocks[slot]
 
     def take(self, item: RingItem, pin_memory: bool = False) -> CARLABatch:
         """Main side: the batch with its images; a view of the slot, or a pinned copy."""
-        offset = (item.worker * self.slots + item.slot) * self.nbytes
-        view = np.frombuffer(self._map, np.uint8, count=self.nbytes, offset=offset)
+        view = np.frombuffer(self._map, np.uint8, count=self.nbytes,
+                             offset=item.slot * self.nbytes)
         if pin_memory:   # the pinned copy is the batch's own; the slot is free at once
             images = torch.empty(self.shape, dtype=torch.uint8, pin_memory=True)
             images.copy_(torch.from_numpy(view.reshape(self.shape)))
-            self._free(item.worker, item.slot)
+            self._free(item.slot)
         else:
             # torch keeps the reshaped array, which keeps `view`: when the batch's images
             # (and every view of them) are gone, `view` goes and the finalizer frees the slot.
-            weakref.finalize(view, self._free, item.worker, item.slot)
+            weakref.finalize(view, self._free, item.slot)
             images = torch.from_numpy(view.reshape(self.shape))
         batch = CARLABatch(images=images.permute(0, 1, 4, 2, 3),
                            **{name: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                               for name, v in item.parts.items()})
         return batch.pin_memory() if pin_memory else batch
 
-    def _free(self, worker: int, slot: int) -> None:
-        self.busy[worker, slot] = 0
+    def _free(self, slot: int) -> None:
+        self.busy[slot] = 0   # one store; acquire's lock orders the 0 -> 1 transitions

@@ -14,21 +14,21 @@ SHAPE = (2, 1, 4, 6, 3)   # batch, cameras, H, W, channels
 
 
 def _fill(ring: BatchRing, value: int) -> RingItem | None:
-    got = ring.acquire(0)
+    got = ring.acquire()
     if got is None:
         return None
     slot, images = got
     images.fill_(value)
-    return RingItem.of(BatchBuffer(2, 1, (4, 6), 4, images=images).batch(), 0, slot)
+    return RingItem.of(BatchBuffer(2, 1, (4, 6), 4, images=images).batch(), slot)
 
 
 def test_slots_stay_busy_while_their_images_live():
-    ring = BatchRing(1, 2, SHAPE, multiprocessing.get_context("fork"))
+    ring = BatchRing(2, SHAPE, multiprocessing.get_context("fork"))
     first = ring.take(_fill(ring, 7))
     second = ring.take(_fill(ring, 9))
     assert _fill(ring, 1) is None                   # both held: the worker must go elsewhere
     assert first.images.shape == (2, 1, 3, 4, 6) and bool((first.images == 7).all())
-    assert np.shares_memory(first.images.numpy(), ring.blocks[0, 0].numpy())   # zero-copy
+    assert np.shares_memory(first.images.numpy(), ring.blocks[0].numpy())   # zero-copy
     crop = first.images[0, 0, :, 1:3]               # a view outlives the batch object
     del first
     gc.collect()
@@ -37,15 +37,15 @@ def test_slots_stay_busy_while_their_images_live():
     gc.collect()
     third = ring.take(_fill(ring, 5))               # slot 0 again, now that nothing holds it
     assert bool((third.images == 5).all()) and bool((second.images == 9).all())
-    assert ring.busy.tolist() == [[1, 1]]
+    assert ring.busy.tolist() == [1, 1]
     del second, third
     gc.collect()
-    assert ring.busy.tolist() == [[0, 0]]
+    assert ring.busy.tolist() == [0, 0]
 
 
 def test_ring_refuses_spawned_workers():
     with pytest.raises(ValueError, match="fork"):
-        BatchRing(1, 2, SHAPE, multiprocessing.get_context("spawn"))
+        BatchRing(2, SHAPE, multiprocessing.get_context("spawn"))
 
 
 def test_ring_items_travel_as_plain_arrays():
@@ -55,15 +55,55 @@ def test_ring_items_travel_as_plain_arrays():
 
     import torch
     torch.multiprocessing.get_sharing_strategy()   # registers torch's reductions
-    ring = BatchRing(1, 2, SHAPE, multiprocessing.get_context("fork"))
-    got = ring.acquire(0)
+    ring = BatchRing(2, SHAPE, multiprocessing.get_context("fork"))
+    got = ring.acquire()
     buf = BatchBuffer(2, 1, (4, 6), 4, images=got[1])
     buf.set(0, "k0", {"speed": 3.5, "target_point": [1, 2], "target_command": np.eye(6)[2],
                       "waypoints": np.arange(8).reshape(4, 2), "waypoints_diff": np.ones((4, 2))})
     sent = buf.batch()
-    item = RingItem.of(sent, 0, got[0])
+    item = RingItem.of(sent, got[0])
     assert not any(isinstance(v, torch.Tensor) for v in item.parts.values())
     back = ring.take(ForkingPickler.loads(ForkingPickler.dumps(item)))
     for name in ("speed", "target_point", "command", "waypoints", "waypoints_diff", "valid"):
         assert torch.equal(getattr(back, name), getattr(sent, name)), name
     assert back.keys == ["k0", ""] and back.valid.tolist() == [True, False]
+
+
+def test_workers_share_the_lowest_free_slots():
+    ring = BatchRing(4, SHAPE, multiprocessing.get_context("fork"))
+    first = ring.take(_fill(ring, 1))
+    second = ring.take(_fill(ring, 2))
+    del first
+    gc.collect()
+    assert ring.acquire()[0] == 0   # the slot written before, not a fresh one
+    assert ring.busy.tolist() == [1, 1, 0, 0] and bool((second.images == 2).all())
+
+
+def _hammer(ring: BatchRing, me: int, rounds: int, clashes) -> None:
+    for _ in range(rounds):
+        got = ring.acquire()
+        if got is None:
+            continue
+        slot, images = got
+        flat = images.view(-1)
+        flat[:64] = me
+        for _ in range(50):   # hold it a while; nobody else may write it meanwhile
+            if int(flat[0]) != me or int(flat[63]) != me:
+                clashes.value += 1
+                break
+        ring._free(slot)
+
+
+def test_no_two_workers_ever_hold_one_slot():
+    """Forked workers racing for few slots: each slot has one writer at a time."""
+    ctx = multiprocessing.get_context("fork")
+    ring = BatchRing(2, SHAPE, ctx)
+    clashes = ctx.Value("i", 0, lock=True)
+    workers = [ctx.Process(target=_hammer, args=(ring, me + 1, 3000, clashes))
+               for me in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    assert clashes.value == 0 and ring.busy.tolist() == [0, 0]

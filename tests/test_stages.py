@@ -59,3 +59,30 @@ def test_decode_batches_equals_decode_sample_then_collate():
                  "valid"):
         assert torch.equal(getattr(direct, name), getattr(via, name)), name
     assert direct.keys == via.keys
+
+
+def test_decode_batches_takes_each_block_after_sample_0():
+    """Sample 0 is decoded before the batch's block is taken (a ring worker then reuses the
+    slot the main process just dropped); it still lands in row 0, and a padded or skipped
+    row 0 is zeros, not the sample decoded before it or the block's old bytes."""
+    rng = np.random.default_rng(1)
+    made = [_raw(i, rng) for i in range(3)]
+    raws = [r for r, _ in made]
+    taken: list[int] = []
+
+    def alloc() -> torch.Tensor:   # a reused block, still full of an earlier batch's bytes
+        taken.append(len(taken))
+        return torch.full((2, 2, *SIZE, 3), 255, dtype=torch.uint8)
+
+    groups = iter([[raws[0], raws[1]], [{"__error__": "lost"}, raws[2]], [None, None]])
+    batches = stages.decode_batches(groups, SPEC, SIZE, on_error="skip", alloc=alloc)
+    first = next(batches)
+    assert taken == [0]
+    for row, (_, images) in enumerate(made[:2]):
+        for cam, name in enumerate(SPEC.cameras):
+            assert np.array_equal(first.images[row, cam].permute(1, 2, 0).numpy(), images[name])
+    rest = list(batches)
+    assert taken == [0, 1, 2]
+    assert rest[0].keys == ["", "k2"] and not rest[0].images[0].any()
+    assert rest[0].images[1].any() and rest[0].errors == ["lost"]
+    assert rest[1].valid.tolist() == [False, False] and not rest[1].images.any()
