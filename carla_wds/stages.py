@@ -114,8 +114,8 @@ def group(samples: Iterable[Raw], batch_size: int, n_batches: int) -> Iterator[l
 
 
 # stage: lists of raw samples -> CARLABatch, each camera decoded straight into the batch's
-# memory (no per-sample array, no stacking copy); None, error markers and samples that fail
-# (on_error="skip") become zero padding with valid=False
+# memory (no stacking copy; only sample 0 passes through one reused buffer); None, error
+# markers and samples that fail (on_error="skip") become zero padding with valid=False
 def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
                    image_size: tuple[int, int], on_error: str = "raise",
                    augment_at: Callable[[int], Any] | None = None,

@@ -8,7 +8,9 @@
                (normalisation happens on the GPU in training, see CARLABatch.normalized_images)
   (c) floor  - one process: read the tar, decode the four images and resize to uint8, nothing else
 
-for num_workers 0, 1, 2 and for PNG and JPEG shards. Each measurement runs in a fresh process,
+for num_workers 0, 1, 2 and for PNG and JPEG shards. When 2 workers are measured, so is the
+floor in 2 forked processes, each over half the shards: how far this machine's 2 cores scale
+work that shares nothing, the ceiling for "2 workers against 1". Each measurement runs in a fresh process,
 timed from after its imports to the last batch (worker start-up and buffer filling included);
 peak RSS is the largest sum over that process and its worker processes, sampled every 50 ms.
 
@@ -97,16 +99,28 @@ def ours(shards: Path, workers: int, shuffle: int) -> int:
     from carla_wds import CARLAWebData
     data = CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
                         shuffle_buffer=shuffle)
-    return sum(len(b) for b in data)
+    n = sum(len(b) for b in data)
+    if n != len(data) * BATCH:
+        raise SystemExit(f"ours: {n} samples, expected len(data) x {BATCH} = {len(data) * BATCH}")
+    return n
 
 
-def floor(shards: Path, fmt: str) -> int:
+def floor(shards: Path, fmt: str, procs: int = 1) -> int:
+    import multiprocessing
+    names = [s["name"] for s in json.loads((shards / "manifest.json").read_text())["shards"]]
+    if procs == 1:
+        return _floor_part(shards, fmt, names)
+    with multiprocessing.get_context("fork").Pool(procs) as pool:
+        return sum(pool.starmap(_floor_part, [(shards, fmt, names[i::procs])
+                                              for i in range(procs)]))
+
+
+def _floor_part(shards: Path, fmt: str, names: list[str]) -> int:
     import tarfile
     from carla_wds.stages import decode_image
-    manifest = json.loads((shards / "manifest.json").read_text())
     n = 0
-    for s in manifest["shards"]:
-        with tarfile.open(shards / s["name"]) as tar:
+    for name in names:
+        with tarfile.open(shards / name) as tar:
             for m in tar:
                 if m.name.endswith("." + fmt):
                     decode_image(tar.extractfile(m).read(), SIZE, fmt)
@@ -137,8 +151,13 @@ def child(args: argparse.Namespace) -> None:
         elif args.child == "ours":
             n = ours(shards, args.workers, args.shuffle)
         else:
-            n = floor(shards, args.fmt)
+            n = floor(shards, args.fmt, 2 if args.child == "floor2" else 1)
         seconds = time.perf_counter() - t0
+    # A rate is only worth reporting over the right count: the floor reads every sample, the
+    # loaders exactly their full batches (ours checks len() itself, in `ours`).
+    expected = total if args.child.startswith("floor") else total // BATCH * BATCH
+    if args.child != "ours" and n != expected:
+        raise SystemExit(f"{args.child}: {n} samples, expected {expected}")
     print(json.dumps({"samples": n, "seconds": seconds, "peak_rss_mb": rss.peak}))
 
 
@@ -211,14 +230,17 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     workers_list = [int(w) for w in args.workers_list.split(",")]
     kinds = args.kinds.split(",")
+    scaling: list[str] = []
     for fmt in args.formats.split(","):
         runs: dict[tuple, list[dict]] = {}
-        for _ in range(args.repeats):   # interleaved, so machine noise hits every cell alike
-            runs.setdefault(("floor", 0), []).append(measure(workdir, "floor", fmt, 0, args.shuffle))
-            for kind in kinds:
-                for workers in workers_list:
-                    runs.setdefault((kind, workers), []).append(
-                        measure(workdir, kind, fmt, workers, args.shuffle))
+        for r in range(args.repeats):
+            # Interleaved, and every other repeat in reverse order (ABBA): this VM's speed
+            # drifts by +-10% over minutes, and a drift then hits each cell alike.
+            cells = [("floor", 0)] + [("floor2", 0)] * (2 in workers_list) + \
+                [(kind, w) for kind in kinds for w in workers_list]
+            for kind, workers in cells if r % 2 == 0 else cells[::-1]:
+                runs.setdefault((kind, workers), []).append(
+                    measure(workdir, kind, fmt, workers, args.shuffle))
         fl = _median(runs[("floor", 0)])
         none = {"rate": float("nan"), "peak_rss_mb": float("nan")}
         for workers in workers_list:
@@ -228,6 +250,31 @@ def main() -> None:
                   f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
                   f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
                   f"{mine['peak_rss_mb']:.0f} |", flush=True)
+        scaling.append(_scaling(fmt, runs, workers_list, kinds))
+    _print_scaling([row for row in scaling if row])
+
+
+def _scaling(fmt: str, runs: dict, workers_list: list[int], kinds: list[str]) -> str:
+    """One table row: ours at 2 workers against 1, beside the floor at 2 processes against 1,
+    as ratios of medians and as the range of the per-repeat ratios."""
+    if not ({1, 2} <= set(workers_list) and "ours" in kinds):
+        return ""
+
+    def ratios(two: list[dict], one: list[dict]) -> str:
+        each = sorted(b["rate"] / a["rate"] for a, b in zip(one, two))
+        return (f"{_median(two)['rate'] / _median(one)['rate']:.2f}x | "
+                f"{each[0]:.2f}-{each[-1]:.2f}x")
+    return (f"| {fmt} | {ratios(runs[('ours', 2)], runs[('ours', 1)])} | "
+            f"{ratios(runs[('floor2', 0)], runs[('floor', 0)])} |")
+
+
+def _print_scaling(rows: list[str]) -> None:
+    if rows:
+        print("\n2 workers against 1 (ours), and 2 floor processes against 1 (this machine's "
+              "ceiling):\n")
+        print("| format | ours 2w/1w | per repeat | floor 2p/1p | per repeat |")
+        print("|---|---:|---:|---:|---:|")
+        print("\n".join(rows), flush=True)
 
 
 def _median(results: list[dict]) -> dict:

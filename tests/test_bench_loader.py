@@ -1,0 +1,28 @@
+"""tools/bench_loader.py runs end to end on a small pack and prints its tables.
+
+No timing is asserted (figures belong in docs/benchmarks.md); this keeps the benchmark working,
+and each of its cells checks its own sample count before it reports a rate.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_loader.py"
+
+
+def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
+         "--frames", "40", "--kinds", "ours", "--workers-list", "1,2", "--formats", "jpg",
+         "--repeats", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {m.group(1): float(m.group(2)) for m in
+            re.finditer(r"^\| jpg \| (\d) \| nan \| ([0-9.]+) \| [0-9.]+ \|", proc.stdout, re.M)}
+    assert set(rows) == {"1", "2"} and all(rate > 0 for rate in rows.values()), proc.stdout
+    assert re.search(r"^\| jpg \| [0-9.]+x \| [0-9.]+-[0-9.]+x \| [0-9.]+x \|", proc.stdout,
+                     re.M), proc.stdout
+    manifest = (tmp_path / "shards_jpg" / "manifest.json").read_text()
+    assert '"image_format": "jpg"' in manifest.replace("'", '"')
