@@ -232,7 +232,7 @@ class CARLAWebData:
                             # torch RNG, or a resumed run's RNG stream would shift.
                             generator=torch.Generator().manual_seed(
                                 derive_seed(self.seed, self.epoch, self.rank) % 2**63))
-        produced, batches = 0, iter(loader)
+        produced, batches, workers_gone = 0, iter(loader), False
         try:
             for batch in batches:
                 if isinstance(batch, RingItem):
@@ -244,12 +244,24 @@ class CARLAWebData:
                 self.stats["batches"] += 1
                 self.stats["skipped_samples"] += len(batch.errors)
                 yield batch
+            workers_gone = True
+        except GeneratorExit:   # the caller stopped early (break, Lightning's limits)
+            workers_gone = True
+            raise
         finally:
             del batches   # the DataLoader iterator joins its workers when released
-            self._spare_ring = epoch.ring or self._spare_ring
+            self._keep_ring(epoch.ring, workers_gone)
         if produced != expected:
             raise RuntimeError(f"rank {self.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")
+
+    def _keep_ring(self, ring: BatchRing | None, workers_gone: bool) -> None:
+        """Keep a pass's ring for the next pass once its workers are joined. After an error,
+        a traceback can keep the DataLoader, and so its workers, alive a while longer: that
+        ring is dropped rather than shared with new workers."""
+        if ring is not None and workers_gone:
+            ring.reclaim()
+            self._spare_ring = ring
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is in the epoch; load it into a fresh loader to continue exactly."""

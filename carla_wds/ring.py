@@ -74,7 +74,8 @@ class BatchRing:
         self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=slots * self.nbytes
                                        ).view(slots, *shape)
         self.busy = np.frombuffer(self._map, np.uint8, count=slots, offset=slots * self.nbytes)
-        self._lock = context.Lock()
+        self._context, self._lock = context, context.Lock()
+        self._held: set[int] = set()   # main side: slots whose images a batch still holds
 
     def acquire(self, timeout: float = 1.0) -> tuple[int, torch.Tensor] | None:
         """Worker side: the lowest slot whose images nobody holds, marked busy; None if all
@@ -104,6 +105,7 @@ class BatchRing:
         else:
             # torch keeps the reshaped array, which keeps `view`: when the batch's images
             # (and every view of them) are gone, `view` goes and the finalizer frees the slot.
+            self._held.add(item.slot)
             weakref.finalize(view, self._free, item.slot)
             images = torch.from_numpy(view.reshape(self.shape))
         batch = CARLABatch(images=images.permute(0, 1, 4, 2, 3),
@@ -111,5 +113,15 @@ class BatchRing:
                               for name, v in item.parts.items()})
         return batch.pin_memory() if pin_memory else batch
 
+    def reclaim(self) -> None:
+        """Main side, once a pass's workers have exited: free the slots they took for batches
+        that never reached a caller (prefetched past an early stop), and renew the lock,
+        which a worker killed inside `acquire` would keep taken."""
+        for slot in np.flatnonzero(self.busy):
+            if int(slot) not in self._held:
+                self.busy[slot] = 0
+        self._lock = self._context.Lock()
+
     def _free(self, slot: int) -> None:
+        self._held.discard(slot)
         self.busy[slot] = 0   # one store; acquire's lock orders the 0 -> 1 transitions

@@ -276,3 +276,50 @@ def test_a_second_epoch_reuses_the_ring_and_a_kept_iterator_gets_its_own(shards)
         found = _by_key(batches)
         assert found.keys() == reference.keys()
         assert all(torch.equal(found[k][0], reference[k][0]) for k in found)
+
+
+def _child_pids() -> list[int]:
+    pids = []
+    for task in Path("/proc/self/task").iterdir():
+        pids += [int(p) for p in (task / "children").read_text().split()]
+    return pids
+
+
+def test_early_stops_leave_no_ring_slot_taken(shards):
+    """Breaking out of a pass drops the batches its workers had prefetched into ring slots;
+    those slots must come back, or a few early stops (Lightning's limit_*_batches) would
+    leave every later batch outside the ring."""
+    data = CARLAWebData(str(shards), image_size=SIZE, batch_size=3, num_workers=2,
+                        mode="eval", prefetch_factor=2)
+    for _ in range(4):
+        for batch in data:
+            break
+        del batch
+    ring = data._spare_ring
+    assert ring is not None and ring.busy.tolist() == [0] * ring.slots
+    assert sum(1 for _ in data) == len(data)
+    assert data.stats["batches_outside_ring"] == 0 and data._spare_ring is ring
+    assert ring.busy.tolist() == [0] * ring.slots
+
+
+def test_a_killed_worker_raises_and_its_ring_is_not_reused(shards):
+    import os
+    import signal
+    data = CARLAWebData(str(shards), image_size=SIZE, batch_size=3, num_workers=2,
+                        mode="eval", prefetch_factor=1)
+    list(data)
+    ring, before = data._spare_ring, set(_child_pids())
+    it = iter(data)
+    next(it)
+    workers = set(_child_pids()) - before
+    assert len(workers) == 2
+    with pytest.raises(RuntimeError, match="(?i)worker"):
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        for _ in it:
+            pass
+    del it
+    assert data._spare_ring is None        # it may still be written by what is left of them
+    reference = _by_key(run_epoch(shards, batch_size=3, mode="eval"))
+    assert _by_key(list(data)).keys() == reference.keys()
+    assert data._spare_ring is not None and data._spare_ring is not ring

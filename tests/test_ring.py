@@ -107,3 +107,16 @@ def test_no_two_workers_ever_hold_one_slot():
         w.join(60)
         assert w.exitcode == 0
     assert clashes.value == 0 and ring.busy.tolist() == [0, 0]
+
+
+def test_reclaim_frees_undelivered_slots_and_renews_the_lock():
+    ring = BatchRing(3, SHAPE, multiprocessing.get_context("fork"))
+    held = ring.take(_fill(ring, 4))     # a batch the caller still holds
+    _fill(ring, 5)                       # prefetched by a worker, never taken: an early stop
+    assert ring._lock.acquire(timeout=1)  # and a worker killed inside acquire kept the lock
+    ring.reclaim()
+    assert ring.busy.tolist() == [1, 0, 0] and bool((held.images == 4).all())
+    assert ring.acquire(timeout=0.01)[0] == 1
+    del held
+    gc.collect()
+    assert ring.busy.tolist() == [0, 1, 0]
