@@ -259,8 +259,7 @@ class CARLAWebData:
         """Keep a pass's ring for the next pass once its workers are joined. After an error,
         a traceback can keep the DataLoader, and so its workers, alive a while longer: that
         ring is dropped rather than shared with new workers."""
-        if ring is not None and workers_gone:
-            ring.reclaim()
+        if ring is not None and workers_gone and ring.reclaim():
             self._spare_ring = ring
 
     def state_dict(self) -> dict[str, Any]:

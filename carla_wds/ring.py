@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mmap
 import multiprocessing
+import os
 import weakref
 from dataclasses import dataclass, fields
 from typing import Any
@@ -76,6 +77,9 @@ class BatchRing:
         self.busy = np.frombuffer(self._map, np.uint8, count=slots, offset=slots * self.nbytes)
         self._context, self._lock = context, context.Lock()
         self._held: set[int] = set()   # main side: slots whose images a batch still holds
+        # Workers inherit the main process's finalizers and generators with its heap; a
+        # garbage collection there must not free the main process's slots.
+        self.owner = os.getpid()
 
     def acquire(self, timeout: float = 1.0) -> tuple[int, torch.Tensor] | None:
         """Worker side: the lowest slot whose images nobody holds, marked busy; None if all
@@ -113,15 +117,21 @@ class BatchRing:
                               for name, v in item.parts.items()})
         return batch.pin_memory() if pin_memory else batch
 
-    def reclaim(self) -> None:
+    def reclaim(self) -> bool:
         """Main side, once a pass's workers have exited: free the slots they took for batches
         that never reached a caller (prefetched past an early stop), and renew the lock,
-        which a worker killed inside `acquire` would keep taken."""
+        which a worker killed inside `acquire` would keep taken. False (and nothing done)
+        outside the process that made the ring."""
+        if os.getpid() != self.owner:
+            return False
         for slot in np.flatnonzero(self.busy):
             if int(slot) not in self._held:
                 self.busy[slot] = 0
         self._lock = self._context.Lock()
+        return True
 
     def _free(self, slot: int) -> None:
+        if os.getpid() != self.owner:
+            return   # a copy of the main process's finalizer, run by a worker's collection
         self._held.discard(slot)
         self.busy[slot] = 0   # one store; acquire's lock orders the 0 -> 1 transitions

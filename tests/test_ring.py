@@ -91,7 +91,7 @@ def _hammer(ring: BatchRing, me: int, rounds: int, clashes) -> None:
             if int(flat[0]) != me or int(flat[63]) != me:
                 clashes.value += 1
                 break
-        ring._free(slot)
+        ring.busy[slot] = 0   # the main process's store in _free (a no-op in workers)
 
 
 def test_no_two_workers_ever_hold_one_slot():
@@ -120,3 +120,22 @@ def test_reclaim_frees_undelivered_slots_and_renews_the_lock():
     del held
     gc.collect()
     assert ring.busy.tolist() == [0, 1, 0]
+
+
+def _collect_in_worker(ring: BatchRing, slot: int) -> None:
+    ring._free(slot)             # what an inherited finalizer does in a worker's collection
+    assert ring.reclaim() is False
+
+
+def test_a_worker_never_frees_the_main_process_slots():
+    """Forked workers inherit the finalizers of batches the main process holds (or has not
+    collected yet); running them there must not free the slot under the main process."""
+    ctx = multiprocessing.get_context("fork")
+    ring = BatchRing(2, SHAPE, ctx)
+    held = ring.take(_fill(ring, 3))
+    _fill(ring, 4)               # prefetched, not taken: only the main process may reclaim it
+    worker = ctx.Process(target=_collect_in_worker, args=(ring, 0))
+    worker.start()
+    worker.join(30)
+    assert worker.exitcode == 0 and ring.busy.tolist() == [1, 1]
+    assert _fill(ring, 5) is None and bool((held.images == 3).all())

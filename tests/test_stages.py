@@ -68,21 +68,23 @@ def test_decode_batches_takes_each_block_after_sample_0():
     rng = np.random.default_rng(1)
     made = [_raw(i, rng) for i in range(3)]
     raws = [r for r, _ in made]
-    taken: list[int] = []
+    decoded: list[int] = []   # positions decoded so far (augment_at is asked for each)
+    taken: list[list[int]] = []   # what had been decoded when each block was taken
 
     def alloc() -> torch.Tensor:   # a reused block, still full of an earlier batch's bytes
-        taken.append(len(taken))
+        taken.append(list(decoded))
         return torch.full((2, 2, *SIZE, 3), 255, dtype=torch.uint8)
 
     groups = iter([[raws[0], raws[1]], [{"__error__": "lost"}, raws[2]], [None, None]])
-    batches = stages.decode_batches(groups, SPEC, SIZE, on_error="skip", alloc=alloc)
+    batches = stages.decode_batches(groups, SPEC, SIZE, on_error="skip", alloc=alloc,
+                                    augment_at=lambda pos: decoded.append(pos))
     first = next(batches)
-    assert taken == [0]
+    assert taken == [[0]]
     for row, (_, images) in enumerate(made[:2]):
         for cam, name in enumerate(SPEC.cameras):
             assert np.array_equal(first.images[row, cam].permute(1, 2, 0).numpy(), images[name])
     rest = list(batches)
-    assert taken == [0, 1, 2]
+    assert taken == [[0], [0, 1], [0, 1, 3]]   # an error row 0 is not decoded
     assert rest[0].keys == ["", "k2"] and not rest[0].images[0].any()
     assert rest[0].images[1].any() and rest[0].errors == ["lost"]
     assert rest[1].valid.tolist() == [False, False] and not rest[1].images.any()
