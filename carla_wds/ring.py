@@ -15,9 +15,11 @@ on the view frees it), so a batch you keep is never overwritten. When all slots 
 `acquire` returns None and that batch gets a shared-memory block of its own: keeping every
 batch of an epoch (list(data)) works, slower, and never blocks a worker.
 
-The workers share the slots, and take the lowest free one under a lock: two workers, which
-held six 50 MB slots of their own, write three or four (docs/benchmarks.md). The main
-process clears a busy flag with one store, and only a worker that saw it clear sets it.
+The workers share the slots, and take the lowest free one under a lock, so a pass writes
+only as many 50 MB slots as are busy at once: 3-5 over a 125-batch epoch with two workers,
+which had 4-6 of their own before (docs/benchmarks.md). The main process clears a busy flag
+with one store, and only a worker that saw it clear sets it. Only the process that made the
+ring frees or reclaims slots: forked workers inherit its finalizers with its heap.
 """
 from __future__ import annotations
 
