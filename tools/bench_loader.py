@@ -10,9 +10,10 @@
 
 for num_workers 0, 1, 2 and for PNG and JPEG shards. When 2 workers are measured, so is the
 floor in 2 forked processes, each over half the shards: how far this machine's 2 cores scale
-work that shares nothing, the ceiling for "2 workers against 1". Each measurement runs in a fresh process,
-timed from after its imports to the last batch (worker start-up and buffer filling included);
-peak RSS is the largest sum over that process and its worker processes, sampled every 50 ms.
+work that shares nothing, the ceiling for "2 workers against 1". Each measurement runs in a
+fresh process, timed from after its imports to the last batch (worker start-up and buffer
+filling included); peak RSS is the largest sum over that process and its worker processes,
+sampled every 50 ms (a page shared by several processes counts once in each).
 
     .venv/bin/python tools/bench_loader.py --workdir /tmp/bench_loader [--episodes 4 --frames 60]
 """
