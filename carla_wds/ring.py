@@ -17,9 +17,11 @@ batch of an epoch (list(data)) works, slower, and never blocks a worker.
 
 The workers share the slots, and take the lowest free one under a lock, so a pass writes
 only as many 50 MB slots as are busy at once: 3-5 over a 125-batch epoch with two workers,
-which had 4-6 of their own before (docs/benchmarks.md). The main process clears a busy flag
-with one store, and only a worker that saw it clear sets it. Only the process that made the
-ring frees or reclaims slots: forked workers inherit its finalizers with its heap.
+which had 4-6 of their own before (docs/benchmarks.md). A worker first takes back a free
+slot it wrote before: another worker's slot costs it the page faults of a first write. The
+main process clears a busy flag with one store, and only a worker that saw it clear sets it.
+Only the process that made the ring frees or reclaims slots: forked workers inherit its
+finalizers with its heap.
 """
 from __future__ import annotations
 
@@ -82,20 +84,26 @@ class BatchRing:
         # Workers inherit the main process's finalizers and generators with its heap; a
         # garbage collection there must not free the main process's slots.
         self.owner = os.getpid()
+        self._mapped: tuple[int, set[int]] = (self.owner, set())
 
     def acquire(self, timeout: float = 1.0) -> tuple[int, torch.Tensor] | None:
-        """Worker side: the lowest slot whose images nobody holds, marked busy; None if all
-        are held (or the lock stays taken, say by a worker killed inside it)."""
+        """Worker side: a slot whose images nobody holds, marked busy: the lowest of those this
+        process wrote before, else the lowest; None if all are held (or the lock stays taken,
+        say by a worker killed inside it)."""
         # Workers share the slots, lowest first, so a pass writes as few distinct slots as
-        # it can: the first write of each costs 12,800 page faults, 30-170 ms here.
+        # it can: the first write of each costs 12,800 page faults, 30-170 ms here. The same
+        # faults recur when a worker first writes a slot another worker wrote, so its own
+        # free slots come first.
         if not self._lock.acquire(timeout=timeout):
             return None
         try:
             free = np.flatnonzero(self.busy == 0)
             if not len(free):
                 return None
-            slot = int(free[0])
+            mine = self._mine()
+            slot = next((int(s) for s in free if int(s) in mine), int(free[0]))
             self.busy[slot] = 1
+            mine.add(slot)
         finally:
             self._lock.release()
         return slot, self.blocks[slot]
@@ -131,6 +139,12 @@ class BatchRing:
                 self.busy[slot] = 0
         self._lock = self._context.Lock()
         return True
+
+    def _mine(self) -> set[int]:
+        """The slots this process has written before (a forked worker starts with none)."""
+        if self._mapped[0] != os.getpid():
+            self._mapped = (os.getpid(), set())
+        return self._mapped[1]
 
     def _free(self, slot: int) -> None:
         if os.getpid() != self.owner:

@@ -22,7 +22,11 @@ def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
     rows = {m.group(1): float(m.group(2)) for m in
             re.finditer(r"^\| jpg \| (\d) \| nan \| ([0-9.]+) \| [0-9.]+ \|", proc.stdout, re.M)}
     assert set(rows) == {"1", "2"} and all(rate > 0 for rate in rows.values()), proc.stdout
-    assert re.search(r"^\| jpg \| [0-9.]+x \| [0-9.]+-[0-9.]+x \| [0-9.]+x \|", proc.stdout,
-                     re.M), proc.stdout
+    # ours and the floor, each: ratio | per-repeat range | busy at 1 | busy at 2 | CPU/sample
+    # ratio | steal; busy and CPU come from the cells' own getrusage, so they must be > 0
+    for pipeline in ("ours", "floor"):
+        row = re.search(rf"^\| jpg \| {pipeline} \| [0-9.]+x \| [0-9.]+-[0-9.]+x \| ([0-9.]+) \| "
+                        r"([0-9.]+) \| ([0-9.]+) \| -?[0-9.]+ \|$", proc.stdout, re.M)
+        assert row and all(float(v) > 0 for v in row.groups()), proc.stdout
     manifest = (tmp_path / "shards_jpg" / "manifest.json").read_text()
     assert '"image_format": "jpg"' in manifest.replace("'", '"')

@@ -15,6 +15,12 @@ fresh process, timed from after its imports to the last batch (worker start-up a
 filling included); peak RSS is the largest sum over that process and its worker processes,
 sampled every 50 ms (a page shared by several processes counts once in each).
 
+The scaling table also splits each ratio in two, from each cell's CPU time (getrusage of the
+process and its reaped workers) and the host's steal time (/proc/stat): how busy the decoding
+processes kept the cores (CPU seconds / wall seconds / processes), and how much more CPU one
+sample cost at 2 than at 1. 2w/1w = busy(2) x 2 / busy(1) / cost ratio, so a shortfall shows
+either idle workers (the loader's fault) or dearer CPU seconds when both cores run (the VM's).
+
     .venv/bin/python tools/bench_loader.py --workdir /tmp/bench_loader [--episodes 4 --frames 60]
 """
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -141,10 +148,24 @@ def _import_for(kind: str) -> None:
         import carla_wds.stages  # noqa: F401
 
 
+def _cpu_seconds(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def _steal_seconds() -> float:
+    """Time the hypervisor gave this VM's CPUs to others since boot, all CPUs summed."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else float("nan")
+
+
 def child(args: argparse.Namespace) -> None:
     shards = Path(args.workdir) / f"shards_{args.fmt}"
     total = json.loads((shards / "manifest.json").read_text())["total_samples"]
     _import_for(args.child)
+    cpu0 = [_cpu_seconds(resource.RUSAGE_SELF), _cpu_seconds(resource.RUSAGE_CHILDREN)]
+    steal0 = _steal_seconds()
     with PeakRSS() as rss:
         t0 = time.perf_counter()
         if args.child == "seed":
@@ -154,12 +175,17 @@ def child(args: argparse.Namespace) -> None:
         else:
             n = floor(shards, args.fmt, 2 if args.child == "floor2" else 1)
         seconds = time.perf_counter() - t0
+    # workers are joined (and so counted in RUSAGE_CHILDREN) once the loop has ended
+    main_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu0[0]
+    workers_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0[1]
+    steal = _steal_seconds() - steal0
     # A rate is only worth reporting over the right count: the floor reads every sample, the
     # loaders exactly their full batches (ours checks len() itself, in `ours`).
     expected = total if args.child.startswith("floor") else total // BATCH * BATCH
     if args.child != "ours" and n != expected:
         raise SystemExit(f"{args.child}: {n} samples, expected {expected}")
-    print(json.dumps({"samples": n, "seconds": seconds, "peak_rss_mb": rss.peak}))
+    print(json.dumps({"samples": n, "seconds": seconds, "peak_rss_mb": rss.peak,
+                      "main_cpu": main_cpu, "workers_cpu": workers_cpu, "steal": steal}))
 
 
 def prepare(workdir: Path, episodes: int, frames: int) -> None:
@@ -181,6 +207,7 @@ def measure(workdir: Path, kind: str, fmt: str, workers: int, shuffle: int) -> d
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     result["rate"] = result["samples"] / result["seconds"]
+    result["procs"] = 2 if kind == "floor2" else workers
     return result
 
 
@@ -251,30 +278,55 @@ def main() -> None:
                   f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
                   f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
                   f"{mine['peak_rss_mb']:.0f} |", flush=True)
-        scaling.append(_scaling(fmt, runs, workers_list, kinds))
-    _print_scaling([row for row in scaling if row])
+        scaling += _scaling(fmt, runs, workers_list, kinds)
+    _print_scaling(scaling)
 
 
-def _scaling(fmt: str, runs: dict, workers_list: list[int], kinds: list[str]) -> str:
-    """One table row: ours at 2 workers against 1, beside the floor at 2 processes against 1,
-    as ratios of medians and as the range of the per-repeat ratios."""
+def _scaling(fmt: str, runs: dict, workers_list: list[int], kinds: list[str]) -> list[str]:
+    """Table rows: ours at 2 workers against 1, and the floor at 2 processes against 1, as a
+    ratio of medians, the range of per-repeat ratios, and the two factors behind it."""
     if not ({1, 2} <= set(workers_list) and "ours" in kinds):
-        return ""
-
-    def ratios(two: list[dict], one: list[dict]) -> str:
+        return []
+    pairs = {"ours": (runs[("ours", 1)], runs[("ours", 2)]),
+             "floor": (runs[("floor", 0)], runs[("floor2", 0)])}
+    rows = []
+    for name, (one, two) in pairs.items():
         each = sorted(b["rate"] / a["rate"] for a, b in zip(one, two))
-        return (f"{_median(two)['rate'] / _median(one)['rate']:.2f}x | "
-                f"{each[0]:.2f}-{each[-1]:.2f}x")
-    return (f"| {fmt} | {ratios(runs[('ours', 2)], runs[('ours', 1)])} | "
-            f"{ratios(runs[('floor2', 0)], runs[('floor', 0)])} |")
+        cost = _mid([_cpu_per_sample(b) / _cpu_per_sample(a) for a, b in zip(one, two)])
+        rows.append(f"| {fmt} | {name} | {_median(two)['rate'] / _median(one)['rate']:.2f}x | "
+                    f"{each[0]:.2f}-{each[-1]:.2f}x | {_mid([_busy(r) for r in one]):.3f} | "
+                    f"{_mid([_busy(r) for r in two]):.3f} | {cost:.3f} | "
+                    f"{_mid([r['steal'] for r in two]):.2f} |")
+    return rows
+
+
+def _decoders(r: dict) -> tuple[float, int]:
+    """CPU seconds of the processes that decode, and how many there are: the workers, or the
+    floor's one process (itself) or two (its pool)."""
+    return (r["workers_cpu"], r["procs"]) if r["procs"] else (r["main_cpu"], 1)
+
+
+def _busy(r: dict) -> float:
+    cpu, procs = _decoders(r)
+    return cpu / r["seconds"] / procs
+
+
+def _cpu_per_sample(r: dict) -> float:
+    return _decoders(r)[0] / r["samples"]
+
+
+def _mid(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _print_scaling(rows: list[str]) -> None:
     if rows:
         print("\n2 workers against 1 (ours), and 2 floor processes against 1 (this machine's "
-              "ceiling):\n")
-        print("| format | ours 2w/1w | per repeat | floor 2p/1p | per repeat |")
-        print("|---|---:|---:|---:|---:|")
+              "ceiling). busy: decoding CPU s / wall s / processes; CPU/sample: its ratio, 2 "
+              "against 1; steal: seconds taken by the host during the 2-process cell:\n")
+        print("| format | pipeline | 2 vs 1 | per repeat | busy at 1 | busy at 2 | "
+              "CPU/sample 2 vs 1 | steal s |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         print("\n".join(rows), flush=True)
 
 
