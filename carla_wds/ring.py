@@ -15,12 +15,13 @@ on the view frees it), so a batch you keep is never overwritten. When all slots 
 `acquire` returns None and that batch gets a shared-memory block of its own: keeping every
 batch of an epoch (list(data)) works, slower, and never blocks a worker.
 
-The workers share the slots, and take the lowest free one under a lock, so a pass writes
-only as many 50 MB slots as are busy at once: 3-5 over a 125-batch epoch with two workers,
-which had 4-6 of their own before (docs/benchmarks.md). A worker first takes back a free
-slot it wrote before: another worker's slot costs it the page faults of a first write. The
-main process clears a busy flag with one store, and only a worker that saw it clear sets it.
-Only the process that made the ring frees or reclaims slots: forked workers inherit its
+The workers share one pool of slots under a lock. Each slot costs a worker 12,800 page
+faults (30-170 ms here) the first time that worker writes it, whoever wrote it before, so a
+worker takes back a free slot of its own first, then a fresh one, and another worker's only
+when neither is free. Over an epoch each worker then writes 2-3 slots (docs/benchmarks.md):
+with taking the lowest free slot whoever wrote it, two workers each wrote 5 on a long epoch.
+The main process clears a busy flag with one store, and only a worker that saw it clear sets
+it. Only the process that made the ring frees or reclaims slots: forked workers inherit its
 finalizers with its heap.
 """
 from __future__ import annotations
@@ -60,6 +61,14 @@ class RingItem:
         return self   # DataLoader(pin_memory=True) calls this; BatchRing.take pins the batch
 
 
+def _first_of(items: np.ndarray, *preferred: np.ndarray) -> Any:
+    """The first item where the first mask that has any is true; else the first item."""
+    for mask in preferred:
+        if mask.any():
+            return items[mask][0]
+    return items[0]
+
+
 def _as_numpy(value: Any) -> Any:
     return value.numpy() if isinstance(value, torch.Tensor) else value
 
@@ -75,35 +84,34 @@ class BatchRing:
         self.nbytes = int(np.prod(shape))
         # MAP_SHARED | MAP_ANONYMOUS, inherited by forked workers; nothing is touched (or
         # zeroed) until a slot is first written, unlike a torch shared-memory tensor.
-        self._map = mmap.mmap(-1, slots * self.nbytes + slots)
-        self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=slots * self.nbytes
+        images = slots * self.nbytes
+        self._map = mmap.mmap(-1, images + 8 * slots)
+        self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=images
                                        ).view(slots, *shape)
-        self.busy = np.frombuffer(self._map, np.uint8, count=slots, offset=slots * self.nbytes)
+        # per slot, the pid of the worker that last took it (0: none this pass), then its
+        # busy flag
+        self.writer = np.frombuffer(self._map, np.int32, count=slots, offset=images)
+        self.busy = np.frombuffer(self._map, np.uint8, count=slots, offset=images + 4 * slots)
         self._context, self._lock = context, context.Lock()
         self._held: set[int] = set()   # main side: slots whose images a batch still holds
         # Workers inherit the main process's finalizers and generators with its heap; a
         # garbage collection there must not free the main process's slots.
         self.owner = os.getpid()
-        self._mapped: tuple[int, set[int]] = (self.owner, set())
 
     def acquire(self, timeout: float = 1.0) -> tuple[int, torch.Tensor] | None:
-        """Worker side: a slot whose images nobody holds, marked busy: the lowest of those this
-        process wrote before, else the lowest; None if all are held (or the lock stays taken,
-        say by a worker killed inside it)."""
-        # Workers share the slots, lowest first, so a pass writes as few distinct slots as
-        # it can: the first write of each costs 12,800 page faults, 30-170 ms here. The same
-        # faults recur when a worker first writes a slot another worker wrote, so its own
-        # free slots come first.
+        """Worker side: a slot whose images nobody holds, marked busy: the lowest of those
+        this process took before, else of those nobody took this pass, else of all; None if
+        all are held (or the lock stays taken, say by a worker killed inside it)."""
         if not self._lock.acquire(timeout=timeout):
             return None
         try:
             free = np.flatnonzero(self.busy == 0)
             if not len(free):
                 return None
-            mine = self._mine()
-            slot = next((int(s) for s in free if int(s) in mine), int(free[0]))
+            slot = int(_first_of(free, self.writer[free] == os.getpid(),
+                                 self.writer[free] == 0))
             self.busy[slot] = 1
-            mine.add(slot)
+            self.writer[slot] = os.getpid()
         finally:
             self._lock.release()
         return slot, self.blocks[slot]
@@ -137,14 +145,9 @@ class BatchRing:
         for slot in np.flatnonzero(self.busy):
             if int(slot) not in self._held:
                 self.busy[slot] = 0
+        self.writer[:] = 0   # the next pass's workers share the written slots anew
         self._lock = self._context.Lock()
         return True
-
-    def _mine(self) -> set[int]:
-        """The slots this process has written before (a forked worker starts with none)."""
-        if self._mapped[0] != os.getpid():
-            self._mapped = (os.getpid(), set())
-        return self._mapped[1]
 
     def _free(self, slot: int) -> None:
         if os.getpid() != self.owner:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 
 import numpy as np
 import pytest
@@ -79,23 +80,29 @@ def test_workers_share_the_lowest_free_slots():
     assert ring.busy.tolist() == [1, 1, 0, 0] and bool((second.images == 2).all())
 
 
-def _take_own_first(ring: BatchRing, got) -> None:
-    got[0] = ring.acquire()[0]        # slot 0 is another worker's: 1
+def _take_own_then_fresh(ring: BatchRing, got) -> None:
+    got[0] = ring.acquire()[0]        # slot 0 is another worker's: the first fresh one, 1
     ring.busy[0] = ring.busy[1] = 0   # the main process drops both batches
     got[1] = ring.acquire()[0]        # its own slot again, though 0 is lower
-    got[2] = ring.acquire()[0]        # no own slot free: the lowest, 0
+    got[2] = ring.acquire()[0]        # no own slot free: a fresh one, 2
+    got[3] = ring.acquire()[0]        # 3
+    got[4] = ring.acquire()[0]        # none fresh: the other worker's, 0
 
 
-def test_a_worker_takes_back_a_slot_it_wrote_before_another_free_one():
-    """Each slot a process writes first costs it 12,800 page faults; its own cost none."""
+def test_each_worker_keeps_to_slots_of_its_own():
+    """A slot costs a worker 12,800 page faults the first time it writes it, whoever wrote
+    it before: a worker takes its own free slots first, then fresh ones, then another's."""
     ctx = multiprocessing.get_context("fork")
     ring = BatchRing(4, SHAPE, ctx)
-    ring.busy[0] = 1   # taken by another worker
-    got = ctx.Array("i", [-1, -1, -1])
-    worker = ctx.Process(target=_take_own_first, args=(ring, got))
+    ring.busy[0], ring.writer[0] = 1, os.getpid()   # taken by another worker
+    got = ctx.Array("i", [-1] * 5)
+    worker = ctx.Process(target=_take_own_then_fresh, args=(ring, got))
     worker.start()
     worker.join(30)
-    assert worker.exitcode == 0 and list(got) == [1, 1, 0]
+    assert worker.exitcode == 0 and list(got) == [1, 1, 2, 3, 0]
+    assert ring.writer.tolist() == [worker.pid] * 4
+    ring.busy[:] = 0
+    assert ring.reclaim() and ring.writer.tolist() == [0] * 4   # the next pass starts anew
 
 
 def _hammer(ring: BatchRing, me: int, rounds: int, clashes) -> None:
