@@ -18,8 +18,9 @@ batch of an epoch (list(data)) works, slower, and never blocks a worker.
 The workers share one pool of slots under a lock. Each slot costs a worker 12,800 page
 faults (30-170 ms here) the first time that worker writes it, whoever wrote it before, so a
 worker takes back a free slot of its own first, then a fresh one, and another worker's only
-when neither is free. Over an epoch each worker then writes 2-3 slots (docs/benchmarks.md):
-with taking the lowest free slot whoever wrote it, two workers each wrote 5 on a long epoch.
+when neither is free. Over an epoch each worker then writes 2-3 slots (docs/benchmarks.md);
+taking its own slot first and then simply the lowest free one, each of two workers wrote all
+5 slots in use on a long epoch.
 The main process clears a busy flag with one store, and only a worker that saw it clear sets
 it. Only the process that made the ring frees or reclaims slots: forked workers inherit its
 finalizers with its heap.
