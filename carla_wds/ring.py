@@ -20,10 +20,9 @@ faults (30-170 ms here) the first time that worker writes it, whoever wrote it b
 worker takes back a free slot of its own first, then a fresh one, and another worker's only
 when neither is free. Over an epoch each worker then writes 2-3 slots (docs/benchmarks.md);
 taking its own slot first and then simply the lowest free one, each of two workers wrote all
-5 slots in use on a long epoch.
-The main process clears a busy flag with one store, and only a worker that saw it clear sets
-it. Only the process that made the ring frees or reclaims slots: forked workers inherit its
-finalizers with its heap.
+5 slots in use on a long epoch. The main process clears a busy flag with one store, and only
+a worker that saw it clear sets it. Only the process that made the ring frees or reclaims
+slots: forked workers inherit its finalizers with its heap.
 """
 from __future__ import annotations
 
@@ -60,14 +59,6 @@ class RingItem:
 
     def pin_memory(self) -> "RingItem":
         return self   # DataLoader(pin_memory=True) calls this; BatchRing.take pins the batch
-
-
-def _first_of(items: np.ndarray, *preferred: np.ndarray) -> Any:
-    """The first item where the first mask that has any is true; else the first item."""
-    for mask in preferred:
-        if mask.any():
-            return items[mask][0]
-    return items[0]
 
 
 def _as_numpy(value: Any) -> Any:
@@ -109,10 +100,10 @@ class BatchRing:
             free = np.flatnonzero(self.busy == 0)
             if not len(free):
                 return None
-            slot = int(_first_of(free, self.writer[free] == os.getpid(),
-                                 self.writer[free] == 0))
+            me = os.getpid()
+            slot = int(min(free, key=lambda s: (self.writer[s] != me, self.writer[s] != 0, s)))
             self.busy[slot] = 1
-            self.writer[slot] = os.getpid()
+            self.writer[slot] = me
         finally:
             self._lock.release()
         return slot, self.blocks[slot]

@@ -331,8 +331,7 @@ def _print_scaling(rows: list[str]) -> None:
 
 
 def _median(results: list[dict]) -> dict:
-    rates = sorted(r["rate"] for r in results)
-    return {"rate": rates[len(rates) // 2],
+    return {"rate": _mid([r["rate"] for r in results]),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
 
 
