@@ -24,6 +24,7 @@ class DataConfig:
     batch_size: int = 16                    # per rank
     eval_batch_size: int = 32
     num_workers: int = 1
+    persistent_workers: bool = True         # keep workers (and their ring slots) across epochs
     image_size: list[int] = field(default_factory=lambda: [64, 128])   # H, W
     cameras: list[str] | None = None        # default: all cameras in the shards
     augment: bool = False

@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import multiprocessing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -61,6 +63,25 @@ class _Epoch:
     cache_dir: str | None
     on_error: str
     ring: BatchRing | None
+    live: "_PassState | None" = None   # persistent workers read the per-pass fields here
+
+
+class _PassState:
+    """The fields of _Epoch that change between passes, in a mapping shared with persistent
+    workers, which forked with the first pass's _Epoch. The main process publishes them before
+    it starts a pass; torch then sends each worker its `_ResumeIteration` through a queue, so
+    the worker's next pass reads them after the write."""
+    NAMES = ("epoch", "resume_batches", "step_at_epoch_start")
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, 8 * len(self.NAMES))
+        self._values = np.frombuffer(self._map, np.int64)
+
+    def publish(self, e: _Epoch) -> None:
+        self._values[:] = [getattr(e, name) for name in self.NAMES]
+
+    def current(self, e: _Epoch) -> _Epoch:
+        return replace(e, **{name: int(v) for name, v in zip(self.NAMES, self._values)})
 
 
 class _EpochStream(IterableDataset):
@@ -70,7 +91,7 @@ class _EpochStream(IterableDataset):
         self.e = e
 
     def __iter__(self) -> Iterator[CARLABatch]:
-        e = self.e
+        e = self.e if self.e.live is None else self.e.live.current(self.e)
         info = get_worker_info()
         plan = plan_worker(list(e.counts), rank=e.rank, world_size=e.world_size,
                            worker=info.id if info else 0, num_workers=e.num_workers,
@@ -101,13 +122,13 @@ class _EpochStream(IterableDataset):
                 slots.append(None if got is None else got[0])
                 return None if got is None else got[1]
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
-                                        self._augmenter(w), first_position=skipped, alloc=alloc)
+                                        self._augmenter(e, w), first_position=skipped, alloc=alloc)
         for batch in batches:   # CARLABatch, or RingItem (the images stay in the ring slot)
             slot = slots.pop(0) if alloc else None
             yield batch if slot is None else RingItem.of(batch, slot)
 
-    def _augmenter(self, logical_worker: int):
-        e = self.e
+    @staticmethod
+    def _augmenter(e: _Epoch, logical_worker: int):
         if not (e.augment and e.mode == "train"):
             return None
         w_count = max(1, e.num_workers)
@@ -129,7 +150,8 @@ class CARLAWebData:
                  per_camera_augment: bool = True, shuffle_buffer: int = 256,
                  cache_dir: str | None = None, on_error: str = "raise", rank: int | None = None,
                  world_size: int | None = None, batches_per_epoch: int | None = None,
-                 verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2) -> None:
+                 verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2,
+                 persistent_workers: bool = False) -> None:
         if mode not in ("train", "eval"):
             raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
         if on_error not in ("raise", "skip"):
@@ -147,6 +169,10 @@ class CARLAWebData:
         self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
         self.batches_per_epoch, self.verify = batches_per_epoch, verify
         self.pin_memory, self.prefetch_factor = pin_memory, prefetch_factor
+        # Workers kept from one whole pass to the next skip the fork and keep their ring slots
+        # (each costs a worker 12,800 page faults to write first; ring.py). No workers, no-op.
+        self.persistent_workers = persistent_workers and num_workers > 0
+        self._idle: tuple[DataLoader, _Epoch] | None = None   # persistent, between passes
         shards = self.manifest["shards"]
         self.counts = tuple(int(s["samples"]) for s in shards)
         self.urls = tuple(shard_url(self.where, s["name"]) for s in shards)
@@ -195,14 +221,14 @@ class CARLAWebData:
         self.epoch = epoch
         self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
 
-    def _epoch(self, ring: BatchRing | None = None) -> _Epoch:
+    def _epoch(self, ring: BatchRing | None = None, live: _PassState | None = None) -> _Epoch:
         return _Epoch(self.urls, self.counts,
                       tuple(s["sha256"] for s in self.manifest["shards"]) if self.verify else None,
                       self.spec, self.image_size, self.batch_size, self.mode, self.num_workers,
                       self.seed, self.epoch, self.rank, self.world_size, self.consumed,
                       self.batches_per_epoch, self.shuffle_buffer, self.augment,
                       self.per_camera_augment, self.step_at_epoch_start, self.cache_dir,
-                      self.on_error, ring)
+                      self.on_error, ring, live)
 
     def _lend_ring(self) -> BatchRing | None:
         """The image ring for this pass's workers: the spare one, or a new one while an
@@ -223,16 +249,8 @@ class CARLAWebData:
             # interrupted pass (Lightning's sanity check) never hides samples from the next.
             self.consumed = 0
         expected = self._len - self.consumed
-        epoch = self._epoch(self._lend_ring())
-        loader = DataLoader(_EpochStream(epoch), batch_size=None,
-                            num_workers=self.num_workers, pin_memory=self.pin_memory,
-                            multiprocessing_context=self._mp if self.num_workers else None,
-                            prefetch_factor=self.prefetch_factor if self.num_workers else None,
-                            # Its own generator: building a loader must not draw from the global
-                            # torch RNG, or a resumed run's RNG stream would shift.
-                            generator=torch.Generator().manual_seed(
-                                derive_seed(self.seed, self.epoch, self.rank) % 2**63))
-        produced, batches, workers_gone = 0, iter(loader), False
+        loader, epoch = self._loader()
+        produced, batches, finished, workers_gone = 0, iter(loader), False, False
         try:
             for batch in batches:
                 if isinstance(batch, RingItem):
@@ -244,16 +262,47 @@ class CARLAWebData:
                 self.stats["batches"] += 1
                 self.stats["skipped_samples"] += len(batch.errors)
                 yield batch
-            workers_gone = True
+            finished = workers_gone = True
         except GeneratorExit:   # the caller stopped early (break, Lightning's limits)
             workers_gone = True
             raise
         finally:
-            del batches   # the DataLoader iterator joins its workers when released
-            self._keep_ring(epoch.ring, workers_gone)
+            del batches   # the DataLoader iterator joins its workers when released...
+            if self.persistent_workers:
+                # ...unless they persist. They are kept only after a whole pass: an early stop
+                # leaves batches prefetched in ring slots, so that loader and its ring are
+                # dropped with this frame, and the next pass forks anew.
+                if finished:
+                    self._idle = (loader, epoch)
+            else:
+                self._keep_ring(epoch.ring, workers_gone)
         if produced != expected:
             raise RuntimeError(f"rank {self.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")
+
+    def _loader(self) -> tuple[DataLoader, _Epoch]:
+        """This pass's DataLoader and _Epoch: the persistent one kept from the last whole
+        pass, told this pass's epoch and position, or a new one."""
+        if self._idle is not None:
+            (loader, kept), self._idle = self._idle, None
+            epoch = self._epoch(kept.ring, kept.live)
+            epoch.live.publish(epoch)
+            return loader, epoch
+        epoch = self._epoch(self._lend_ring(), _PassState() if self.persistent_workers else None)
+        if epoch.live is not None:
+            epoch.live.publish(epoch)
+        return DataLoader(_EpochStream(epoch), batch_size=None, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory, persistent_workers=self.persistent_workers,
+                          multiprocessing_context=self._mp if self.num_workers else None,
+                          prefetch_factor=self.prefetch_factor if self.num_workers else None,
+                          # Its own generator: building a loader must not draw from the global
+                          # torch RNG, or a resumed run's RNG stream would shift.
+                          generator=torch.Generator().manual_seed(
+                              derive_seed(self.seed, self.epoch, self.rank) % 2**63)), epoch
+
+    def close(self) -> None:
+        """Shut down persistent workers now rather than when this object is collected."""
+        self._idle = None
 
     def _keep_ring(self, ring: BatchRing | None, workers_gone: bool) -> None:
         """Keep a pass's ring for the next pass once its workers are joined. After an error,

@@ -75,7 +75,8 @@ class Run:
 
 def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARLAWebData, CARLAWebData]:
     d = cfg.data
-    common = dict(num_workers=d.num_workers, seed=cfg.seed, image_size=tuple(d.image_size),
+    common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
+                  seed=cfg.seed, image_size=tuple(d.image_size),
                   cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
                   pin_memory=pin)
     train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,

@@ -1,0 +1,99 @@
+"""CARLAWebData(persistent_workers=True): the same batches as fresh workers, from the same
+worker processes, across epochs, resumes and early stops."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from carla_wds import CARLABatch, CARLAWebData
+
+from .test_data import SIZE, _child_pids, all_keys, make_pack
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return make_pack(tmp_path_factory.mktemp("pack"))
+
+
+def _same(got: list[CARLABatch], want: list[CARLABatch]) -> None:
+    assert [b.keys for b in got] == [b.keys for b in want]
+    for a, b in zip(got, want):
+        assert torch.equal(a.images, b.images) and torch.equal(a.waypoints, b.waypoints)
+        assert torch.equal(a.valid, b.valid)
+
+
+def _epochs(data: CARLAWebData, epochs: range) -> tuple[list[list[CARLABatch]], list[set[int]]]:
+    """Each epoch's batches, and the worker pids alive during it."""
+    out, pids = [], []
+    for epoch in epochs:
+        data.set_epoch(epoch)
+        batches = []
+        for batch in data:
+            if not batches:
+                pids.append(set(_child_pids()))
+            batches.append(batch)
+        out.append(batches)
+    return out, pids
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_persistent_workers_give_fresh_workers_batches_from_the_same_processes(shards, workers):
+    kw = dict(batch_size=4, num_workers=workers, seed=7, augment=True, rank=1, world_size=2,
+              image_size=SIZE)
+    fresh, fresh_pids = _epochs(CARLAWebData(str(shards), **kw), range(3))
+    data = CARLAWebData(str(shards), persistent_workers=True, **kw)
+    kept, kept_pids = _epochs(data, range(3))
+    for got, want in zip(kept, fresh):
+        _same(got, want)
+    assert [b.keys for b in kept[0]] != [b.keys for b in kept[1]]   # the epoch reached them
+    assert len(kept_pids[0]) == workers and kept_pids[0] == kept_pids[1] == kept_pids[2]
+    assert len({frozenset(p) for p in fresh_pids}) == 3              # fresh ones fork each pass
+    data.close()
+    assert not set(_child_pids()) & kept_pids[0]
+
+
+def test_persistent_eval_every_sample_exactly_once_each_pass(shards):
+    keys = []
+    for rank in range(2):
+        data = CARLAWebData(str(shards), batch_size=4, mode="eval", num_workers=2, rank=rank,
+                            world_size=2, image_size=SIZE, persistent_workers=True)
+        first, second = list(data), list(data)
+        _same(second, first)
+        keys += [k for b in first for k, v in zip(b.keys, b.valid.tolist()) if v]
+    assert sorted(keys) == sorted(all_keys(shards))
+
+
+@pytest.mark.parametrize("k", [0, 2, 5])
+def test_persistent_resume_and_early_stop(shards, k):
+    """A pass stopped after k batches drops its workers (their prefetched slots are
+    unaccounted for); the state taken there resumes exactly, in a fresh loader and in the same
+    one, and the pass after is whole again from kept workers."""
+    kw = dict(batch_size=4, num_workers=2, seed=9, augment=True, image_size=SIZE,
+              persistent_workers=True)
+    reference = CARLAWebData(str(shards), **kw)
+    reference.set_epoch(1)
+    whole = list(reference)
+    data = CARLAWebData(str(shards), **kw)
+    data.set_epoch(1)
+    it = iter(data)
+    for _ in range(k):
+        next(it)
+    state = data.state_dict()
+    del it                                    # an early stop: those workers are shut down
+    resumed = CARLAWebData(str(shards), **kw)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(1)
+    _same(list(resumed), whole[k:])
+    _same(list(data), whole[k:])              # the same object goes on where it stopped
+    pids = set(_child_pids())
+    data.set_epoch(1)
+    _same(list(data), whole)                  # a finished epoch restarts whole
+    assert set(_child_pids()) == pids         # from the workers of the pass before
+    ring = data._idle[1].ring
+    assert ring.busy.tolist() == [0] * ring.slots   # every batch above is gone
+
+
+def test_persistent_workers_without_workers_is_a_no_op(shards):
+    data = CARLAWebData(str(shards), batch_size=4, image_size=SIZE, persistent_workers=True)
+    assert not data.persistent_workers
+    assert len(list(data)) == len(data) == len(list(data))
