@@ -16,7 +16,7 @@ BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_loader.py"
 def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
-         "--frames", "40", "--kinds", "ours", "--workers-list", "1,2", "--formats", "jpg",
+         "--frames", "40", "--kinds", "ours,persistent", "--workers-list", "1,2", "--formats", "jpg",
          "--repeats", "1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {m.group(1): float(m.group(2)) for m in
@@ -24,9 +24,13 @@ def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
     assert set(rows) == {"1", "2"} and all(rate > 0 for rate in rows.values()), proc.stdout
     # ours and the floor, each: ratio | per-repeat range | busy at 1 | busy at 2 | CPU/sample
     # ratio | steal; busy and CPU come from the cells' own getrusage, so they must be > 0
-    for pipeline in ("ours", "floor"):
+    for pipeline in ("ours", "floor", "persistent"):
         row = re.search(rf"^\| jpg \| {pipeline} \| [0-9.]+x \| [0-9.]+-[0-9.]+x \| ([0-9.]+) \| "
                         r"([0-9.]+) \| ([0-9.]+) \| -?[0-9.]+ \|$", proc.stdout, re.M)
         assert row and all(float(v) > 0 for v in row.groups()), proc.stdout
+    # persistent workers, epochs 2-3: workers | fresh | persistent | ratio | per core
+    later = re.findall(r"^\| jpg \| ([12]) \| [0-9.]+ \| ([0-9.]+) \| [0-9.]+x \| [0-9.]+ \|$",
+                       proc.stdout, re.M)
+    assert {w for w, _ in later} == {"1", "2"} and all(float(r) > 0 for _, r in later), proc.stdout
     manifest = (tmp_path / "shards_jpg" / "manifest.json").read_text()
     assert '"image_format": "jpg"' in manifest.replace("'", '"')

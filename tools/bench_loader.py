@@ -7,6 +7,8 @@
   (b) ours   - CARLAWebData(batch_size=32, image_size=(256, 512), shuffle_buffer=S), uint8 batches
                (normalisation happens on the GPU in training, see CARLABatch.normalized_images)
   (c) floor  - one process: read the tar, decode the four images and resize to uint8, nothing else
+  (d) persistent - ours with persistent_workers=True, timed over epochs 2 and 3 only: a
+               training run's later epochs, without the fork and the first write of ring slots
 
 for num_workers 0, 1, 2 and for PNG and JPEG shards. When 2 workers are measured, so is the
 floor in 2 forked processes, each over half the shards: how far this machine's 2 cores scale
@@ -113,6 +115,26 @@ def ours(shards: Path, workers: int, shuffle: int) -> int:
     return n
 
 
+def persistent(shards: Path, workers: int, shuffle: int) -> "CARLAWebData":  # noqa: F821
+    """Ours with persistent workers, after its first epoch (untimed): the workers are forked
+    and have written their ring slots."""
+    from carla_wds import CARLAWebData
+    data = CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
+                        shuffle_buffer=shuffle, persistent_workers=True)
+    sum(len(b) for b in data)
+    return data
+
+
+def later_epochs(data: "CARLAWebData", epochs: tuple[int, ...] = (1, 2)) -> int:  # noqa: F821
+    n = 0
+    for epoch in epochs:
+        data.set_epoch(epoch)
+        n += sum(len(b) for b in data)
+    if n != len(epochs) * len(data) * BATCH:
+        raise SystemExit(f"persistent: {n} samples, expected {len(epochs) * len(data) * BATCH}")
+    return n
+
+
 def floor(shards: Path, fmt: str, procs: int = 1) -> int:
     import multiprocessing
     names = [s["name"] for s in json.loads((shards / "manifest.json").read_text())["shards"]]
@@ -153,6 +175,20 @@ def _cpu_seconds(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _alive_children_cpu() -> float:
+    """CPU seconds so far of this process's live children (persistent workers, which
+    getrusage counts only once they are reaped)."""
+    total = 0.0
+    for pid in _children(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def _steal_seconds() -> float:
     """Time the hypervisor gave this VM's CPUs to others since boot, all CPUs summed."""
     with open("/proc/stat") as f:
@@ -164,7 +200,9 @@ def child(args: argparse.Namespace) -> None:
     shards = Path(args.workdir) / f"shards_{args.fmt}"
     total = json.loads((shards / "manifest.json").read_text())["total_samples"]
     _import_for(args.child)
-    cpu0 = [_cpu_seconds(resource.RUSAGE_SELF), _cpu_seconds(resource.RUSAGE_CHILDREN)]
+    warm = persistent(shards, args.workers, args.shuffle) if args.child == "persistent" else None
+    cpu0 = [_cpu_seconds(resource.RUSAGE_SELF), _cpu_seconds(resource.RUSAGE_CHILDREN),
+            _alive_children_cpu()]
     steal0 = _steal_seconds()
     with PeakRSS() as rss:
         t0 = time.perf_counter()
@@ -172,17 +210,20 @@ def child(args: argparse.Namespace) -> None:
             n = seed_recipe(shards, args.workers, args.shuffle, total // BATCH, args.fmt)
         elif args.child == "ours":
             n = ours(shards, args.workers, args.shuffle)
+        elif args.child == "persistent":
+            n = later_epochs(warm)
         else:
             n = floor(shards, args.fmt, 2 if args.child == "floor2" else 1)
         seconds = time.perf_counter() - t0
     # workers are joined (and so counted in RUSAGE_CHILDREN) once the loop has ended
     main_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu0[0]
-    workers_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0[1]
+    workers_cpu = (_cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0[1]
+                   + _alive_children_cpu() - cpu0[2])
     steal = _steal_seconds() - steal0
     # A rate is only worth reporting over the right count: the floor reads every sample, the
     # loaders exactly their full batches (ours checks len() itself, in `ours`).
     expected = total if args.child.startswith("floor") else total // BATCH * BATCH
-    if args.child != "ours" and n != expected:
+    if args.child not in ("ours", "persistent") and n != expected:
         raise SystemExit(f"{args.child}: {n} samples, expected {expected}")
     print(json.dumps({"samples": n, "seconds": seconds, "peak_rss_mb": rss.peak,
                       "main_cpu": main_cpu, "workers_cpu": workers_cpu, "steal": steal}))
@@ -238,7 +279,8 @@ def main() -> None:
     p.add_argument("--workers-list", default="0,1,2")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--formats", default="png,jpg")
-    p.add_argument("--kinds", default="seed,ours", help="pipelines besides the floor")
+    p.add_argument("--kinds", default="seed,ours,persistent",
+                   help="pipelines besides the floor (persistent: ours, epochs 2-3)")
     p.add_argument("--seed-repeats", type=int, default=None,
                    help="repeats of the seed's cells (default: --repeats); it is 10-25x slower")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -262,6 +304,7 @@ def main() -> None:
     workers_list = [int(w) for w in args.workers_list.split(",")]
     kinds = args.kinds.split(",")
     scaling: list[str] = []
+    later: list[str] = []
     for fmt in args.formats.split(","):
         runs: dict[tuple, list[dict]] = {}
         for r in range(args.repeats):
@@ -282,8 +325,35 @@ def main() -> None:
                   f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
                   f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
                   f"{mine['peak_rss_mb']:.0f} |", flush=True)
+        later += _later_epochs(fmt, runs, workers_list, kinds, fl)
         scaling += _scaling(fmt, runs, workers_list, kinds)
+    _print_later(later)
     _print_scaling(scaling)
+
+
+def _later_epochs(fmt: str, runs: dict, workers_list: list[int], kinds: list[str],
+                  fl: dict) -> list[str]:
+    """Table rows: ours with persistent workers over epochs 2-3, against one fresh epoch."""
+    if "persistent" not in kinds:
+        return []
+    rows = []
+    for w in workers_list:
+        later = _median(runs[("persistent", w)])
+        fresh = _median(runs[("ours", w)])["rate"] if "ours" in kinds else float("nan")
+        rows.append(f"| {fmt} | {w} | {fresh:.1f} | {later['rate']:.1f} | "
+                    f"{later['rate'] / fresh:.2f}x | {later['rate'] / fl['rate'] / max(1, w):.2f} |")
+    return rows
+
+
+def _print_later(rows: list[str]) -> None:
+    if rows:
+        print("\nPersistent workers (ours, persistent_workers=True), epochs 2-3 after an untimed "
+              "first epoch, against one epoch with fresh workers. Per core: samples/s / floor / "
+              "max(1, workers):\n")
+        print("| format | workers | fresh samples/s | persistent samples/s | persistent/fresh | "
+              "persistent/floor per core |")
+        print("|---|---:|---:|---:|---:|---:|")
+        print("\n".join(rows), flush=True)
 
 
 def _scaling(fmt: str, runs: dict, workers_list: list[int], kinds: list[str]) -> list[str]:
@@ -293,6 +363,8 @@ def _scaling(fmt: str, runs: dict, workers_list: list[int], kinds: list[str]) ->
         return []
     pairs = {"ours": (runs[("ours", 1)], runs[("ours", 2)]),
              "floor": (runs[("floor", 0)], runs[("floor2", 0)])}
+    if "persistent" in kinds:
+        pairs["persistent"] = (runs[("persistent", 1)], runs[("persistent", 2)])
     rows = []
     for name, (one, two) in pairs.items():
         each = sorted(b["rate"] / a["rate"] for a, b in zip(one, two))
