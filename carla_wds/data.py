@@ -15,12 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import mmap
 import multiprocessing
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -73,15 +71,20 @@ class _PassState:
     the worker's next pass reads them after the write."""
     NAMES = ("epoch", "resume_batches", "step_at_epoch_start")
 
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, 8 * len(self.NAMES))
-        self._values = np.frombuffer(self._map, np.int64)
+    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+        # inherited by forked workers; spawned ones get the shared block itself, pickled
+        self._values = context.RawArray("q", len(self.NAMES))
 
     def publish(self, e: _Epoch) -> None:
         self._values[:] = [getattr(e, name) for name in self.NAMES]
 
     def current(self, e: _Epoch) -> _Epoch:
         return replace(e, **{name: int(v) for name, v in zip(self.NAMES, self._values)})
+
+    @classmethod
+    def fixed(cls, e: _Epoch) -> _Epoch:
+        """e without what changes between passes: kept workers serve only equal ones."""
+        return replace(e, ring=None, live=None, **{name: 0 for name in cls.NAMES})
 
 
 class _EpochStream(IterableDataset):
@@ -173,6 +176,7 @@ class CARLAWebData:
         # (each costs a worker 12,800 page faults to write first; ring.py). No workers, no-op.
         self.persistent_workers = persistent_workers and num_workers > 0
         self._idle: tuple[DataLoader, _Epoch] | None = None   # persistent, between passes
+        self._closes = 0
         shards = self.manifest["shards"]
         self.counts = tuple(int(s["samples"]) for s in shards)
         self.urls = tuple(shard_url(self.where, s["name"]) for s in shards)
@@ -251,6 +255,7 @@ class CARLAWebData:
         expected = self._len - self.consumed
         loader, epoch = self._loader()
         produced, batches, finished, workers_gone = 0, iter(loader), False, False
+        closes = self._closes   # close() during this pass: its workers are not kept
         try:
             for batch in batches:
                 if isinstance(batch, RingItem):
@@ -263,19 +268,19 @@ class CARLAWebData:
                 self.stats["skipped_samples"] += len(batch.errors)
                 yield batch
             finished = workers_gone = True
-        except GeneratorExit:   # the caller stopped early (break, Lightning's limits)
-            workers_gone = True
+        except GeneratorExit:   # the caller stopped: early (break), or at len() (Lightning)
+            workers_gone, finished = True, produced == expected
             raise
         finally:
             del batches   # the DataLoader iterator joins its workers when released...
-            if self.persistent_workers:
-                # ...unless they persist. They are kept only after a whole pass: an early stop
-                # leaves batches prefetched in ring slots, so that loader and its ring are
-                # dropped with this frame, and the next pass forks anew.
-                if finished:
-                    self._idle = (loader, epoch)
-            else:
+            if not self.persistent_workers:
                 self._keep_ring(epoch.ring, workers_gone)
+            elif finished and closes == self._closes:
+                self._idle = (loader, epoch)   # ...unless they persist, after a whole pass
+            else:
+                # An early stop leaves batches prefetched in ring slots: that loader and its
+                # ring are dropped, and the next pass forks anew.
+                del loader
         if produced != expected:
             raise RuntimeError(f"rank {self.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")
@@ -286,9 +291,12 @@ class CARLAWebData:
         if self._idle is not None:
             (loader, kept), self._idle = self._idle, None
             epoch = self._epoch(kept.ring, kept.live)
-            epoch.live.publish(epoch)
-            return loader, epoch
-        epoch = self._epoch(self._lend_ring(), _PassState() if self.persistent_workers else None)
+            if _PassState.fixed(epoch) == _PassState.fixed(kept):
+                epoch.live.publish(epoch)
+                return loader, epoch
+            del loader   # a setting changed since those workers forked
+        epoch = self._epoch(self._lend_ring(),
+                            _PassState(self._mp) if self.persistent_workers else None)
         if epoch.live is not None:
             epoch.live.publish(epoch)
         return DataLoader(_EpochStream(epoch), batch_size=None, num_workers=self.num_workers,
@@ -301,8 +309,9 @@ class CARLAWebData:
                               derive_seed(self.seed, self.epoch, self.rank) % 2**63)), epoch
 
     def close(self) -> None:
-        """Shut down persistent workers now rather than when this object is collected."""
-        self._idle = None
+        """Shut down persistent workers now rather than when this object is collected; those
+        of a pass still running are not kept when it ends."""
+        self._idle, self._closes = None, self._closes + 1
 
     def _keep_ring(self, ring: BatchRing | None, workers_gone: bool) -> None:
         """Keep a pass's ring for the next pass once its workers are joined. After an error,

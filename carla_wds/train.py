@@ -336,6 +336,8 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
             finish(run, last_eval, ranks)
         ok = True
     finally:
+        for data in (run.train, run.val):
+            data.close()   # persistent workers end with the run, not at interpreter exit
         dist.cleanup(barrier=ok)
     return last_eval
 

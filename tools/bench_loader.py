@@ -312,7 +312,7 @@ def main() -> None:
             # drifts by +-10% over minutes, and a drift then hits each cell alike.
             cells = [("floor", 0)] + [("floor2", 0)] * (2 in workers_list) + \
                 [(kind, w) for kind in kinds for w in workers_list
-                 if kind != "seed" or r < seed_repeats]
+                 if (kind != "seed" or r < seed_repeats) and (kind, w) != ("persistent", 0)]
             for kind, workers in cells if r % 2 == 0 else cells[::-1]:
                 runs.setdefault((kind, workers), []).append(
                     measure(workdir, kind, fmt, workers, args.shuffle))
@@ -337,11 +337,11 @@ def _later_epochs(fmt: str, runs: dict, workers_list: list[int], kinds: list[str
     if "persistent" not in kinds:
         return []
     rows = []
-    for w in workers_list:
+    for w in [w for w in workers_list if w]:   # no workers, nothing persists
         later = _median(runs[("persistent", w)])
         fresh = _median(runs[("ours", w)])["rate"] if "ours" in kinds else float("nan")
         rows.append(f"| {fmt} | {w} | {fresh:.1f} | {later['rate']:.1f} | "
-                    f"{later['rate'] / fresh:.2f}x | {later['rate'] / fl['rate'] / max(1, w):.2f} |")
+                    f"{later['rate'] / fresh:.2f}x | {later['rate'] / fl['rate'] / w:.2f} |")
     return rows
 
 
@@ -349,7 +349,7 @@ def _print_later(rows: list[str]) -> None:
     if rows:
         print("\nPersistent workers (ours, persistent_workers=True), epochs 2-3 after an untimed "
               "first epoch, against one epoch with fresh workers. Per core: samples/s / floor / "
-              "max(1, workers):\n")
+              "workers:\n")
         print("| format | workers | fresh samples/s | persistent samples/s | persistent/fresh | "
               "persistent/floor per core |")
         print("|---|---:|---:|---:|---:|---:|")
