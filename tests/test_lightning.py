@@ -27,3 +27,9 @@ def test_lightning_ddp_fit_has_exact_lengths(tmp_path):
     epoch0 = [k for r in ranks for b in r["train_keys"][: r["len"]] for k in b]
     assert len(epoch0) == len(set(epoch0))   # no DistributedSampler duplicating samples
     assert ranks[0]["train_keys"][: ranks[0]["len"]] != ranks[0]["train_keys"][ranks[0]["len"]:]
+    # persistent_workers=True: Lightning stops each pass at len(), and the train worker of
+    # epoch 0 still serves epoch 1 (at epoch 0 the sanity check's val worker is also alive;
+    # fresh workers would share no pid across epochs)
+    for r in ranks:
+        first, second = map(set, r["first_step_children"])
+        assert len(first & second) == 1, r["first_step_children"]
