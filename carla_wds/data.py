@@ -1,6 +1,7 @@
 """CARLAWebData: the typed loader that is exact under DDP and resumable mid-epoch.
 
-    data = CARLAWebData("shards/train", batch_size=32, num_workers=4, augment=True)
+    data = CARLAWebData("shards/train", batch_size=32, num_workers=4, augment=True,
+                        persistent_workers=True)   # workers kept from epoch to epoch
     for epoch in range(epochs):
         data.set_epoch(epoch)
         for batch in data:          # exactly len(data) CARLABatch on every rank
