@@ -255,7 +255,7 @@ class CARLAWebData:
             self.consumed = 0
         expected = self._len - self.consumed
         loader, epoch = self._loader()
-        produced, batches, finished, workers_gone = 0, iter(loader), False, False
+        produced, batches, workers_gone = 0, iter(loader), False
         closes = self._closes   # close() during this pass: its workers are not kept
         try:
             for batch in batches:
@@ -268,20 +268,20 @@ class CARLAWebData:
                 self.stats["batches"] += 1
                 self.stats["skipped_samples"] += len(batch.errors)
                 yield batch
-            finished = workers_gone = True
+            workers_gone = True
         except GeneratorExit:   # the caller stopped: early (break), or at len() (Lightning)
-            workers_gone, finished = True, produced == expected
+            workers_gone = True
             raise
         finally:
-            del batches   # the DataLoader iterator joins its workers when released...
-            if not self.persistent_workers:
-                self._keep_ring(epoch.ring, workers_gone)
-            elif finished and closes == self._closes:
-                self._idle = (loader, epoch)   # ...unless they persist, after a whole pass
+            del batches
+            # Persistent workers are kept after a whole pass only: an early stop leaves
+            # batches prefetched in their ring slots.
+            if (self.persistent_workers and workers_gone and produced == expected
+                    and closes == self._closes):
+                self._idle = (loader, epoch)
             else:
-                # An early stop leaves batches prefetched in ring slots: that loader and its
-                # ring are dropped, and the next pass forks anew.
-                del loader
+                del loader   # the DataLoader iterator joins its workers when released
+                self._keep_ring(epoch.ring, workers_gone)
         if produced != expected:
             raise RuntimeError(f"rank {self.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")
@@ -289,25 +289,28 @@ class CARLAWebData:
     def _loader(self) -> tuple[DataLoader, _Epoch]:
         """This pass's DataLoader and _Epoch: the persistent one kept from the last whole
         pass, told this pass's epoch and position, or a new one."""
-        if self._idle is not None:
-            (loader, kept), self._idle = self._idle, None
+        loader, kept = self._idle or (None, None)
+        self._idle = None
+        if kept is not None and _PassState.fixed(self._epoch()) != _PassState.fixed(kept):
+            loader = None   # a setting changed since those workers forked: they are joined
+            self._keep_ring(kept.ring, True)
+        if loader is not None:
             epoch = self._epoch(kept.ring, kept.live)
-            if _PassState.fixed(epoch) == _PassState.fixed(kept):
-                epoch.live.publish(epoch)
-                return loader, epoch
-            del loader   # a setting changed since those workers forked
-        epoch = self._epoch(self._lend_ring(),
-                            _PassState(self._mp) if self.persistent_workers else None)
+        else:
+            epoch = self._epoch(self._lend_ring(),
+                                _PassState(self._mp) if self.persistent_workers else None)
+            loader = DataLoader(
+                _EpochStream(epoch), batch_size=None, num_workers=self.num_workers,
+                pin_memory=self.pin_memory, persistent_workers=self.persistent_workers,
+                multiprocessing_context=self._mp if self.num_workers else None,
+                prefetch_factor=self.prefetch_factor if self.num_workers else None,
+                # Its own generator: building a loader must not draw from the global torch
+                # RNG, or a resumed run's RNG stream would shift.
+                generator=torch.Generator().manual_seed(
+                    derive_seed(self.seed, self.epoch, self.rank) % 2**63))
         if epoch.live is not None:
             epoch.live.publish(epoch)
-        return DataLoader(_EpochStream(epoch), batch_size=None, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory, persistent_workers=self.persistent_workers,
-                          multiprocessing_context=self._mp if self.num_workers else None,
-                          prefetch_factor=self.prefetch_factor if self.num_workers else None,
-                          # Its own generator: building a loader must not draw from the global
-                          # torch RNG, or a resumed run's RNG stream would shift.
-                          generator=torch.Generator().manual_seed(
-                              derive_seed(self.seed, self.epoch, self.rank) % 2**63)), epoch
+        return loader, epoch
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those

@@ -88,6 +88,8 @@ def test_persistent_resume_and_early_stop(shards, k):
         next(it)
     state = data.state_dict()
     del it                                    # an early stop: those workers are shut down
+    if k:   # their ring is reclaimed for the next loader, its prefetched slots freed
+        assert data._spare_ring is not None and not data._spare_ring.busy.any()
     resumed = CARLAWebData(str(shards), **kw)
     resumed.load_state_dict(state)
     resumed.set_epoch(1)

@@ -33,56 +33,13 @@ import os
 import resource
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from proc_stats import PeakRSS, children_cpu, cpu_seconds, steal_seconds
+
 BATCH, SIZE = 32, (256, 512)
 MEMBERS = ("front", "rear", "left", "right")
-
-
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(k) for k in f.read().split()]
-    except OSError:
-        pass
-    return kids
-
-
-def _tree_rss_mb(root: int) -> float:
-    """RSS of `root` and all its descendants, in MB (Linux /proc; cheap: no full /proc scan)."""
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo += _children(pid)
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            pass
-    return total / 1e6
-
-
-class PeakRSS:
-    def __init__(self) -> None:
-        self.peak, self._stop = 0.0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss_mb(os.getpid()))
-            time.sleep(0.05)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def seed_recipe(shards: Path, workers: int, shuffle: int, n_batches: int, fmt: str) -> int:
@@ -105,33 +62,20 @@ def seed_recipe(shards: Path, workers: int, shuffle: int, n_batches: int, fmt: s
     return sum(len(b[0]) for b in loader)
 
 
-def ours(shards: Path, workers: int, shuffle: int) -> int:
+def ours(shards: Path, workers: int, shuffle: int, persistent: bool = False):
     from carla_wds import CARLAWebData
-    data = CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
-                        shuffle_buffer=shuffle)
-    n = sum(len(b) for b in data)
-    if n != len(data) * BATCH:
-        raise SystemExit(f"ours: {n} samples, expected len(data) x {BATCH} = {len(data) * BATCH}")
-    return n
+    return CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
+                        shuffle_buffer=shuffle, persistent_workers=persistent)
 
 
-def persistent(shards: Path, workers: int, shuffle: int) -> "CARLAWebData":  # noqa: F821
-    """Ours with persistent workers, after its first epoch (untimed): the workers are forked
-    and have written their ring slots."""
-    from carla_wds import CARLAWebData
-    data = CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
-                        shuffle_buffer=shuffle, persistent_workers=True)
-    sum(len(b) for b in data)
-    return data
-
-
-def later_epochs(data: "CARLAWebData", epochs: tuple[int, ...] = (1, 2)) -> int:  # noqa: F821
+def epochs(data, numbers: tuple[int, ...] = (0,)) -> int:
+    """Samples of these epochs, checked against len(data): exactly its full batches."""
     n = 0
-    for epoch in epochs:
+    for epoch in numbers:
         data.set_epoch(epoch)
         n += sum(len(b) for b in data)
-    if n != len(epochs) * len(data) * BATCH:
-        raise SystemExit(f"persistent: {n} samples, expected {len(epochs) * len(data) * BATCH}")
+    if n != len(numbers) * len(data) * BATCH:
+        raise SystemExit(f"ours: {n} samples, expected {len(numbers)} x len(data) x {BATCH}")
     return n
 
 
@@ -170,58 +114,32 @@ def _import_for(kind: str) -> None:
         import carla_wds.stages  # noqa: F401
 
 
-def _cpu_seconds(who: int) -> float:
-    r = resource.getrusage(who)
-    return r.ru_utime + r.ru_stime
-
-
-def _alive_children_cpu() -> float:
-    """CPU seconds so far of this process's live children (persistent workers, which
-    getrusage counts only once they are reaped)."""
-    total = 0.0
-    for pid in _children(os.getpid()):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
-def _steal_seconds() -> float:
-    """Time the hypervisor gave this VM's CPUs to others since boot, all CPUs summed."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else float("nan")
-
-
 def child(args: argparse.Namespace) -> None:
     shards = Path(args.workdir) / f"shards_{args.fmt}"
     total = json.loads((shards / "manifest.json").read_text())["total_samples"]
     _import_for(args.child)
-    warm = persistent(shards, args.workers, args.shuffle) if args.child == "persistent" else None
-    cpu0 = [_cpu_seconds(resource.RUSAGE_SELF), _cpu_seconds(resource.RUSAGE_CHILDREN),
-            _alive_children_cpu()]
-    steal0 = _steal_seconds()
+    if args.child == "persistent":   # its first epoch, untimed, forks the workers
+        warm = ours(shards, args.workers, args.shuffle, persistent=True)
+        epochs(warm)
+    cpu0 = [cpu_seconds(resource.RUSAGE_SELF), children_cpu()]
+    steal0 = steal_seconds()
     with PeakRSS() as rss:
         t0 = time.perf_counter()
         if args.child == "seed":
             n = seed_recipe(shards, args.workers, args.shuffle, total // BATCH, args.fmt)
         elif args.child == "ours":
-            n = ours(shards, args.workers, args.shuffle)
+            n = epochs(ours(shards, args.workers, args.shuffle))
         elif args.child == "persistent":
-            n = later_epochs(warm)
+            n = epochs(warm, (1, 2))
         else:
             n = floor(shards, args.fmt, 2 if args.child == "floor2" else 1)
         seconds = time.perf_counter() - t0
-    # workers are joined (and so counted in RUSAGE_CHILDREN) once the loop has ended
-    main_cpu = _cpu_seconds(resource.RUSAGE_SELF) - cpu0[0]
-    workers_cpu = (_cpu_seconds(resource.RUSAGE_CHILDREN) - cpu0[1]
-                   + _alive_children_cpu() - cpu0[2])
-    steal = _steal_seconds() - steal0
+    # fresh workers are reaped by now (getrusage); persistent ones are read live (/proc)
+    main_cpu = cpu_seconds(resource.RUSAGE_SELF) - cpu0[0]
+    workers_cpu = children_cpu() - cpu0[1]
+    steal = steal_seconds() - steal0
     # A rate is only worth reporting over the right count: the floor reads every sample, the
-    # loaders exactly their full batches (ours checks len() itself, in `ours`).
+    # loaders exactly their full batches (ours checks len() itself, in `epochs`).
     expected = total if args.child.startswith("floor") else total // BATCH * BATCH
     if args.child not in ("ours", "persistent") and n != expected:
         raise SystemExit(f"{args.child}: {n} samples, expected {expected}")
@@ -327,8 +245,16 @@ def main() -> None:
                   f"{mine['peak_rss_mb']:.0f} |", flush=True)
         later += _later_epochs(fmt, runs, workers_list, kinds, fl)
         scaling += _scaling(fmt, runs, workers_list, kinds)
-    _print_later(later)
-    _print_scaling(scaling)
+    _print_table("Persistent workers (ours, persistent_workers=True), epochs 2-3 after an "
+                 "untimed first epoch, against one epoch with fresh workers. Per core: "
+                 "samples/s / floor / workers",
+                 ["format", "workers", "fresh samples/s", "persistent samples/s",
+                  "persistent/fresh", "persistent/floor per core"], later)
+    _print_table("2 workers against 1 (ours), and 2 floor processes against 1 (this machine's "
+                 "ceiling). busy: decoding CPU s / wall s / processes; CPU/sample: its ratio, 2 "
+                 "against 1; steal: seconds taken by the host during the 2-process cell",
+                 ["format", "pipeline", "2 vs 1", "per repeat", "busy at 1", "busy at 2",
+                  "CPU/sample 2 vs 1", "steal s"], scaling)
 
 
 def _later_epochs(fmt: str, runs: dict, workers_list: list[int], kinds: list[str],
@@ -345,14 +271,13 @@ def _later_epochs(fmt: str, runs: dict, workers_list: list[int], kinds: list[str
     return rows
 
 
-def _print_later(rows: list[str]) -> None:
+def _print_table(title: str, columns: list[str], rows: list[str]) -> None:
+    """A markdown table after its title; nothing when there are no rows. Text columns first."""
     if rows:
-        print("\nPersistent workers (ours, persistent_workers=True), epochs 2-3 after an untimed "
-              "first epoch, against one epoch with fresh workers. Per core: samples/s / floor / "
-              "workers:\n")
-        print("| format | workers | fresh samples/s | persistent samples/s | persistent/fresh | "
-              "persistent/floor per core |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print(f"\n{title}:\n")
+        print("| " + " | ".join(columns) + " |")
+        print("|" + "|".join("---" if c in ("format", "pipeline") else "---:" for c in columns)
+              + "|")
         print("\n".join(rows), flush=True)
 
 
@@ -393,17 +318,6 @@ def _cpu_per_sample(r: dict) -> float:
 
 def _mid(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
-
-
-def _print_scaling(rows: list[str]) -> None:
-    if rows:
-        print("\n2 workers against 1 (ours), and 2 floor processes against 1 (this machine's "
-              "ceiling). busy: decoding CPU s / wall s / processes; CPU/sample: its ratio, 2 "
-              "against 1; steal: seconds taken by the host during the 2-process cell:\n")
-        print("| format | pipeline | 2 vs 1 | per repeat | busy at 1 | busy at 2 | "
-              "CPU/sample 2 vs 1 | steal s |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
-        print("\n".join(rows), flush=True)
 
 
 def _median(results: list[dict]) -> dict:
