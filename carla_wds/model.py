@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from .settings import setting
+
 logger = logging.getLogger(__name__)
 
 VALID_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18", "tiny")
@@ -39,10 +41,19 @@ _JOIN_HIDDEN: int = 512
 
 @dataclass
 class ModelConfig:
-    backbone: str = "resnet34"  # "resnet34" | "resnet18" | "tiny" (a small CNN for CPU tests)
-    pretrained: str | None = None  # LOCAL torchvision state_dict (.pth); never downloaded
-    feature_dim: int = 256  # fused feature size == GRU hidden size
-    dropout: float = 0.0
+    backbone: str = setting("resnet34", choices=VALID_BACKBONES,
+                            doc="tiny: a small CNN for CPU tests")
+    # a LOCAL torchvision state_dict (.pth), never downloaded
+    pretrained: str | None = setting(None, nonempty=True)
+    feature_dim: int = setting(256, ge=1, doc="fused feature size, the GRU's hidden size")
+    dropout: float = setting(0.0, ge=0, lt=1)
+
+    def cross_checks(self) -> list[tuple[str, str]]:
+        if self.pretrained is not None and self.backbone not in RESNET_BACKBONES:
+            return [("pretrained", f"pretrained weights are for {', '.join(RESNET_BACKBONES)}, "
+                     f"not backbone {self.backbone}. Fix: model.pretrained=null, or a ResNet "
+                     "backbone")]
+        return []
 
 
 class TinyEncoder(nn.Module):

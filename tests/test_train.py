@@ -163,7 +163,7 @@ def test_config_errors_and_overrides(tmp_path):
         load_config(TINY, ["optim.lrr=1"])
     with pytest.raises(ConfigError, match="unknown config key bogus; valid keys here: run_dir"):
         load_config(None, ["bogus=1"])
-    with pytest.raises(ConfigError, match="epochs: expected int"):
+    with pytest.raises(ConfigError, match="epochs: expected an integer, got .many.. Fix: e.g. epochs=4"):
         load_config(TINY, ["epochs=many"])
     with pytest.raises(ConfigError, match="key=value"):
         load_config(TINY, ["epochs"])
