@@ -13,6 +13,7 @@ import numpy as np
 from .schema import N_COMMANDS
 
 LANEFOLLOW = 4
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 def ego_rotation(theta: float) -> np.ndarray:
@@ -45,7 +46,8 @@ def frame_labels(xy: np.ndarray, theta: float, target: np.ndarray, command: int,
                  pred_len: int) -> dict[str, np.ndarray]:
     """Labels of the frame whose position is xy[0]; xy holds it and its pred_len future positions.
 
-    theta must already be finite (the packer maps NaN to 0 and counts it).
+    theta must already be finite (the packer maps NaN to 0 and counts it, and refuses an
+    infinite one). The float32 results can still overflow; see `non_finite_label`.
     """
     xy = np.asarray(xy, np.float64)
     if xy.shape != (pred_len + 1, 2):
@@ -58,3 +60,13 @@ def frame_labels(xy: np.ndarray, theta: float, target: np.ndarray, command: int,
         "target_point": to_ego(theta, xy[0], target).astype(np.float32),
         "target_command": command_onehot(command).astype(np.float32),
     }
+
+
+def non_finite_label(labels: dict) -> str | None:
+    """The first label that is not finite as stored (float32), or None: positions each within
+    float32's range can still be too far apart for it, and an infinity must not be packed."""
+    with np.errstate(over="ignore", invalid="ignore"):   # the cast's overflow is the finding
+        for name in ("waypoints", "waypoints_diff", "target_point", "speed"):
+            if name in labels and not np.isfinite(np.asarray(labels[name], np.float32)).all():
+                return name
+    return None

@@ -25,7 +25,10 @@ MANIFEST = "manifest.json"
 
 
 def build_manifest(spec: SampleSpec, layout, records, report: dict, opts, version: str,
-                   n_routes: int) -> dict[str, Any]:
+                   n_routes: int, image_sizes: dict[str, tuple[int, int]] | None = None
+                   ) -> dict[str, Any]:
+    """The manifest of a finished pack. `image_sizes` holds each camera's (H, W) as stored in
+    the shards (after --resize); the loader refuses a member whose header says otherwise."""
     plans = report["plans"]
     skipped = [s for p in plans for s in p.skipped] + report["skipped"]
     skipped.sort(key=lambda s: (s.episode, -1 if s.frame is None else s.frame, s.file))
@@ -42,6 +45,8 @@ def build_manifest(spec: SampleSpec, layout, records, report: dict, opts, versio
         "image_format": spec.image_format, "total_samples": total,
         "shards": [r.__dict__ for r in records], "counts": counts,
         "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
+        "image_sizes": {c: list(image_sizes[c]) for c in spec.cameras if c in image_sizes}
+        if image_sizes else {},
     }
 
 

@@ -7,11 +7,11 @@ byte-identical shards, because shard boundaries depend only on the ordered sampl
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,46 +21,20 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
-from .fileio import atomic_write_bytes, atomic_write_json, sha256_file
+from .fileio import atomic_write_json
+from .imagesize import ImageHeaderError, image_size
+from .journal import committed_shards, read_journal, write_header
 from .layouts import Layout, load_layout
 from .manifest import MANIFEST, build_manifest
+from .options import PackOptions
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
-from .schema import (SampleSpec, SchemaError, decode_rgb, encode_sample, image_encoder,
-                     make_key)
-from .shards import JOURNAL, ShardRecord, ShardSink
+from .schema import SampleSpec, SchemaError, decode_rgb, encode_sample, image_encoder, make_key
+from .shards import JOURNAL, JournalEntry, ShardSink, output_error
 
 log = logging.getLogger(__name__)
 CHUNK = 16   # frames per worker task: large enough to amortise IPC, small enough to stream
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
 PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
-
-
-@dataclass
-class PackOptions:
-    layout: str = "tcp"
-    pred_len: int = 4
-    max_samples: int = 1000
-    max_bytes: int | None = None
-    prefix: str = "shard"
-    image_format: str | None = None        # None: keep the source format, bytes copied verbatim
-    quality: int = 95
-    resize: tuple[int, int] | None = None  # (H, W)
-    workers: int = 1
-    part: tuple[int, int] | None = None    # (i, N): this machine packs part i of N
-    on_error: str = "fail"
-    check_images: bool = False
-    dot_replacement: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
-    # fsync each shard before its rename: durable against power loss, not only against a killed
-    # process. Off, a pack runs at page-cache speed; the kernel writes the shards out later.
-    fsync: bool = True
-
-    def identity(self) -> dict[str, Any]:
-        """The options that change the output bytes; a resume must match them exactly."""
-        skip = {"workers", "resume", "overwrite", "progress", "fsync"}
-        return {k: v for k, v in asdict(self).items() if k not in skip}
 
 
 @dataclass
@@ -90,13 +64,31 @@ def _structure_problem(data: bytes, ext: str) -> str | None:
     return None
 
 
-def _encode_frame(task: FrameTask, codec: _Codec) -> dict[str, Any] | Skip:
-    images = {}
+@dataclass
+class _Encoded:
+    """A worker's sample, with its images' sizes from their headers for the main process to
+    compare across the whole stream (workers see only their own chunk)."""
+    sample: dict[str, Any]
+    episode: str
+    frame: int
+    files: dict[str, str]                      # camera -> "rgb/0005.png"
+    source_sizes: dict[str, tuple[int, int]]   # (H, W) of the raw image
+    stored_sizes: dict[str, tuple[int, int]]   # (H, W) of the image in the shard
+
+
+def _encode_frame(task: FrameTask, codec: _Codec) -> _Encoded | Skip:
+    images, files, source, stored = {}, {}, {}, {}
     for cam in codec.cameras:
         path = task.image_paths[cam]
+        files[cam] = "/".join(Path(path).parts[-2:])
         with open(path, "rb") as f:
             data = f.read()
         problem = _structure_problem(data, codec.source_ext)
+        if problem is None:
+            try:
+                source[cam] = image_size(data)
+            except ImageHeaderError as exc:
+                problem = f"{exc}; expected a {codec.source_ext} image whose header gives its size"
         rgb = None
         if problem is None and (codec.check_images or not codec.passthrough):
             try:
@@ -104,9 +96,40 @@ def _encode_frame(task: FrameTask, codec: _Codec) -> dict[str, Any] | Skip:
             except SchemaError:
                 problem = "image does not decode; expected a valid image file"
         if problem:
-            return Skip(task.episode, task.frame, "/".join(Path(path).parts[-2:]), problem)
+            return Skip(task.episode, task.frame, files[cam], problem)
         images[cam] = data if codec.passthrough else _reencode(rgb, codec)
-    return encode_sample(codec.spec, task.key, images, task.labels)
+        stored[cam] = source[cam] if codec.passthrough else image_size(images[cam])
+    return _Encoded(encode_sample(codec.spec, task.key, images, task.labels), task.episode,
+                    task.frame, files, source, stored)
+
+
+class _Sizes:
+    """Each camera's image size, taken from the stream's first sample: a frame whose image
+    differs is a bad frame, and the sizes go into the manifest (the loader refuses members
+    whose header disagrees) and the journal (a resume does not read the first images)."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.source = {c: tuple(v) for c, v in meta.get("source_sizes", {}).items()}
+        self.stored = {c: tuple(v) for c, v in meta.get("image_sizes", {}).items()}
+        self.first = dict(meta.get("first_files", {}))
+
+    def meta(self) -> dict[str, Any]:
+        return {"source_sizes": {c: list(v) for c, v in self.source.items()},
+                "image_sizes": {c: list(v) for c, v in self.stored.items()},
+                "first_files": self.first}
+
+    def check(self, item: _Encoded) -> dict[str, Any] | Skip:
+        if not self.source:
+            self.source, self.stored = dict(item.source_sizes), dict(item.stored_sizes)
+            self.first = {c: f"{item.episode}/{f}" for c, f in item.files.items()}
+            return item.sample
+        for cam, (h, w) in item.source_sizes.items():
+            if (h, w) != self.source[cam]:
+                eh, ew = self.source[cam]
+                return Skip(item.episode, item.frame, item.files[cam],
+                            f"image is {h}x{w} (HxW) but {self.first[cam]}, the first {cam} "
+                            f"image, is {eh}x{ew}; expected one size per camera")
+        return item.sample
 
 
 def _reencode(rgb: np.ndarray, codec: _Codec) -> bytes:
@@ -121,15 +144,35 @@ def _encode_chunk(args: tuple[list[FrameTask], _Codec]) -> list[dict[str, Any] |
     return [_encode_frame(t, codec) for t in tasks]
 
 
-def _chunks(plans: Iterator[RoutePlan], codec: _Codec, report: dict, bar: tqdm) -> Iterator[tuple]:
+def _chunks(plans: Iterator[RoutePlan], codec: _Codec, report: dict, bar: tqdm,
+            start: tuple[int, str]) -> Iterator[tuple]:
+    """Worker tasks of the stream, after the first `start[0]` (those of committed shards, the
+    last of which was the sample `start[1]`): their images are neither read nor encoded."""
+    skip, last_key = start
     for plan in plans:
         report["plans"].append(plan)
         bar.update(plan.tail + len(plan.skipped))   # frames that never become tasks
-        for i in range(0, len(plan.tasks), CHUNK):
-            yield plan.tasks[i:i + CHUNK], codec
+        tasks = plan.tasks
+        if skip:
+            n = min(skip, len(tasks))
+            skip -= n
+            if skip == 0 and tasks[n - 1].key != last_key:
+                raise _changed(f"frame task {start[0]} is {tasks[n - 1].key}, not {last_key}")
+            bar.update(n)
+            tasks = tasks[n:]
+        for i in range(0, len(tasks), CHUNK):
+            yield tasks[i:i + CHUNK], codec
+    if skip:
+        raise _changed(f"it gives {start[0] - skip} frame tasks, the committed shards "
+                       f"took {start[0]}")
 
 
-def _prepare_output(out: Path, opts: PackOptions) -> list[ShardRecord]:
+def _changed(detail: str) -> PackError:
+    return PackError(f"--resume: the input no longer matches the interrupted pack's journal "
+                     f"({detail}); the input changed. Fix: pack again with --overwrite")
+
+
+def _prepare_output(out: Path, opts: PackOptions) -> list[JournalEntry]:
     """Refuse to clobber, clear for --overwrite, or load the journal for --resume."""
     out.mkdir(parents=True, exist_ok=True)
     existing = [p for p in out.iterdir()]
@@ -140,36 +183,29 @@ def _prepare_output(out: Path, opts: PackOptions) -> list[ShardRecord]:
     if opts.overwrite:
         for p in existing:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
-        existing = []
     for p in out.glob(".*.tmp"):
         p.unlink()   # a half-written shard from a killed pack
-    return _read_journal(out, opts) if opts.resume else []
-
-
-def _read_journal(out: Path, opts: PackOptions) -> list[ShardRecord]:
-    journal = out / JOURNAL
-    if not journal.exists():
+    if not opts.resume:
+        return []
+    if not (out / JOURNAL).exists():
         if (out / MANIFEST).exists():
             raise PackError(f"{out} holds a finished pack (manifest.json); nothing to resume. "
                             "Use --overwrite to pack again")
         return []
-    lines = []
-    for line in journal.read_text().splitlines():
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError:
-            break   # the last line was cut short by the kill; its shard is redone
-    saved = lines[0].get("options") if lines else None
-    if saved != json.loads(json.dumps(opts.identity())):
-        raise PackError(f"--resume: {journal} was written with options {saved}, now "
-                        f"{opts.identity()}. Fix: resume with the same options, or --overwrite")
-    done = [ShardRecord(**line["shard"]) for line in lines[1:]]
-    for rec in done:
-        path = out / rec.name
-        if not path.exists() or sha256_file(path) != rec.sha256:
-            raise PackError(f"--resume: shard {path} is missing or differs from the journal. "
-                            "Fix: pack again with --overwrite")
-    return done
+    return read_journal(out, opts.identity(), opts.prefix)
+
+
+def _discard_if_nothing_committed(out: Path, created: bool) -> None:
+    """A pack that failed before its first shard was committed leaves nothing to resume: drop
+    the journal (else the corrected rerun is told the folder is not empty) and a folder it
+    made."""
+    if not out.is_dir() or committed_shards(out):
+        return
+    (out / JOURNAL).unlink(missing_ok=True)
+    for p in out.glob(".*.tmp"):
+        p.unlink()
+    if created and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _check_key_collisions(routes: list[str], dot_replacement: str | None) -> None:
@@ -191,16 +227,16 @@ def _select_part(routes: list[str], part: tuple[int, int] | None) -> list[str]:
     if part is None:
         return routes
     i, n = part
-    if not 0 <= i < n:
-        raise PackError(f"--part {i}/{n}: expected 0 <= i < N")
     # Contiguous slices keep the merged parts in the same order as a single pack.
     return routes[i * len(routes) // n:(i + 1) * len(routes) // n]
 
 
 def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> dict[str, Any]:
-    """Pack input_dir into output_dir; returns the manifest that was written."""
-    if opts.on_error not in ("fail", "skip"):
-        raise PackError(f"--on-error {opts.on_error!r}; expected fail or skip")
+    """Pack input_dir into output_dir; returns the manifest that was written.
+
+    Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
+    first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
+    opts.validate()
     try:
         layout = load_layout(opts.layout)
     except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
@@ -210,34 +246,73 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     _check_key_collisions(all_routes, opts.dot_replacement)
     routes = _select_part(all_routes, opts.part)
     out = Path(output_dir)
+    created = not out.exists()
+    try:
+        return _pack_into(input_dir, out, routes, layout, spec, opts)
+    except BaseException:
+        _discard_if_nothing_committed(out, created)
+        raise
+
+
+def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: SampleSpec,
+               opts: PackOptions) -> dict[str, Any]:
     done = _prepare_output(out, opts)
     if not done:
-        atomic_write_bytes(out / JOURNAL, (json.dumps({"options": opts.identity()}) + "\n").encode())
+        _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
     codec = _Codec(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
                    list(layout.camera_names))
     sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
-    report: dict[str, Any] = {"plans": [], "skipped": []}
+    sizes = _Sizes(done[-1].meta if done else {})
+    sink.meta = sizes.meta()
+    # Frames the committed shards skipped (bad images in skip mode) are not seen again.
+    report: dict[str, Any] = {"plans": [], "skipped": [Skip(**r) for e in done
+                                                         for r in e.skipped]}
+    start = (done[-1].tasks, done[-1].last_key) if done else (0, "")
     try:
-        _run(input_dir, routes, layout, opts, codec, sink, report)
+        _run(input_dir, routes, layout, opts, codec, sink, report, sizes, start)
         records = sink.close()
+        if not any(r.samples for r in records):
+            raise _nothing_packed(report, out)
     except BaseException:
         sink.abort()
         raise
-    manifest = build_manifest(spec, layout, records, report, opts, __version__, len(routes))
-    atomic_write_json(out / MANIFEST, manifest)
+    manifest = build_manifest(spec, layout, records, report, opts, __version__, len(routes),
+                              sizes.stored)
+    _write_or_explain(out / MANIFEST, out, lambda: atomic_write_json(out / MANIFEST, manifest))
     (out / JOURNAL).unlink(missing_ok=True)
     log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
              len(records), out, len(manifest["skipped"]))
     return manifest
 
 
+def _write_or_explain(path: Path, out: Path, write) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise output_error(path, exc, out) from exc
+
+
+def _nothing_packed(report: dict, out: Path) -> PackError:
+    """Every frame skipped: no manifest, since a manifest of 0 samples would load as a valid,
+    empty dataset and a training run would start on nothing."""
+    plans = report["plans"]
+    skipped = [s for p in plans for s in p.skipped] + report["skipped"]
+    reasons = Counter(s.reason for s in skipped).most_common(3)
+    why = "; ".join(f"{n} x {r}" for r, n in reasons) or "every route is shorter than a sample"
+    first = f" First: {skipped[0].message()}" if skipped else ""
+    return PackError(f"no samples: all {sum(p.n_frames for p in plans)} frames of {len(plans)} "
+                     f"routes were skipped ({len(skipped)}) or are route tails "
+                     f"({sum(p.tail for p in plans)}), so no shard and no manifest were written "
+                     f"to {out}. Reasons: {why}.{first}")
+
+
 def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec: _Codec,
-         sink: ShardSink, report: dict) -> None:
+         sink: ShardSink, report: dict, sizes: _Sizes, start: tuple[int, str]) -> None:
     plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
     total = sum(n.endswith(".json") for r in routes
                 for n in os.listdir(Path(input_dir) / r / layout.measurements))
     bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
-    chunks = _chunks(plans, codec, report, bar)
+    chunks = _chunks(plans, codec, report, bar, start)
     # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
     # a pipe per image (3x slower on 2 cores), and a thread reading ahead gained nothing (the
     # second core already hashes); both measured, see docs/benchmarks.md. Worker processes
@@ -252,8 +327,13 @@ def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec:
         results = pool.imap(_encode_chunk, chunks) if pool else map(_encode_chunk, chunks)
         for chunk in results:
             for item in chunk:
+                if isinstance(item, _Encoded):
+                    item = sizes.check(item)
+                    if not sink.meta["image_sizes"]:   # the first sample set them
+                        sink.meta = sizes.meta()
                 if isinstance(item, Skip):
                     _skip(item, opts, report)
+                    sink.skip(item.record())
                 else:
                     sink.add(item)
             bar.update(len(chunk))

@@ -7,16 +7,20 @@ enforces that invariant for every route.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .labels import frame_labels
+import numpy as np
+
+from .labels import F32_MAX, frame_labels, non_finite_label
 from .layouts import Layout
 from .schema import N_COMMANDS, SchemaError, make_key
 
+log = logging.getLogger(__name__)
 FIX_SKIP = "fix or remove the file, or pack with --on-error skip to record the frame and go on"
 
 
@@ -69,12 +73,23 @@ class RoutePlan:
 
 
 def find_routes(input_dir: str | Path, layout: Layout) -> list[str]:
-    """Route folders (those holding the measurements folder) under input_dir, sorted, posix."""
+    """Route folders (those holding the measurements folder) under input_dir, sorted, posix.
+
+    Symlinked folders are followed (datasets are often assembled from links); a folder reached
+    a second time, through a loop or a second link, is searched once and the repeat is logged.
+    """
     root = Path(input_dir)
     if not root.is_dir():
         raise PackError(f"INPUT_DIR {root} is not a directory")
-    routes = []
-    for dirpath, dirnames, _ in os.walk(root):
+    routes, seen = [], {}
+    for dirpath, dirnames, _ in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            log.warning("%s is %s again (through a symlink); not searched twice", dirpath,
+                        seen[real])
+            dirnames.clear()
+            continue
+        seen[real] = dirpath
         dirnames.sort()
         if layout.measurements in dirnames:
             routes.append(Path(dirpath).relative_to(root).as_posix())
@@ -103,10 +118,20 @@ def _read_measurement(path: Path, layout: Layout) -> tuple[dict[str, float] | No
         if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
             return None, f"field {theirs!r} is {value!r}; expected a number"
         values[ours] = math.nan if value is None else float(value)
+    # NaN or null theta is CARLA's "no compass reading", which TCP maps to 0 (counted as
+    # nan_theta by the planner); an infinite theta is no reading at all but a corrupt value,
+    # so it is a bad measurement like an infinite x.
     bad = [layout.fields[k] for k in ("x", "y", "speed", "target_x", "target_y")
-           if not math.isfinite(values[k])]
+           if not math.isfinite(values[k])] + (
+        [layout.fields["theta"]] if math.isinf(values["theta"]) else [])
     if bad:
         return None, f"non-finite value in {bad}; expected finite numbers"
+    # Labels are stored as float32: a value past its range would become an infinity there.
+    huge = [layout.fields[k] for k in ("x", "y", "speed", "target_x", "target_y")
+            if abs(values[k]) > F32_MAX]
+    if huge:
+        return None, (f"value beyond float32 range (|v| > {F32_MAX:.3g}) in {huge}; expected "
+                      "coordinates in metres and speeds in m/s")
     if not math.isfinite(values["command"]) or values["command"] != int(values["command"]):
         return None, f"command {values['command']} is not an integer RoadOption"
     if not (values["command"] < 0 or 1 <= values["command"] <= N_COMMANDS):
@@ -115,25 +140,40 @@ def _read_measurement(path: Path, layout: Layout) -> tuple[dict[str, float] | No
     return values, ""
 
 
-def _frame_numbers(meas_dir: Path, episode: str) -> tuple[dict[int, Path], list[Skip]]:
-    frames, skipped = {}, []
-    for name in sorted(os.listdir(meas_dir)):
-        stem, _, ext = name.partition(".")
-        if ext != "json":
+def _numbered(folder: Path, ext: str) -> tuple[dict[int, str], dict[int, str]]:
+    """Files `<digits>.<ext>` of a folder by frame number, and the numbers two files claim
+    (0005.json and 00005.json are both frame 5), each with a reason naming both files."""
+    files, clash = {}, {}
+    for name in sorted(os.listdir(folder)):
+        stem, _, e = name.partition(".")
+        if e != ext or not stem.isdigit():
             continue
-        if not stem.isdigit():
-            skipped.append(Skip(episode, None, f"measurements/{name}",
-                                "file name is not a frame number; expected e.g. 0042.json"))
-            continue
-        frames[int(stem)] = meas_dir / name
-    return frames, skipped
+        t = int(stem)
+        if t in files:
+            clash[t] = (f"{folder.name}/{files[t]} and {folder.name}/{name} are both frame "
+                        f"{t}; expected one {ext} file per frame number")
+        else:
+            files[t] = name
+    return files, clash
 
 
-def _camera_files(route: Path, layout: Layout) -> dict[str, set[str]]:
+def _frame_numbers(meas_dir: Path, episode: str
+                   ) -> tuple[dict[int, Path], list[Skip], dict[int, str]]:
+    """Measurement files by frame, those whose names are no frame number, and clashes."""
+    skipped = [Skip(episode, None, f"measurements/{name}",
+                    "file name is not a frame number; expected e.g. 0042.json")
+               for name in sorted(os.listdir(meas_dir))
+               if name.partition(".")[2] == "json" and not name.partition(".")[0].isdigit()]
+    files, clash = _numbered(meas_dir, "json")
+    return {t: meas_dir / n for t, n in files.items()}, skipped, clash
+
+
+def _camera_files(route: Path, layout: Layout) -> dict[str, tuple[dict[int, str], dict]]:
+    """Per camera: image file names by frame number, and frame-number clashes."""
     listed = {}
     for cam, folder in layout.cameras.items():
         cam_dir = route / folder
-        listed[cam] = set(os.listdir(cam_dir)) if cam_dir.is_dir() else set()
+        listed[cam] = _numbered(cam_dir, layout.image_ext) if cam_dir.is_dir() else ({}, {})
     return listed
 
 
@@ -141,7 +181,7 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
                dot_replacement: str | None = None) -> RoutePlan:
     """Read one route's measurements and decide, for every frame, sample, tail or skip."""
     route = Path(input_dir) / episode
-    frames, skipped = _frame_numbers(route / layout.measurements, episode)
+    frames, skipped, clash = _frame_numbers(route / layout.measurements, episode)
     plan = RoutePlan(episode, n_frames=len(frames) + len(skipped), skipped=skipped)
     try:
         key_of = lambda t: make_key(episode, t, dot_replacement)  # noqa: E731
@@ -157,16 +197,18 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
                               fix="remove the route, or pack with --on-error skip")
                          for t in sorted(frames)]
         return plan
-    good, bad = _read_all(frames, layout, episode, plan)
+    good, bad = _read_all(frames, layout, episode, plan, clash)
     _plan_frames(plan, frames, good, bad, route, layout, pred_len, key_of)
     plan.check()
     return plan
 
 
-def _read_all(frames: dict[int, Path], layout: Layout, episode: str,
-              plan: RoutePlan) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
-    good, bad = {}, {}
+def _read_all(frames: dict[int, Path], layout: Layout, episode: str, plan: RoutePlan,
+              clash: dict[int, str]) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
+    good, bad = {}, dict(clash)   # a frame with two files has no one measurement to trust
     for t, path in frames.items():
+        if t in bad:
+            continue
         values, reason = _read_measurement(path, layout)
         if values is None:
             bad[t] = reason
@@ -199,26 +241,42 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
                                      f"future frame {future[0]:04d} is {what}; waypoints need "
                                      f"frames {t + 1}..{t + pred_len}", derived=True))
             continue
-        images, missing = {}, None
-        for cam, folder in layout.cameras.items():
-            name = f"{t:04d}.{layout.image_ext}"
-            if name not in cam_files[cam]:
-                missing = f"{folder}/{name}"
-                break
-            images[cam] = str(route / folder / name)
-        if missing:
-            plan.skipped.append(Skip(plan.episode, t, missing, "missing camera file; expected a "
-                                     f"{layout.image_ext} image for every camera"))
+        images, problem = _images(t, route, layout, cam_files)
+        if problem:
+            plan.skipped.append(Skip(plan.episode, t, *problem))
             continue
-        plan.tasks.append(FrameTask(plan.episode, t, key_of(t),
-                                    _labels(good, t, pred_len, plan.episode), images))
+        labels = _labels(good, t, pred_len, plan.episode)
+        overflow = non_finite_label(labels)
+        if overflow:
+            plan.skipped.append(Skip(plan.episode, t, f"{meas}/{frames[t].name}",
+                                     f"label {overflow} is not finite in float32 (computed from "
+                                     f"frames {t}..{t + pred_len}, whose values are too far "
+                                     "apart); expected coordinates in metres"))
+            continue
+        plan.tasks.append(FrameTask(plan.episode, t, key_of(t), labels, images))
+
+
+def _images(t: int, route: Path, layout: Layout, cam_files: dict
+            ) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """Frame t's image path per camera, or (file, reason) of the first missing or doubled one."""
+    images = {}
+    for cam, folder in layout.cameras.items():
+        files, clash = cam_files[cam]
+        if t in clash:
+            return images, (f"{folder}/{t:04d}.{layout.image_ext}", clash[t])
+        if t not in files:
+            return images, (f"{folder}/{t:04d}.{layout.image_ext}", "missing camera file; "
+                            f"expected a {layout.image_ext} image for every camera")
+        images[cam] = str(route / folder / files[t])
+    return images, None
 
 
 def _labels(good: dict[int, dict[str, float]], t: int, pred_len: int, episode: str) -> dict:
     now = good[t]
     xy = [(good[t + i]["x"], good[t + i]["y"]) for i in range(pred_len + 1)]
-    labels = frame_labels(xy, now["theta"], (now["target_x"], now["target_y"]),
-                          int(now["command"]), pred_len)
+    with np.errstate(over="ignore", invalid="ignore"):   # overflow is checked on the result
+        labels = frame_labels(xy, now["theta"], (now["target_x"], now["target_y"]),
+                              int(now["command"]), pred_len)
     labels["speed"] = now["speed"]
     labels["meta"] = {"episode": episode, "frame": t, "command": int(now["command"])}
     return labels

@@ -245,6 +245,16 @@ def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:
     onehot = labels["target_command"]
     if onehot.sum() != 1 or not np.isin(onehot, (0, 1)).all():
         raise SchemaError(f"{where}: target_command {onehot.tolist()} is not one-hot")
+    for name in ("target_point", "waypoints", "waypoints_diff"):
+        if not np.isfinite(labels[name]).all():
+            raise SchemaError(f"{where}: {name}.npy holds non-finite values "
+                              f"{labels[name].tolist()}; expected finite float32. Re-pack with "
+                              "this carla-wds, which refuses such frames")
+    with np.errstate(over="ignore"):   # the cast's overflow is what is checked
+        speed_ok = bool(np.isfinite(np.float32(labels["speed"])))
+    if not speed_ok:
+        raise SchemaError(f"{where}: speed.json holds {labels['speed']!r}, beyond float32 range; "
+                          "expected a finite float32 speed (m/s). Re-pack with this carla-wds")
     for member in spec.image_members:
         try:
             CODECS[spec.image_format].decode(raw[member])
