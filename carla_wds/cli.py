@@ -7,11 +7,12 @@ import sys
 
 import click
 
+from .remote import RemoteError
 from .routes import PackError
 from .schema import SchemaError
 
 # Errors about the user's input or folders: shown as "Error: message", never as a traceback.
-USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError)
+USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError, RemoteError)
 
 
 def _pair(value: str | None, form: str = "HxW", example: str = "256x512"
@@ -86,7 +87,7 @@ def pack(input_dir, output_dir, resize, part, **kw) -> None:
 @click.option("--prefix", default="shard", show_default=True)
 def merge(part_dirs, out_dir, prefix) -> None:
     """Combine `pack --part i/N` outputs into one folder and manifest."""
-    from .manifest import merge as run_merge
+    from .audit import merge as run_merge
     try:
         m = run_merge(list(part_dirs), out_dir, prefix)
     except USER_ERRORS as exc:
@@ -100,7 +101,7 @@ def merge(part_dirs, out_dir, prefix) -> None:
 @click.option("--deep", is_flag=True, help="Decode and validate every sample.")
 def verify(directory, deep) -> None:
     """Check shard counts and sha256 against the manifest."""
-    from .manifest import verify as run_verify
+    from .audit import verify as run_verify
     try:
         problems = run_verify(directory, deep=deep)
     except USER_ERRORS as exc:
@@ -117,7 +118,7 @@ def verify(directory, deep) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def inspect(directory, as_json) -> None:
     """Summarise a pack: samples, shards, sizes, commands, speeds."""
-    from .manifest import summary
+    from .audit import summary
     try:
         s = summary(directory)
     except USER_ERRORS as exc:

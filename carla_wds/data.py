@@ -27,8 +27,9 @@ from . import shardio, stages
 from .augment import image_iteration
 from .batch import CARLABatch
 from .dist import rank_world
-from .manifest import read_manifest, shard_url, spec_of
+from .manifest import image_sizes_of, read_manifest, shard_url, spec_of
 from .plan import batches_per_rank, plan_worker, resampled_shards
+from .remote import RemoteOptions
 from .ring import BatchRing, RingItem
 from .rng import derive_seed, numpy_rng
 from .schema import SampleSpec
@@ -41,10 +42,11 @@ STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_wor
 @dataclass(frozen=True)
 class _Epoch:
     """Everything a worker needs to produce its share of one epoch; picklable."""
-    urls: tuple[str, ...]
-    counts: tuple[int, ...]
-    checksums: tuple[str, ...] | None
+    shards: tuple[shardio.ShardRef, ...]
+    verify: bool
+    remote: RemoteOptions | None
     spec: SampleSpec
+    image_sizes: tuple[tuple[int, int] | None, ...]   # per camera, as packed (None: unknown)
     image_size: tuple[int, int]
     batch_size: int
     mode: str
@@ -97,18 +99,19 @@ class _EpochStream(IterableDataset):
     def __iter__(self) -> Iterator[CARLABatch]:
         e = self.e if self.e.live is None else self.e.live.current(self.e)
         info = get_worker_info()
-        plan = plan_worker(list(e.counts), rank=e.rank, world_size=e.world_size,
+        counts = [s.samples for s in e.shards]
+        plan = plan_worker(counts, rank=e.rank, world_size=e.world_size,
                            worker=info.id if info else 0, num_workers=e.num_workers,
                            batch_size=e.batch_size, mode=e.mode, seed=e.seed, epoch=e.epoch,
                            resume_batches=e.resume_batches, batches_per_epoch=e.batches_per_epoch)
         w = plan.logical_worker
         segments = plan.segments
         if plan.resampled:   # endless whole shards, cut by `take` below
-            segments = ((s, 0, e.counts[s]) for s in
-                        resampled_shards(len(e.counts), e.seed, e.epoch, e.rank, w))
+            segments = ((s, 0, counts[s]) for s in
+                        resampled_shards(len(counts), e.seed, e.epoch, e.rank, w))
         # raw samples (member bytes) of this worker, in plan order
-        raw = shardio.read_segments(segments, list(e.urls), e.on_error, e.cache_dir,
-                                   list(e.checksums) if e.checksums else None)
+        raw = shardio.read_segments(segments, list(e.shards), e.on_error, e.cache_dir,
+                                    e.verify, e.remote)
         if e.mode == "train":   # buffered shuffle of encoded samples
             rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
             raw = stages.shuffle(raw, e.shuffle_buffer, rng)
@@ -126,7 +129,8 @@ class _EpochStream(IterableDataset):
                 slots.append(None if got is None else got[0])
                 return None if got is None else got[1]
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
-                                        self._augmenter(e, w), first_position=skipped, alloc=alloc)
+                                        self._augmenter(e, w), first_position=skipped,
+                                        alloc=alloc, sizes=e.image_sizes)
         for batch in batches:   # CARLABatch, or RingItem (the images stay in the ring slot)
             slot = slots.pop(0) if alloc else None
             yield batch if slot is None else RingItem.of(batch, slot)
@@ -155,7 +159,8 @@ class CARLAWebData:
                  cache_dir: str | None = None, on_error: str = "raise", rank: int | None = None,
                  world_size: int | None = None, batches_per_epoch: int | None = None,
                  verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2,
-                 persistent_workers: bool = False) -> None:
+                 persistent_workers: bool = False, shard_urls: list[str] | None = None,
+                 remote: RemoteOptions | None = None) -> None:
         if mode not in ("train", "eval"):
             raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
         if on_error not in ("raise", "skip"):
@@ -164,7 +169,8 @@ class CARLAWebData:
             raise ValueError(f"batch_size {batch_size} must be >= 1, num_workers {num_workers} >= 0")
         if batches_per_epoch is not None and mode != "train":
             raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
-        self.manifest, self.where = read_manifest(source)
+        self.manifest, self.where = read_manifest(source, remote)
+        self.remote = remote
         self.spec = self._select_cameras(spec_of(self.manifest), cameras)
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
@@ -179,8 +185,10 @@ class CARLAWebData:
         self._idle: tuple[DataLoader, _Epoch] | None = None   # persistent, between passes
         self._closes = 0
         shards = self.manifest["shards"]
-        self.counts = tuple(int(s["samples"]) for s in shards)
-        self.urls = tuple(shard_url(self.where, s["name"]) for s in shards)
+        self.counts = tuple(s["samples"] for s in shards)
+        self.urls = self._shard_urls(shard_urls)
+        self.shards = tuple(shardio.ShardRef(u, s["samples"], s["bytes"], s.get("sha256"))
+                            for u, s in zip(self.urls, shards))
         self.manifest_id = hashlib.sha256(json.dumps(shards, sort_keys=True).encode()).hexdigest()
         self._len = batches_per_rank(list(self.counts), batch_size, self.world_size, mode,
                                      batches_per_epoch)
@@ -193,6 +201,17 @@ class CARLAWebData:
         self.stats = {"skipped_samples": 0, "batches": 0, "batches_outside_ring": 0}
         self._spare_ring: BatchRing | None = None
         self._mp = multiprocessing.get_context()   # the ring's semaphores and the workers'
+
+    def _shard_urls(self, given: list[str] | None) -> tuple[str, ...]:
+        """Names from the manifest, held to its folder (manifest.NAME_RULE); or the caller's
+        own list, which may use any scheme the caller chooses, pipe: included."""
+        shards = self.manifest["shards"]
+        if given is None:
+            return tuple(shard_url(self.where, s["name"]) for s in shards)
+        if len(given) != len(shards) or not all(isinstance(u, str) for u in given):
+            raise ValueError(f"shard_urls: {len(given)} entries, but {self.where} lists "
+                             f"{len(shards)} shards; give one URL per shard, in manifest order")
+        return tuple(given)
 
     @staticmethod
     def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
@@ -227,9 +246,8 @@ class CARLAWebData:
         self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
 
     def _epoch(self, ring: BatchRing | None = None, live: _PassState | None = None) -> _Epoch:
-        return _Epoch(self.urls, self.counts,
-                      tuple(s["sha256"] for s in self.manifest["shards"]) if self.verify else None,
-                      self.spec, self.image_size, self.batch_size, self.mode, self.num_workers,
+        return _Epoch(self.shards, self.verify, self.remote, self.spec,
+                      image_sizes_of(self.manifest, self.spec.cameras), self.image_size, self.batch_size, self.mode, self.num_workers,
                       self.seed, self.epoch, self.rank, self.world_size, self.consumed,
                       self.batches_per_epoch, self.shuffle_buffer, self.augment,
                       self.per_camera_augment, self.step_at_epoch_start, self.cache_dir,

@@ -2,17 +2,23 @@
 and the first pipeline stage, which cuts planned segments out of them."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import mmap
 import os
 import re
+import secrets
+import tempfile
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 import webdataset as wds
 from webdataset.tariterators import group_by_keys, tar_file_iterator
+
+from .remote import HTTPReader, RemoteOptions, is_http
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -47,8 +53,8 @@ class MappedShard:
     WINDOW = 64 << 20
     SMALL = 4096   # reads up to this size are copied: cheaper than a view, and parsed as bytes
 
-    def __init__(self, path: str) -> None:
-        self.path, self._file = path, open(path, "rb")
+    def __init__(self, path: str, file: io.BufferedReader | None = None) -> None:
+        self.path, self._file = path, file or open(path, "rb")
         self.size = os.fstat(self._file.fileno()).st_size
         self.pos, self._view, self._start, self._can_map = 0, memoryview(b""), 0, True
 
@@ -127,8 +133,47 @@ def release_pages(raw: Raw) -> None:
                 window.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
-def _is_local(url: str) -> bool:
-    return "://" not in url and not url.startswith("pipe:") and url != "-"
+def _local_path(url: str) -> str | None:
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    return url if "://" not in url and not url.startswith("pipe:") and url != "-" else None
+
+
+class _Bounded:
+    """A caller's stream (pipe: and other schemes) read to at most `limit` bytes, hashed."""
+
+    def __init__(self, stream: io.BufferedIOBase, limit: int, url: str) -> None:
+        self.stream, self.limit, self.url, self.pos = stream, limit, url, 0
+        self._digest, self._ahead = hashlib.sha256(), b""
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.limit - self.pos if n < 0 else min(n, self.limit - self.pos)
+        if self._ahead:
+            data, self._ahead = self._ahead[:n], self._ahead[n:]
+            return data
+        data = _read_exact(self.stream, n) if n > 0 else b""
+        self.pos += len(data)
+        self._digest.update(data)
+        return data
+
+    def peek(self, n: int = 1) -> bytes:
+        if not self._ahead:
+            self._ahead = self.read(n)
+        return self._ahead[:n]
+
+    def finish(self, sha256: str | None) -> None:
+        self._ahead = b""
+        while self.read(1 << 20):
+            pass
+        if self.pos != self.limit:
+            raise ShardError(f"shard {self.url}: {self.pos} bytes, the manifest declares "
+                             f"{self.limit}")
+        if sha256 is not None and self._digest.hexdigest() != sha256:
+            raise ShardError(f"shard {self.url}: sha256 {self._digest.hexdigest()} differs from "
+                             f"the manifest's {sha256}. Fix: re-download or re-pack it")
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
@@ -139,37 +184,94 @@ def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> No
                          "the file is corrupt or was changed. Fix: re-download or re-pack it")
 
 
-def open_shard(url: str, cache_dir: str | None,
-               sha256: str | None) -> io.BufferedIOBase | MappedShard:
-    """A readable stream for a shard: local path, http(s)://, or pipe:, optionally cached.
-    Local files (and cached copies) are memory-mapped; with sha256, the very file that is
-    mapped is hashed first."""
-    path = url if _is_local(url) else None
-    cached = None
-    if cache_dir is not None and path is None and "://" in url:
-        from webdataset.cache import FileCache
-        os.makedirs(cache_dir, exist_ok=True)
-        path = FileCache(cache_dir, url_to_name=_cache_name).get_file(url)
-        # only a copy in the cache may be deleted on a mismatch: for file:// URLs the cache
-        # hands back the user's own file
-        inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(cache_dir)])
-        cached = path if inside == os.path.abspath(cache_dir) else None
+def download(url: str, dest: str, size: int, sha256: str | None,
+             remote: RemoteOptions | None) -> None:
+    """url -> dest, which appears (by rename) only once its size and sha256 match the
+    manifest; a failed download leaves no temporary file behind."""
+    tmp = f"{dest}.{os.getpid()}.{secrets.token_hex(4)}.temp"
+    reader = HTTPReader(url, size, remote)
+    try:
+        with open(tmp, "wb") as f:
+            while chunk := reader.read(8 << 20):
+                f.write(chunk)
+        reader.finish(sha256)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+    finally:
+        reader.close()
+
+
+def _cached(url: str, cache_dir: str, size: int, sha256: str | None,
+            remote: RemoteOptions | None) -> str:
+    os.makedirs(cache_dir, exist_ok=True)
+    dest = os.path.join(cache_dir, _cache_name(url))
+    try:
+        if os.path.getsize(dest) == size:
+            return dest
+        os.remove(dest)   # a copy of another size (an older manifest): fetch it anew
+    except FileNotFoundError:
+        pass
+    download(url, dest, size, sha256, remote)
+    return dest
+
+
+def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | None
+             ) -> MappedShard:
+    """A remote shard checked whole before any sample is used, without holding it in memory:
+    an unnamed temporary file (gone when closed) of at most the declared size."""
+    f = tempfile.TemporaryFile()
+    reader = HTTPReader(url, size, remote)
+    try:
+        while chunk := reader.read(8 << 20):
+            f.write(chunk)
+        reader.finish(sha256)
+    except BaseException:
+        f.close()
+        raise
+    finally:
+        reader.close()
+    f.seek(0)
+    return MappedShard(url, f)
+
+
+Stream = Any   # MappedShard, HTTPReader or _Bounded: read(n), close(), and finish() on streams
+
+
+def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | None = None,
+               verify: bool = False, remote: RemoteOptions | None = None) -> Stream:
+    """A readable stream of a shard at `url` of `size` declared bytes (None: not declared).
+
+    Local files and cached copies are memory-mapped; with `verify`, the very file that is
+    mapped is hashed first, and a remote shard without a cache is checked whole (in a
+    temporary file) before it is read. A remote stream is cut at `size` and hashed as it is
+    read, and `finish` checks it. A cached copy is made only from a checked download.
+    """
+    path, cached = _local_path(url), None
+    if path is None and cache_dir is not None and is_http(url) and size is not None:
+        path = cached = _cached(url, cache_dir, size, sha256, remote)
     if path is not None:
         shard = MappedShard(path)
-        if sha256 is not None:
-            try:
+        try:
+            if size is not None and shard.size != size:
+                raise ShardError(f"shard {url}: {shard.size} bytes, the manifest declares "
+                                 f"{size}; it is truncated or was changed. Fix: re-download "
+                                 "or re-pack it")
+            if verify and sha256 is not None:
                 _check_sha256(shard.sha256(), sha256, url, cached)
-            except ShardError:
-                shard.close()
-                raise
+        except ShardError:
+            shard.close()
+            raise
         return shard
-    stream = wds.gopen(url, "rb")
-    if sha256 is None:
-        return stream
-    data = stream.read()
-    stream.close()
-    _check_sha256(hashlib.sha256(data).hexdigest(), sha256, url, None)
-    return io.BytesIO(data)
+    if is_http(url) and size is not None:
+        if verify:
+            return _spooled(url, size, sha256, remote)
+        return HTTPReader(url, size, remote)
+    if size is None:
+        return wds.gopen(url, "rb")   # the caller's own URL, with no manifest size to bound
+    return _Bounded(wds.gopen(url, "rb"), size, url)
 
 
 _BLOCK = 512
@@ -193,15 +295,18 @@ def _tar_number(field: bytes) -> int:
     return int(field.rstrip(b"\0 ").lstrip(b" ") or b"0", 8)
 
 
-def tar_members(stream: io.BufferedIOBase, where: str) -> Iterator[dict[str, Any]]:
+def tar_members(stream: io.BufferedIOBase, where: str, limit: int | None = None,
+                others: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """{"fname", "data"} of each regular member of an uncompressed tar stream, in order
     (data: bytes, or a memoryview for the large members of a MappedShard).
 
     Reads ustar, GNU long names and PAX `path` records (what carla-wds, webdataset's TarWriter
     and GNU tar write), with one read per header and per member: tarfile's stream mode copies
     its 10 KB buffer for every slice, a fifth of the loader's time (docs/benchmarks.md).
+    A member larger than what is left of the `limit` bytes the manifest declares is refused
+    before it is read. Links, folders and other non-files are skipped, and named in `others`.
     """
-    long_name = None
+    long_name, pos = None, 0
     while (header := _read_exact(stream, _BLOCK)) and header.count(0) < _BLOCK:
         if len(header) < _BLOCK:
             raise ShardError(f"{where}: a tar header is cut short (truncated shard)")
@@ -209,33 +314,42 @@ def tar_members(stream: io.BufferedIOBase, where: str) -> Iterator[dict[str, Any
         if stored != sum(header[:148]) + 256 + sum(header[156:]):
             raise ShardError(f"{where}: a tar header fails its checksum; the shard is corrupt")
         size, kind = _tar_number(header[124:136]), header[156:157]
+        pos += _BLOCK + size + -size % _BLOCK
+        if limit is not None and (pos > limit or size < 0):
+            raise ShardError(f"{where}: a tar member declares {size} bytes, beyond the "
+                             f"{limit} bytes the manifest declares for the whole shard; the "
+                             "shard is corrupt or hostile. Fix: re-download or re-pack it")
         data = _read_exact(stream, size)
         if len(data) < size or len(_read_exact(stream, -size % _BLOCK)) < -size % _BLOCK:
             raise ShardError(f"{where}: a tar member is cut short (truncated shard)")
         if kind == b"x":    # PAX: "<len> key=value\n" records; only path matters here
-            for record in bytes(data).decode("utf-8").splitlines():
+            for record in bytes(data).decode("utf-8", "replace").splitlines():
                 if " path=" in record:
                     long_name = record.split(" path=", 1)[1]
             continue
         if kind == b"L":
-            long_name = bytes(data).rstrip(b"\0").decode("utf-8")
+            long_name = bytes(data).rstrip(b"\0").decode("utf-8", "replace")
             continue
-        name = long_name
+        name = long_name or _ustar_name(header)
         long_name = None
         if kind not in (b"0", b"\0", b"7"):   # directories, links, global headers
+            if others is not None and kind != b"g":
+                others.append(f"{name} (tar type {kind.decode('latin-1')!r})")
             continue
-        if name is None:
-            name = header[:100].split(b"\0", 1)[0].decode("utf-8")
-            prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
-            if prefix:
-                name = prefix.decode("utf-8") + "/" + name
         if not _META.match(name):
             yield {"fname": name, "data": data}
 
 
-def iterate_tar(stream: io.BufferedIOBase, where: str) -> Iterator[dict[str, Any]]:
+def _ustar_name(header: bytes) -> str:
+    name = header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+    prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
+    return prefix.decode("utf-8", "replace") + "/" + name if prefix else name
+
+
+def iterate_tar(stream: Stream, where: str, limit: int | None = None,
+                others: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """tar_members for plain tars (carla-wds shards); webdataset's reader for anything else,
-    such as a compressed tar."""
+    such as a compressed tar (from a caller's own URL)."""
     first = b""
     if hasattr(stream, "peek"):
         first = stream.peek(_BLOCK)[:_BLOCK]
@@ -243,41 +357,73 @@ def iterate_tar(stream: io.BufferedIOBase, where: str) -> Iterator[dict[str, Any
         first = stream.read(_BLOCK)
         stream.seek(-len(first), io.SEEK_CUR)
     if len(first) == _BLOCK and first[257:262] == b"ustar":
-        return tar_members(stream, where)
+        return tar_members(stream, where, limit, others)
+    if limit is not None:
+        raise ShardError(f"{where}: not an uncompressed tar (no ustar header), as carla-wds "
+                         "writes shards. Fix: re-download or re-pack it")
     return tar_file_iterator(stream)
 
 
+@dataclass(frozen=True)
+class ShardRef:
+    """Where one shard is and what the manifest promises about it."""
+    url: str
+    samples: int
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+def samples_of(stream: Stream, ref: ShardRef, others: list[str] | None = None
+               ) -> Iterator[Raw]:
+    """Every sample (dict of member bytes) of an open shard, in order; at the end, streams
+    are checked against the declared size and sha256."""
+    members = ({**m, "__url__": ref.url}
+               for m in iterate_tar(stream, ref.url, ref.bytes, others))
+    yield from group_by_keys(members)
+    if hasattr(stream, "finish"):
+        stream.finish(ref.sha256)
+
+
 # stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers
-def read_segments(segments: Iterable[tuple[int, int, int]], urls: list[str],
+def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRef],
                   on_error: str = "raise", cache_dir: str | None = None,
-                  checksums: list[str] | None = None) -> Iterator[Raw]:
+                  verify: bool = False, remote: RemoteOptions | None = None) -> Iterator[Raw]:
     for shard, start, stop in segments:
-        url, last_key, seen, given = urls[shard], None, 0, 0
+        ref, state = shards[shard], {"last": None, "given": 0}
         try:
-            stream = open_shard(url, cache_dir, checksums[shard] if checksums else None)
-            try:
-                members = ({**m, "__url__": url} for m in iterate_tar(stream, url))
-                for sample in group_by_keys(members):
-                    if seen >= stop:
-                        break
-                    seen += 1
-                    last_key = sample["__key__"]
-                    if seen > start:
-                        sample["__shard__"] = url
-                        given += 1
-                        yield sample
-                if seen < stop:
-                    raise ShardError(f"ended after {seen} samples, the manifest promises at "
-                                     f"least {stop}")
-            finally:
-                stream.close()
-        except Exception as exc:  # noqa: BLE001 - tarfile and gopen raise many types
-            msg = (f"shard {url}: cannot read past sample {last_key!r} ({exc}). Fix: verify the "
-                   "shards with `carla-wds verify` and re-pack or re-download this shard")
+            yield from _segment(ref, start, stop, cache_dir, verify, remote, state)
+        except Exception as exc:  # noqa: BLE001 - tar, HTTP and OS errors alike
+            msg = (f"shard {ref.url}: cannot read past sample {state['last']!r} ({exc}). Fix: "
+                   "check the shards with `carla-wds verify` and re-pack or re-download this "
+                   "shard")
             if on_error == "raise":
                 raise ShardError(msg) from None
             log.warning("skipping the rest of a shard: %s", msg)
-            for _ in range(stop - start - given):   # one marker per lost sample: exact stats
+            for _ in range(stop - start - state["given"]):   # one marker per lost sample
                 yield error_marker(msg)
 
 
+def _segment(ref: ShardRef, start: int, stop: int, cache_dir: str | None, verify: bool,
+             remote: RemoteOptions | None, state: dict) -> Iterator[Raw]:
+    """Samples start..stop-1 of one shard. A segment that ends where the shard should end
+    reads one header further: a shard with more samples than the manifest says is an error
+    (they would be dropped without a word), and a stream is then read to its end and checked."""
+    stream = open_shard(ref.url, cache_dir, ref.sha256, ref.bytes, verify, remote)
+    seen = 0
+    try:
+        for sample in samples_of(stream, ref):   # closed at a break: no end check then
+            if seen >= stop:
+                if stop == ref.samples:
+                    raise ShardError(f"holds more than the {ref.samples} samples the "
+                                     "manifest declares (the manifest is wrong or was edited)")
+                break
+            seen += 1
+            state["last"] = sample["__key__"]
+            if seen > start:
+                sample["__shard__"] = ref.url
+                state["given"] += 1
+                yield sample
+        if seen < stop:
+            raise ShardError(f"ended after {seen} samples, the manifest promises {stop}")
+    finally:
+        stream.close()

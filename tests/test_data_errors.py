@@ -40,6 +40,11 @@ def rewrite_shard(path: Path, edit) -> None:
     with open(path, "wb") as f, wds.TarWriter(f, encoder=False) as writer:
         for i, sample in enumerate(samples.values()):
             writer.write(edit(i, sample))
+    # the manifest follows, so that only the edited members are wrong, not the shard's size
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    entry = next(s for s in manifest["shards"] if s["name"] == path.name)
+    entry.update(bytes=path.stat().st_size, sha256=sha256_file(path))
+    (path.parent / "manifest.json").write_text(json.dumps(manifest))
 
 
 def eval_keys(shards: Path, **kw):

@@ -68,6 +68,7 @@ def test_verify_fails_on_missing_shard_and_wrong_count(packed_tcp, copy_tree, cl
     pack_dir = copy_tree(packed_tcp, "miscounted")
     m = manifest_of(pack_dir)
     m["shards"][0]["samples"] += 1
+    m["total_samples"] += 1   # else the manifest itself is refused as inconsistent
     (pack_dir / "manifest.json").write_text(json.dumps(m))
     result = cli("verify", pack_dir)
     assert result.exit_code != 0 and "manifest says 8" in result.output
@@ -148,7 +149,7 @@ def test_merge_refuses_mismatched_parts_and_busy_output(packed_tcp, packed_tf4, 
 
 
 def test_verify_reports_an_unreadable_tar(packed_tcp, copy_tree):
-    from carla_wds.manifest import verify
+    from carla_wds.audit import verify
     pack_dir = copy_tree(packed_tcp, "truncated")
     shard = pack_dir / "shard-000003.tar"
     shard.write_bytes(shard.read_bytes()[:700])

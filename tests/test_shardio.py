@@ -160,8 +160,9 @@ def test_sha256_mismatch_never_deletes_a_users_file_url_shard(tmp_path):
     path = tmp_path / "own.tar"
     path.write_bytes(_tar(tarfile.PAX_FORMAT, _members(np.random.default_rng(5))[:2]))
     with pytest.raises(ShardError, match="sha256"):
-        open_shard(f"file://{path}", cache_dir=str(tmp_path / "cache"), sha256="0" * 64)
+        open_shard(f"file://{path}", cache_dir=str(tmp_path / "cache"), sha256="0" * 64,
+                   verify=True)
     assert path.exists()
     good = open_shard(str(path), cache_dir=None,
-                      sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+                      sha256=hashlib.sha256(path.read_bytes()).hexdigest(), verify=True)
     assert [m["fname"] for m in tar_members(good, "own.tar")] == ["a.png", "a.speed.json"]

@@ -1,0 +1,91 @@
+"""What a valid manifest.json looks like, checked whenever one is read.
+
+A manifest is data from a file, possibly from a web server or a shared folder: its counts
+decide how many samples are read from each shard, and its sizes bound every read. A count that
+is negative, a float or lower than the tar holds would otherwise drop or invent samples without
+a word, so every field the loader and the tools use is checked here, and an error names the
+manifest and the field.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .schema import CAMERAS, IMAGE_FORMATS, SCHEMA_VERSION, SchemaError
+
+MAX_MANIFEST_BYTES = 256 << 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ManifestError(SchemaError):
+    """A manifest that cannot be trusted as written; names the manifest and the field."""
+
+
+def _int(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check(ok: bool, where: str, field: str, value: Any, expected: str) -> None:
+    if not ok:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ManifestError(f"manifest {where}: {field} is {shown}; expected {expected}. Fix: "
+                            "re-pack, or restore the manifest that `carla-wds pack` wrote")
+
+
+def validate_manifest(m: Any, where: str) -> None:
+    """Raise ManifestError unless `m` is a manifest this carla-wds can trust."""
+    _check(isinstance(m, dict), where, "the document", type(m).__name__, "a JSON object")
+    version = m.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ManifestError(f"manifest {where}: schema_version {version!r}, this carla-wds "
+                            f"reads {SCHEMA_VERSION}. Fix: re-pack with this version")
+    cams = m.get("cameras")
+    _check(isinstance(cams, list) and len(cams) > 0 and all(c in CAMERAS for c in cams)
+           and len(set(cams)) == len(cams), where, "cameras", cams,
+           f"a list of distinct names from {list(CAMERAS)}")
+    _check(_int(m.get("pred_len"), 1), where, "pred_len", m.get("pred_len"), "an integer >= 1")
+    fmt = m.get("image_format", "png")
+    _check(fmt in IMAGE_FORMATS, where, "image_format", fmt, f"one of {list(IMAGE_FORMATS)}")
+    _check_image_sizes(m.get("image_sizes"), cams, where)
+    shards = m.get("shards")
+    _check(isinstance(shards, list), where, "shards", shards, "a list")
+    names: set[str] = set()
+    for i, s in enumerate(shards):
+        _check_shard(s, f"shards[{i}]", where)
+        _check(s["name"] not in names, where, f"shards[{i}].name", s["name"],
+               "a name no other shard has (the manifest lists it twice)")
+        names.add(s["name"])
+    total = m.get("total_samples")
+    _check(_int(total) and total == sum(s["samples"] for s in shards), where, "total_samples",
+           total, f"the sum of the shards' samples, {sum(s['samples'] for s in shards)}")
+    for field, kind in (("counts", dict), ("skipped", list), ("pack_args", dict)):
+        if field in m:
+            _check(isinstance(m[field], kind), where, field, m[field], f"a JSON {kind.__name__}")
+
+
+def _check_shard(s: Any, field: str, where: str) -> None:
+    _check(isinstance(s, dict), where, field, s, "an object with name, samples, bytes, sha256")
+    _check(isinstance(s.get("name"), str), where, f"{field}.name", s.get("name"), "a string")
+    _check(_int(s.get("samples")), where, f"{field}.samples", s.get("samples"),
+           "an integer >= 0")
+    _check(_int(s.get("bytes")), where, f"{field}.bytes", s.get("bytes"), "an integer >= 0")
+    _check(s.get("sha256") is None or (isinstance(s["sha256"], str)
+                                        and bool(_SHA256.match(s["sha256"]))),
+           where, f"{field}.sha256", s.get("sha256"), "64 lowercase hex digits")
+
+
+def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:
+    if sizes is None:
+        return   # packs written before sizes were recorded: the loader caps pixels instead
+    _check(isinstance(sizes, dict) and set(sizes) == set(cams), where, "image_sizes", sizes,
+           "an object with one [height, width] per camera")
+    for cam, hw in sizes.items():
+        _check(isinstance(hw, list) and len(hw) == 2 and all(_int(v, 1) for v in hw)
+               and hw[0] * hw[1] <= MAX_PIXELS, where, f"image_sizes.{cam}", hw,
+               f"[height, width] of positive integers, at most {MAX_PIXELS} pixels")
+
+
+# No camera image of a CARLA dataset comes near this (Bench2Drive: 1600x900 = 1.4 MP); an
+# 8192x8192 RGB image is 200 MB decoded.
+MAX_PIXELS = 8192 * 8192
