@@ -298,12 +298,16 @@ def _nothing_packed(report: dict, out: Path) -> PackError:
     plans = report["plans"]
     skipped = [s for p in plans for s in p.skipped] + report["skipped"]
     reasons = Counter(s.reason for s in skipped).most_common(3)
-    why = "; ".join(f"{n} x {r}" for r, n in reasons) or "every route is shorter than a sample"
-    first = f" First: {skipped[0].message()}" if skipped else ""
+    why = "; ".join(f"{n} x {r}" for r, n in reasons) or "none"
+    first = ""
+    if skipped:
+        s = min(skipped, key=lambda s: (s.episode, -1 if s.frame is None else s.frame))
+        first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
     return PackError(f"no samples: all {sum(p.n_frames for p in plans)} frames of {len(plans)} "
                      f"routes were skipped ({len(skipped)}) or are route tails "
                      f"({sum(p.tail for p in plans)}), so no shard and no manifest were written "
-                     f"to {out}. Reasons: {why}.{first}")
+                     f"to {out}. Reasons: {why}.{first} Fix: repair the input these reasons "
+                     "name, or check that INPUT_DIR, --layout and --pred-len match the data")
 
 
 def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec: _Codec,

@@ -152,6 +152,14 @@ CASES = {
     "nan_speed": Case(lambda r: _edit_json(r / _meas(EP, 16), lambda d: d.update(
         speed=float("nan"))), EP, 16, "measurements/0016.json", "non-finite",
         skipped_frames=_derived(16)),
+    "inf_theta": Case(lambda r: _edit_json(r / _meas(EP, 17), lambda d: d.update(
+        theta=float("-inf"))), EP, 17, "measurements/0017.json", "non-finite value in ['theta']",
+        skipped_frames=_derived(17)),
+    "huge_x": Case(lambda r: _edit_json(r / _meas(EP, 18), lambda d: d.update(x=1e308)), EP, 18,
+                   "measurements/0018.json", "beyond float32 range", skipped_frames=_derived(18)),
+    "huge_speed": Case(lambda r: _edit_json(r / _meas(EP, 8), lambda d: d.update(speed=-1e39)),
+                       EP, 8, "measurements/0008.json", "beyond float32 range",
+                       skipped_frames=_derived(8)),
     "string_field": Case(lambda r: _edit_json(r / _meas(EP, 6), lambda d: d.update(x="12.5")), EP,
                          6, "measurements/0006.json", "expected a number",
                          skipped_frames=_derived(6)),

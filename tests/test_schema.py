@@ -99,6 +99,12 @@ def test_encode_sample_gives_all_members_as_bytes():
     (lambda s: s.update({"target_command.npy": CODECS["npy"].encode(np.ones(6, np.float32))}),
      "one-hot"),
     (lambda s: s.update({"speed.json": b"NaN"}), "finite"),
+    (lambda s: s.update({"speed.json": b"1e308"}), "beyond float32 range"),
+    (lambda s: s.update({"waypoints.npy": CODECS["npy"].encode(
+        np.array([[0, 1], [0, np.inf], [0, 2], [0, 3]], np.float32))}),
+     "waypoints.npy holds non-finite"),
+    (lambda s: s.update({"target_point.npy": CODECS["npy"].encode(
+        np.array([np.nan, 1], np.float32))}), "target_point.npy holds non-finite"),
     (lambda s: s.update({"front.png": b"\x89PNG\r\n\x1a\nnot really"}), "decode"),
     (lambda s: s.update({"extra.pth": pickle.dumps(1)}), "pickle"),
 ])
