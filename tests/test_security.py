@@ -203,3 +203,39 @@ def test_merge_checks_every_sha256_as_it_copies(shards, tmp_path):
     with pytest.raises(ManifestError):
         merge([shards], out)
     assert list(out.iterdir()) == []   # an empty folder given by the user stays, empty
+
+
+def png_bomb(height: int, width: int) -> bytes:
+    """A valid grey PNG of height x width zeros: a few hundred KB that decode to H*W*3 bytes."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    z, row = zlib.compressobj(9), b"\0" * (width + 1)
+    body = b"".join(z.compress(row) for _ in range(height)) + z.flush()
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body)
+            + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_decompression_bomb_is_refused_from_its_header(shards, recorded):
+    from .test_data_errors import rewrite_shard
+    bomb = png_bomb(10000, 10000)   # 300 MB as RGB
+    assert len(bomb) < 1 << 20
+    rewrite_shard(shards / "shard-000000.tar",
+                  lambda i, s: {**s, "front.png": bomb} if i == 1 else s)
+    if not recorded:   # a pack made before image sizes were recorded: the pixel cap holds
+        edit_manifest(shards, lambda m: m.pop("image_sizes"))
+    expect = "10000x10000 pixels, the manifest records 48x64" if recorded else \
+        "10000x10000 pixels, outside 1..67108864"
+    data = CARLAWebData(str(shards), batch_size=2, mode="eval", image_size=SIZE)
+    with pytest.raises(Exception, match=expect):
+        list(data)
+    skip = CARLAWebData(str(shards), batch_size=2, mode="eval", image_size=SIZE,
+                        on_error="skip")
+    assert sum(len(b.errors) for b in skip) == 1
+    problems = verify(shards, deep=True, progress=False)
+    assert len(problems) == 1 and "front.png" in problems[0] and expect in problems[0]
