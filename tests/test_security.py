@@ -20,6 +20,8 @@ from carla_wds.manifest_schema import ManifestError
 
 from .test_data import SIZE, all_keys, make_pack
 
+TINY = Path(__file__).parents[1] / "configs" / "train" / "tiny.yaml"
+
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
@@ -76,7 +78,9 @@ def test_cli_tools_refuse_a_pipe_name_and_run_nothing(shards, tmp_path):
     edit_manifest(shards, lambda m: m["shards"][0].update(name=f"pipe:touch {marker}; cat x"))
     for args in (["verify", str(shards)], ["verify", str(shards), "--deep"],
                  ["inspect", str(shards)],
-                 ["show", str(shards), "--out", str(tmp_path / "x.png")]):
+                 ["show", str(shards), "--out", str(tmp_path / "x.png")],
+                 ["train", "--config", str(TINY), f"data.train={shards}",
+                  f"data.val={shards}", f"run_dir={tmp_path / 'run'}", "data.num_workers=0"]):
         proc = subprocess.run([sys.executable, "-m", "carla_wds.cli", *args],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0, args
