@@ -32,12 +32,21 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from . import dist
-from .checkpoint import CHECKPOINT, find_resume, load_checkpoint, save_checkpoint
-from .config import ConfigError, TrainConfig, load_config, to_dict
+from .checkpoint import (CHECKPOINT, CheckpointError, find_resume, load_checkpoint,
+                         save_checkpoint, trim_metrics)
+from .config import ConfigError, TrainConfig, check_runtime, load_config, to_dict
 from .data import CARLAWebData
-from .fileio import atomic_write_bytes, atomic_write_json
+from .fileio import atomic_write_json
 from .model import build_model
 from .rng import derive_seed, rng_state, seed_everything, set_rng_state
+from .runlock import RunDirLocked, hold_run_dir
+from .schema import SchemaError
+from .shardio import ShardError
+
+# Errors about the user's config, data or run directory: one line, never a traceback. The
+# loader reports bad settings for the data it finds (cameras, batch size, resume) as ValueError.
+USER_ERRORS = (ConfigError, CheckpointError, RunDirLocked, ShardError, SchemaError,
+               FileNotFoundError, ValueError)
 
 log = logging.getLogger("carla_wds.train")
 
@@ -78,7 +87,7 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
                   seed=cfg.seed, image_size=tuple(d.image_size),
                   cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
-                  pin_memory=pin)
+                  pin_memory=pin, verify=d.verify, on_error=d.on_error)
     train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
                          per_camera_augment=d.per_camera_augment,
                          shuffle_buffer=d.shuffle_buffer, **common)
@@ -96,14 +105,10 @@ def lr_lambda(cfg: TrainConfig, total_steps: int):
             return o.gamma ** ((step - o.warmup_steps) // o.step_every)
         t = min(1.0, (step - o.warmup_steps) / max(1, total_steps - o.warmup_steps))
         return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
-    if o.schedule not in ("cosine", "step"):
-        raise ValueError(f"optim.schedule {o.schedule!r}; expected cosine or step")
     return factor
 
 
-def setup_run(cfg: TrainConfig) -> Run:
-    device, rank, world = dist.setup(cfg.device)
-    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+def setup_run(cfg: TrainConfig, device: str, rank: int, world: int) -> Run:
     seed_everything(cfg.seed)   # identical initial weights on every rank
     train, val = build_data(cfg, rank, world, pin=device.startswith("cuda"))
     model = build_model(cfg.model, len(train.camera_names), train.pred_len).to(device)
@@ -133,7 +138,7 @@ def save(run: Run) -> None:
 
 def restore(run: Run) -> None:
     path = find_resume(run.cfg.resume, run.cfg.run_dir)
-    ckpt = load_checkpoint(path) if path is not None else None
+    ckpt = _load_for_resume(run.cfg, path) if path is not None else None
     _check_ranks_agree(run, ckpt["step"] if ckpt else -1)
     if ckpt is None:
         if run.cfg.eval_only:
@@ -152,9 +157,19 @@ def restore(run: Run) -> None:
     if run.train.consumed >= len(run.train):
         run.epoch += 1   # the checkpoint closed its epoch
     if run.main:
-        _trim_metrics(Path(run.cfg.run_dir) / "metrics.jsonl", run.step)
+        trim_metrics(Path(run.cfg.run_dir) / "metrics.jsonl", run.step)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", path, run.step, run.epoch,
                  run.train.consumed % len(run.train))
+
+
+def _load_for_resume(cfg: TrainConfig, path: Path) -> dict[str, Any]:
+    try:
+        return load_checkpoint(path)
+    except CheckpointError as exc:
+        raise CheckpointError(path, f"{exc.problem}. Fix: resume=PATH to a checkpoint.pt that "
+                                    "carla-wds train wrote, or resume=none to start afresh"
+                                    + (f" (or move {path} away)" if cfg.resume == "auto" else "")
+                              ) from None
 
 
 def _check_ranks_agree(run: Run, step: int) -> None:
@@ -169,20 +184,6 @@ def _check_ranks_agree(run: Run, step: int) -> None:
         raise RuntimeError(f"ranks disagree on where to resume (checkpoint step per rank, -1 for "
                            f"none: {steps}). Fix: put run_dir on a file system every node sees, "
                            "or pass resume=PATH that exists on every node, or resume=none")
-
-
-def _trim_metrics(path: Path, step: int) -> None:
-    """Drop lines a killed run logged after its last checkpoint, so curves don't double up."""
-    if path.exists():
-        keep = [ln for ln in path.read_text().splitlines() if _step_of(ln) <= step]
-        atomic_write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
-
-
-def _step_of(line: str) -> float:
-    try:
-        return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        return math.inf   # a line cut short by a kill: dropped
 
 
 def masked_l1(pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -214,32 +215,31 @@ def _log_window(run: Run, window: list[torch.Tensor], wait: float, started: floa
 def train_one_epoch(run: Run) -> None:
     run.model.train()
     run.train.set_epoch(run.epoch, global_step=run.epoch * len(run.train))
-    bar = tqdm(total=len(run.train), initial=run.train.consumed, disable=not run.main,
-               desc=f"epoch {run.epoch}", unit="batch")
-    window, wait, t0 = [], 0.0, time.perf_counter()
-    started = t0
-    for batch in run.train:
-        wait += time.perf_counter() - t0
-        batch = batch.to(run.device)
-        loss = masked_l1(forward(run, batch), batch.waypoints, batch.valid)
-        run.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.optim.grad_clip)
-        run.opt.step()
-        run.sched.step()
-        run.step += 1
-        window.append(loss.detach())   # no GPU sync per step; .item() only when logging
-        bar.update(1)
-        if run.step % run.cfg.log_every == 0 or run.train.consumed == len(run.train):
-            started = _log_window(run, window, wait, started)
-            bar.set_postfix(loss=f"{run.last_loss:.3f}")
-            window, wait = [], 0.0
-        if run.cfg.ckpt_every and run.step % run.cfg.ckpt_every == 0:
-            save(run)
-        if run.cfg.max_steps and run.step >= run.cfg.max_steps:
-            break
-        t0 = time.perf_counter()
-    bar.close()
+    with tqdm(total=len(run.train), initial=run.train.consumed, disable=not run.main,
+              desc=f"epoch {run.epoch}", unit="batch") as bar:   # closed before an error prints
+        window, wait, t0 = [], 0.0, time.perf_counter()
+        started = t0
+        for batch in run.train:
+            wait += time.perf_counter() - t0
+            batch = batch.to(run.device)
+            loss = masked_l1(forward(run, batch), batch.waypoints, batch.valid)
+            run.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.optim.grad_clip)
+            run.opt.step()
+            run.sched.step()
+            run.step += 1
+            window.append(loss.detach())   # no GPU sync per step; .item() only when logging
+            bar.update(1)
+            if run.step % run.cfg.log_every == 0 or run.train.consumed == len(run.train):
+                started = _log_window(run, window, wait, started)
+                bar.set_postfix(loss=f"{run.last_loss:.3f}")
+                window, wait = [], 0.0
+            if run.cfg.ckpt_every and run.step % run.cfg.ckpt_every == 0:
+                save(run)
+            if run.cfg.max_steps and run.step >= run.cfg.max_steps:
+                break
+            t0 = time.perf_counter()
 
 
 def straight_baseline(speed: torch.Tensor, pred_len: int, dt: float) -> torch.Tensor:
@@ -286,18 +286,31 @@ def rank_consistency(run: Run) -> list[list[float]]:
     return [t.tolist() for t in every]
 
 
-def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]]) -> None:
+def skipped_samples(run: Run) -> dict[str, int]:
+    """Samples data.on_error=skip replaced with padding during this process's run, all ranks."""
+    counts = torch.tensor([float(d.stats["skipped_samples"]) for d in (run.train, run.val)],
+                          dtype=torch.float64, device=run.device)
+    if run.world > 1:
+        tdist.all_reduce(counts)
+    return {"train": int(counts[0].item()), "val": int(counts[1].item())}
+
+
+def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]],
+           skipped: dict[str, int]) -> None:
     """Rank 0: curves, a prediction montage and a summary in the run directory."""
     from .show import show
     from .viz import plot_run
     run_dir = Path(run.cfg.run_dir)
     plot_run(run_dir, run_dir / "curves.png")
     show(run.cfg.data.val, run_dir / "predictions.png", checkpoint=run_dir / CHECKPOINT,
-         n=run.cfg.show_samples)
+         n=run.cfg.show_samples, on_error=run.cfg.data.on_error)
     summary = {"step": run.step, "epochs": run.cfg.epochs, "world_size": run.world,
                "train_batches_per_rank": len(run.train), "val": last_eval,
                "ranks": [{"steps": int(r[0]), "param_sum": r[1], "param_sumsq": r[2]}
-                         for r in ranks]}
+                         for r in ranks], "skipped_samples": skipped}
+    if any(skipped.values()):
+        log.warning("data.on_error=skip replaced %d train and %d val samples with padding; the "
+                    "loader's warnings name them", skipped["train"], skipped["val"])
     atomic_write_json(run_dir / "summary.json", summary)
     if last_eval:
         verdict = "beats" if last_eval["ade"] < last_eval["baseline_ade"] else "does NOT beat"
@@ -307,12 +320,29 @@ def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]
 
 
 def run_training(cfg: TrainConfig) -> dict[str, float] | None:
-    run = setup_run(cfg)
+    """Train (or, with eval_only, evaluate) as configured; the value is the last evaluation.
+
+    The config is checked before a process group or run_dir exists, and rank 0 holds
+    run_dir's lock (runlock.py) from before the first file is written until the end.
+    """
+    check_runtime(cfg)
+    device, rank, world = dist.setup(cfg.device)
+    ok = False
+    try:
+        with hold_run_dir(cfg.run_dir, rank, world, device):
+            result = _run(setup_run(cfg, device, rank, world))
+        ok = True
+        return result
+    finally:
+        dist.cleanup(barrier=ok)
+
+
+def _run(run: Run) -> dict[str, float] | None:
+    cfg = run.cfg
     if run.main:
         atomic_write_json(Path(cfg.run_dir) / "config.json", to_dict(cfg))
         log.info("world %d on %s: %d train batches of %d per rank per epoch, %d val batches",
                  run.world, run.device, len(run.train), cfg.data.batch_size, len(run.val))
-    last_eval, ok = None, False
     try:
         restore(run)
         if cfg.eval_only:
@@ -320,8 +350,8 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
             if run.main:
                 atomic_write_json(Path(cfg.run_dir) / "eval.json", {**result, "step": run.step})
                 log.info("eval of step %d: %s", run.step, result)
-            ok = True
             return result
+        last_eval = None
         while run.epoch < cfg.epochs and not (cfg.max_steps and run.step >= cfg.max_steps):
             train_one_epoch(run)
             if (run.epoch + 1) % cfg.eval_every == 0 or run.epoch + 1 == cfg.epochs:
@@ -331,15 +361,23 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
             run.epoch += 1
         if last_eval is None:   # resumed after the last epoch: every rank joins the reduce
             last_eval = evaluate(run)
-        ranks = rank_consistency(run)
+        ranks, skipped = rank_consistency(run), skipped_samples(run)
         if run.main:
-            finish(run, last_eval, ranks)
-        ok = True
+            finish(run, last_eval, ranks, skipped)
+        return last_eval
     finally:
         for data in (run.train, run.val):
             data.close()   # persistent workers end with the run, not at interpreter exit
-        dist.cleanup(barrier=ok)
-    return last_eval
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line. A DataLoader worker's error arrives re-raised with the worker's
+    traceback in its text; its last line is the original message."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()] or [type(exc).__name__]
+    if len(lines) > 1 and lines[0].startswith("Caught "):
+        head, sep, rest = lines[-1].partition(": ")
+        return rest if sep and head.replace(".", "").replace("_", "").isalnum() else lines[-1]
+    return " ".join(ln.strip() for ln in lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -352,10 +390,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as exc:
-        parser.exit(2, f"error: {exc}\n")
-    run_training(cfg)
+        run_training(load_config(args.config, args.overrides))
+    except USER_ERRORS as exc:
+        # a rank that has logged its line already (runlock) only exits
+        parser.exit(1, "" if getattr(exc, "reported", False) else f"error: {one_line(exc)}\n")
 
 
 if __name__ == "__main__":
