@@ -157,13 +157,12 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
 @click.argument("overrides", nargs=-1)
 def train(config, overrides) -> None:
     """Train the waypoint model in one process (use torchrun -m carla_wds.train for DDP)."""
-    from .config import ConfigError, load_config
-    from .train import run_training
+    from .config import load_config
+    from .train import USER_ERRORS as TRAIN_ERRORS, one_line, run_training
     try:
-        cfg = load_config(config, list(overrides))
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    run_training(cfg)
+        run_training(load_config(config, list(overrides)))
+    except TRAIN_ERRORS as exc:
+        raise click.ClickException(one_line(exc)) from None
 
 
 @main.command()
@@ -174,7 +173,11 @@ def train(config, overrides) -> None:
 def show(shards, checkpoint, out, n) -> None:
     """Montage of samples: cameras plus a bird's-eye plot of waypoints and target point."""
     from .show import show as run_show
-    click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n)}")
+    from .train import USER_ERRORS as TRAIN_ERRORS, one_line
+    try:
+        click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n)}")
+    except (*USER_ERRORS, *TRAIN_ERRORS, ValueError) as exc:
+        raise click.ClickException(one_line(exc)) from None
 
 
 @main.command()
@@ -183,7 +186,10 @@ def show(shards, checkpoint, out, n) -> None:
 def plot(run_dir, out) -> None:
     """Loss and ADE/FDE curves of a training run as a PNG."""
     from .viz import plot_run
-    click.echo(f"wrote {plot_run(run_dir, out)}")
+    try:
+        click.echo(f"wrote {plot_run(run_dir, out)}")
+    except (FileNotFoundError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 if __name__ == "__main__":
