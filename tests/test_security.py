@@ -243,3 +243,63 @@ def test_a_decompression_bomb_is_refused_from_its_header(shards, recorded):
     assert sum(len(b.errors) for b in skip) == 1
     problems = verify(shards, deep=True, progress=False)
     assert len(problems) == 1 and "front.png" in problems[0] and expect in problems[0]
+
+
+def test_verify_reports_a_gap_in_the_shard_names(shards):
+    """What a failed commit left before it was fixed: shard 1 on disk but not listed."""
+    def drop(m):
+        gone = m["shards"].pop(1)
+        m["total_samples"] -= gone["samples"]
+    edit_manifest(shards, drop)
+    problems = verify(shards, progress=False)
+    assert any("not numbered 0.." in p and "shard-000001.tar" in p for p in problems), problems
+    assert any(p.endswith("shard-000001.tar: on disk but not in the manifest")
+               for p in problems), problems
+
+
+def _tar_with(path: Path, extra: list) -> None:
+    """Rewrite a shard with extra tar members (a symlink, a folder, a huge declared size)."""
+    import io
+    import tarfile
+    from carla_wds.fileio import sha256_file
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar]
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for m, data in members:
+            tar.addfile(m, io.BytesIO(data))
+        for info in extra:
+            tar.addfile(info, io.BytesIO(b"x" * info.size) if info.size else None)
+    m = json.loads((path.parent / "manifest.json").read_text())
+    m["shards"][0].update(bytes=path.stat().st_size, sha256=sha256_file(path))
+    (path.parent / "manifest.json").write_text(json.dumps(m))
+
+
+def test_verify_and_inspect_report_odd_members_without_a_traceback(shards, tmp_path):
+    import tarfile
+    link = tarfile.TarInfo("zz.link")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    folder = tarfile.TarInfo("zz_dir")
+    folder.type = tarfile.DIRTYPE
+    _tar_with(shards / "shard-000000.tar", [link, folder])
+    problems = verify(shards, deep=True, progress=False)
+    assert sum("carla-wds shards hold regular files only" in p for p in problems) == 2
+    assert any("zz.link" in p for p in problems) and any("zz_dir" in p for p in problems)
+    # the loader skips them: they are not samples
+    data = CARLAWebData(str(shards), batch_size=2, mode="eval", image_size=SIZE)
+    assert sum(int(b.valid.sum()) for b in data) == data.manifest["total_samples"]
+
+    huge = shards / "shard-000001.tar"
+    blob = bytearray(huge.read_bytes())
+    blob[124:136] = b"%011o\0" % (4 << 30)
+    blob[148:156] = b" " * 8
+    blob[148:156] = b"%06o\0 " % sum(blob[:512])
+    huge.write_bytes(bytes(blob))
+    from carla_wds.fileio import sha256_file
+    edit_manifest(shards, lambda m: m["shards"][1].update(sha256=sha256_file(huge)))
+    for args in (["verify", str(shards)], ["verify", "--deep", str(shards)],
+                 ["inspect", str(shards)]):
+        proc = subprocess.run([sys.executable, "-m", "carla_wds.cli", *args],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert "shard-000001.tar" in proc.stderr and "4294967296 bytes" in proc.stderr, \
+            proc.stderr[-2000:]
