@@ -42,8 +42,9 @@ def build_manifest(spec: SampleSpec, layout, records, report: dict, opts, versio
         "image_format": spec.image_format, "total_samples": total,
         "shards": [r.__dict__ for r in records], "counts": counts,
         "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
-        "image_sizes": {c: list(image_sizes[c]) for c in spec.cameras if c in image_sizes}
-        if image_sizes else {},
+        # None (as in packs made before sizes were recorded) rather than a partial mapping
+        "image_sizes": {c: list(image_sizes[c]) for c in spec.cameras}
+        if image_sizes else None,
     }
 
 

@@ -3,7 +3,9 @@
 Stages: find routes (sorted) -> plan each route from its measurements (main process, cheap) ->
 read and check camera files, re-encode if asked (worker processes, in order) -> cut into shards
 (main process) -> manifest, written last. A pack killed at any point resumes with --resume to
-byte-identical shards, because shard boundaries depend only on the ordered sample stream.
+byte-identical shards, because shard boundaries depend only on the ordered sample stream: the
+journal says where in that stream each committed shard ended, so a resume re-plans the routes
+(measurements only) and reads no image that went into a committed shard.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from .imagesize import ImageHeaderError, image_size
 from .journal import committed_shards, read_journal, write_header
 from .layouts import Layout, load_layout
 from .manifest import MANIFEST, build_manifest
+from .manifest_schema import MAX_PIXELS
 from .options import PackOptions
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
 from .schema import SampleSpec, SchemaError, decode_rgb, encode_sample, image_encoder, make_key
@@ -120,6 +123,12 @@ class _Sizes:
 
     def check(self, item: _Encoded) -> dict[str, Any] | Skip:
         if not self.source:
+            for cam, (h, w) in item.stored_sizes.items():
+                if not (h and w and h * w <= MAX_PIXELS):   # the loader would refuse the pack
+                    return Skip(item.episode, item.frame, item.files[cam],
+                                f"image is {h}x{w} (HxW) as stored; expected 1..{MAX_PIXELS} "
+                                "pixels, the most the loader accepts",
+                                fix="pass --resize HxW, or pack other images")
             self.source, self.stored = dict(item.source_sizes), dict(item.stored_sizes)
             self.first = {c: f"{item.episode}/{f}" for c, f in item.files.items()}
             return item.sample
@@ -195,15 +204,14 @@ def _prepare_output(out: Path, opts: PackOptions) -> list[JournalEntry]:
     return read_journal(out, opts.identity(), opts.prefix)
 
 
-def _discard_if_nothing_committed(out: Path, created: bool) -> None:
+def _discard_if_nothing_committed(out: Path, created: bool, wrote_journal: bool) -> None:
     """A pack that failed before its first shard was committed leaves nothing to resume: drop
-    the journal (else the corrected rerun is told the folder is not empty) and a folder it
-    made."""
+    the journal it wrote (else the corrected rerun is told the folder is not empty) and the
+    folder if it made it. A journal this run did not write is never touched."""
     if not out.is_dir() or committed_shards(out):
         return
-    (out / JOURNAL).unlink(missing_ok=True)
-    for p in out.glob(".*.tmp"):
-        p.unlink()
+    if wrote_journal:
+        (out / JOURNAL).unlink(missing_ok=True)
     if created and not any(out.iterdir()):
         out.rmdir()
 
@@ -246,19 +254,20 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     _check_key_collisions(all_routes, opts.dot_replacement)
     routes = _select_part(all_routes, opts.part)
     out = Path(output_dir)
-    created = not out.exists()
+    created, wrote = not out.exists(), []
     try:
-        return _pack_into(input_dir, out, routes, layout, spec, opts)
+        return _pack_into(input_dir, out, routes, layout, spec, opts, wrote)
     except BaseException:
-        _discard_if_nothing_committed(out, created)
+        _discard_if_nothing_committed(out, created, bool(wrote))
         raise
 
 
 def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: SampleSpec,
-               opts: PackOptions) -> dict[str, Any]:
+               opts: PackOptions, wrote: list[Path]) -> dict[str, Any]:
     done = _prepare_output(out, opts)
     if not done:
         _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
+        wrote.append(out / JOURNAL)
     codec = _Codec(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
                    list(layout.camera_names))
     sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)

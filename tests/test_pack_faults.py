@@ -153,3 +153,20 @@ def test_resume_refuses_a_journal_with_a_gap(raw_tcp, copy_raw, tmp_path, cli):
     assert "entry 1" in result.output and "shard-000002.tar" in result.output
     assert "expected shard-000001.tar" in result.output and "--overwrite" in result.output
     assert not (out / "manifest.json").exists()
+
+
+def test_journal_line_cut_by_a_kill_is_dropped_before_appending(raw_tcp, packed_tcp, copy_raw,
+                                                                 tmp_path, cli):
+    """A kill in the middle of a journal append leaves a cut last line. The resume redoes that
+    shard and rewrites the journal without the cut line, so what it appends stays readable
+    through a second interruption."""
+    raw, out = copy_raw(raw_tcp), tmp_path / "out"
+    assert pack_with_fault("replace", 3, raw, out, "--max-samples", "7").returncode != 0
+    with open(out / JOURNAL, "a") as j:
+        j.write('{"shard": {"name": "shard-0000')
+    again = pack_with_fault("replace", 2, raw, out, "--max-samples", "7", "--resume")
+    assert again.returncode != 0 and "shard-000003.tar" in again.stderr, again.stderr
+    assert journal_names(out) == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    resumed = cli("pack", raw, out, "--max-samples", "7", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert shard_hashes(out) == shard_hashes(packed_tcp)

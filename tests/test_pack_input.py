@@ -122,3 +122,29 @@ def test_two_files_for_one_frame_number(folder, ext, frames, raw_tcp, copy_raw, 
     # accounting counts frame numbers, not files: drop the second file for the check
     os.unlink(src.with_name(f"00005.{ext}"))
     check_accounting(raw, tmp_path / "out", samples_of)
+
+
+def _png_header_only(h: int, w: int) -> bytes:
+    """Signature, IHDR declaring h x w, IEND: passes the cheap structure check undecoded."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_first_image_too_large_for_the_loader_is_refused(raw_tcp, copy_raw, tmp_path, cli,
+                                                         packer):
+    """A first image declaring 9000x9000 pixels would set the manifest's size past what the
+    loader accepts (a decompression bomb): that frame is bad, and the next one sets the size."""
+    raw = copy_raw(raw_tcp)
+    (raw / EP / "rgb" / "0000.png").write_bytes(_png_header_only(9000, 9000))
+    failed = cli("pack", raw, tmp_path / "fail")
+    assert failed.exit_code != 0
+    assert f"{EP} frame 0000: rgb/0000.png: image is 9000x9000 (HxW) as stored" in failed.output
+    manifest = packer(raw, tmp_path / "out", on_error="skip")
+    assert [s["frame"] for s in manifest["skipped"]] == [0]
+    assert manifest["image_sizes"] == {"front": [48, 64]}

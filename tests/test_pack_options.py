@@ -126,3 +126,15 @@ def test_layout_value_errors_name_the_file(tmp_path):
     path.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ValueError, match="x.yaml: not a text file"):
         load_layout(Path(path))
+
+
+def test_a_refused_pack_never_removes_a_journal_it_did_not_write(raw_tcp, tmp_path, cli):
+    """A folder holding another pack's journal (of no shard yet) is refused as not empty,
+    and that journal stays: it may belong to a pack that is still running."""
+    out = tmp_path / "out"
+    out.mkdir()
+    journal = out / ".pack-journal.jsonl"
+    journal.write_text('{"options": {}}\n')
+    result = cli("pack", raw_tcp, out)
+    assert result.exit_code != 0 and "not empty" in result.output
+    assert journal.read_text() == '{"options": {}}\n'
