@@ -129,7 +129,7 @@ def image_encoder(ext: str, **params: int) -> Callable[[np.ndarray], bytes]:
 
 CODECS: dict[str, Codec] = {
     "npy": Codec(_npy_encode, _npy_decode),
-    "json": Codec(_json_encode, lambda b: json.loads(bytes(b).decode("utf-8"))),
+    "json": Codec(_json_encode, lambda b: _json_decode(b)),
     "png": Codec(image_encoder("png"), decode_rgb),
     "jpg": Codec(image_encoder("jpg"), decode_rgb),
 }
@@ -225,17 +225,31 @@ def decode_labels(spec: SampleSpec, raw: dict[str, Any], where: str) -> dict[str
     """Decode and shape-check the label members of one raw sample (no images)."""
     out: dict[str, Any] = {}
     for member, shape in spec.shapes().items():
-        arr = _npy_decode(raw[member])
+        arr = _decoded(raw, member, _npy_decode, where)
         if arr.shape != shape or arr.dtype != np.float32:
             raise SchemaError(f"{where}: {member} has shape {arr.shape} dtype {arr.dtype}; "
                               f"expected {shape} float32. Re-pack with pred_len={spec.pred_len}")
         out[member.rsplit(".", 1)[0]] = arr
-    speed = json.loads(bytes(raw["speed.json"]))
+    speed = _decoded(raw, "speed.json", _json_decode, where)
     if not isinstance(speed, (int, float)) or not np.isfinite(speed):
         raise SchemaError(f"{where}: speed.json holds {speed!r}; expected a finite number (m/s)")
     out["speed"] = float(speed)
-    out["meta"] = json.loads(bytes(raw["meta.json"]))
+    out["meta"] = _decoded(raw, "meta.json", _json_decode, where)
     return out
+
+
+def _json_decode(data: bytes | memoryview) -> Any:
+    return json.loads(bytes(data).decode("utf-8"))
+
+
+def _decoded(raw: dict[str, Any], member: str, decode: Callable[[Any], Any], where: str) -> Any:
+    """decode(raw[member]), with a failure named by sample and member (np.load and json
+    name neither)."""
+    try:
+        return decode(raw[member])
+    except ValueError as exc:   # np.load, json and utf-8 errors alike
+        raise SchemaError(f"{where}: {member} does not decode ({exc}). Fix: re-pack the "
+                          "shard") from None
 
 
 def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:

@@ -86,8 +86,23 @@ def _bad_waypoints(i, s):
     return s
 
 
-@pytest.mark.parametrize("edit,match", [(_drop_camera, "missing member.*front.png"),
-                                        (_bad_waypoints, "waypoints.npy has shape \\(3, 2\\)")])
+def _garbage_npy(i, s):
+    if i == 3:
+        s["target_point.npy"] = b"\x93NUMPY garbage"
+    return s
+
+
+def _garbage_json(i, s):
+    if i == 0:
+        s["speed.json"] = b"{not json"
+    return s
+
+
+@pytest.mark.parametrize("edit,match", [
+    (_drop_camera, "missing member.*front.png"),
+    (_bad_waypoints, "waypoints.npy has shape \\(3, 2\\)"),
+    (_garbage_npy, "shard-000000.tar sample '[^']+__0003'.*target_point.npy does not decode"),
+    (_garbage_json, "shard-000000.tar sample '[^']+__0000'.*speed.json does not decode")])
 def test_bad_member_raise_and_skip(shards, edit, match):
     rewrite_shard(shards / "shard-000000.tar", edit)
     with pytest.raises(Exception, match=match):
