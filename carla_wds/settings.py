@@ -140,8 +140,6 @@ def problem(rule: Rule, value: Any, tp: Any) -> str | None:
 def _fix(key: str, f: dataclasses.Field, rule: Rule, tp: Any, optional: bool) -> str:
     default = f.default if f.default is not _MISSING else (
         f.default_factory() if f.default_factory is not _MISSING else None)
-    if dataclasses.is_dataclass(default):
-        return f"set {key} as described"
     if default is not None and problem(rule, default, tp) is None:
         return f"e.g. {key}={as_override(default)} (the default)"
     return f"e.g. {key}=null (the default)" if optional else f"set {key} as described"
