@@ -17,7 +17,7 @@ import numpy as np
 import webdataset as wds
 from webdataset.tariterators import group_by_keys
 
-from .remote import HTTPReader, RemoteOptions, is_http
+from .remote import HTTPReader, RemoteError, RemoteOptions, is_http
 from .tario import ShardError, _read_exact, iterate_tar, tar_members  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -298,15 +298,19 @@ def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRe
         ref, state = shards[shard], {"last": None, "given": 0}
         try:
             yield from _segment(ref, start, stop, cache_dir, verify, remote, state)
+        except (ShardError, RemoteError) as exc:   # these name the shard and the fix
+            msg = f"{exc} (read up to sample {state['last']!r}; `carla-wds verify` checks a pack)"
         except Exception as exc:  # noqa: BLE001 - tar, HTTP and OS errors alike
             msg = (f"shard {ref.url}: cannot read past sample {state['last']!r} ({exc}). Fix: "
                    "check the shards with `carla-wds verify` and re-pack or re-download this "
                    "shard")
-            if on_error == "raise":
-                raise ShardError(msg) from None
-            log.warning("skipping the rest of a shard: %s", msg)
-            for _ in range(stop - start - state["given"]):   # one marker per lost sample
-                yield error_marker(msg)
+        else:
+            continue
+        if on_error == "raise":
+            raise ShardError(msg) from None
+        log.warning("skipping the rest of a shard: %s", msg)
+        for _ in range(stop - start - state["given"]):   # one marker per lost sample
+            yield error_marker(msg)
 
 
 def _segment(ref: ShardRef, start: int, stop: int, cache_dir: str | None, verify: bool,
@@ -320,8 +324,9 @@ def _segment(ref: ShardRef, start: int, stop: int, cache_dir: str | None, verify
         for sample in samples_of(stream, ref):   # closed at a break: no end check then
             if seen >= stop:
                 if stop == ref.samples:
-                    raise ShardError(f"holds more than the {ref.samples} samples the "
-                                     "manifest declares (the manifest is wrong or was edited)")
+                    raise ShardError(f"shard {ref.url}: holds more than the {ref.samples} "
+                                     "samples the manifest declares (the manifest is wrong or "
+                                     "was edited). Fix: re-pack, or restore its manifest")
                 break
             seen += 1
             state["last"] = sample["__key__"]
@@ -330,6 +335,7 @@ def _segment(ref: ShardRef, start: int, stop: int, cache_dir: str | None, verify
                 state["given"] += 1
                 yield sample
         if seen < stop:
-            raise ShardError(f"ended after {seen} samples, the manifest promises {stop}")
+            raise ShardError(f"shard {ref.url}: ended after {seen} samples, the manifest "
+                             f"promises {stop}. Fix: re-download or re-pack it")
     finally:
         stream.close()

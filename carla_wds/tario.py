@@ -9,6 +9,9 @@ import re
 from typing import Any, Iterator
 
 
+_FIX = "Fix: re-download or re-pack it"
+
+
 class ShardError(RuntimeError):
     """A shard that cannot be read as the manifest describes; names the shard and sample."""
 
@@ -48,19 +51,22 @@ def tar_members(stream: io.BufferedIOBase, where: str, limit: int | None = None,
     long_name, pos = None, 0
     while (header := _read_exact(stream, _BLOCK)) and header.count(0) < _BLOCK:
         if len(header) < _BLOCK:
-            raise ShardError(f"{where}: a tar header is cut short (truncated shard)")
+            raise ShardError(f"shard {where}: a tar header is cut short (truncated shard). "
+                             f"{_FIX}")
         stored = _tar_number(header[148:156])
         if stored != sum(header[:148]) + 256 + sum(header[156:]):
-            raise ShardError(f"{where}: a tar header fails its checksum; the shard is corrupt")
+            raise ShardError(f"shard {where}: a tar header fails its checksum; the shard is "
+                             f"corrupt. {_FIX}")
         size, kind = _tar_number(header[124:136]), header[156:157]
         pos += _BLOCK + size + -size % _BLOCK
         if limit is not None and (pos > limit or size < 0):
-            raise ShardError(f"{where}: a tar member declares {size} bytes, beyond the "
+            raise ShardError(f"shard {where}: a tar member declares {size} bytes, beyond the "
                              f"{limit} bytes the manifest declares for the whole shard; the "
                              "shard is corrupt or hostile. Fix: re-download or re-pack it")
         data = _read_exact(stream, size)
         if len(data) < size or len(_read_exact(stream, -size % _BLOCK)) < -size % _BLOCK:
-            raise ShardError(f"{where}: a tar member is cut short (truncated shard)")
+            raise ShardError(f"shard {where}: a tar member is cut short (truncated shard). "
+                             f"{_FIX}")
         if kind == b"x":    # PAX: "<len> key=value\n" records; only path matters here
             for record in bytes(data).decode("utf-8", "replace").splitlines():
                 if " path=" in record:
@@ -98,7 +104,7 @@ def iterate_tar(stream: Any, where: str, limit: int | None = None,
     if len(first) == _BLOCK and first[257:262] == b"ustar":
         return tar_members(stream, where, limit, others)
     if limit is not None:
-        raise ShardError(f"{where}: not an uncompressed tar (no ustar header), as carla-wds "
+        raise ShardError(f"shard {where}: not an uncompressed tar (no ustar header), as carla-wds "
                          "writes shards. Fix: re-download or re-pack it")
     from webdataset.tariterators import tar_file_iterator   # imports torch: only when needed
     return tar_file_iterator(stream)

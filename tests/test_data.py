@@ -197,7 +197,7 @@ def test_len_is_from_manifest_without_reading_shards(tmp_path):
     manifest = {"schema_version": 1, "cameras": ["front"], "pred_len": 4, "image_format": "png",
                 "layout": "tcp", "total_samples": 1000 * 37,
                 "shards": [{"name": f"shard-{i:06d}.tar", "samples": 37, "bytes": 1,
-                            "sha256": "0"} for i in range(1000)]}
+                            "sha256": "0" * 64} for i in range(1000)]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     data = CARLAWebData(str(tmp_path), batch_size=32, rank=3, world_size=8)
     assert len(data) == (37000 // 8) // 32   # no shard file exists: nothing was read

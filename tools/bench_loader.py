@@ -175,7 +175,7 @@ def len_timing(workdir: Path) -> tuple[float, float]:
     from carla_wds import CARLAWebData
     folder = workdir / "manifest_1000"
     folder.mkdir(exist_ok=True)
-    shards = [{"name": f"shard-{i:06d}.tar", "samples": 1000, "bytes": 1, "sha256": "0"}
+    shards = [{"name": f"shard-{i:06d}.tar", "samples": 1000, "bytes": 1, "sha256": "0" * 64}
               for i in range(1000)]
     (folder / "manifest.json").write_text(json.dumps({
         "schema_version": 1, "cameras": list(MEMBERS), "pred_len": 4, "image_format": "png",
