@@ -209,7 +209,8 @@ def _check_parts(manifests: list[tuple[dict, str]]) -> None:
     """Parts must come from one pack command (same options) and be exactly parts 0..N-1."""
     first = manifests[0][0]
     for m, where in manifests[1:]:
-        for k in ("schema_version", "layout", "cameras", "pred_len", "image_format"):
+        for k in ("schema_version", "layout", "cameras", "pred_len", "image_format",
+                  "image_sizes"):
             if m.get(k) != first.get(k):
                 raise SchemaError(f"{where}: {k}={m.get(k)!r} but the first part has "
                                   f"{first.get(k)!r}; parts must be packed with the same options")

@@ -303,3 +303,13 @@ def test_verify_and_inspect_report_odd_members_without_a_traceback(shards, tmp_p
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert "shard-000001.tar" in proc.stderr and "4294967296 bytes" in proc.stderr, \
             proc.stderr[-2000:]
+
+
+def test_merge_refuses_parts_whose_image_sizes_differ(shards, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(shards, other)
+    edit_manifest(other, lambda m: m.update(image_sizes={"front": [96, 128]}))
+    out = tmp_path / "merged"
+    with pytest.raises(Exception, match="image_sizes"):
+        merge([shards, other], out)
+    assert not out.exists()
