@@ -99,11 +99,17 @@ def merge(part_dirs, out_dir, prefix) -> None:
 @main.command()
 @click.argument("directory")
 @click.option("--deep", is_flag=True, help="Decode and validate every sample.")
-def verify(directory, deep) -> None:
-    """Check shard counts and sha256 against the manifest."""
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds an http(s) read may wait for bytes.")
+@click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Further attempts per remote object after a failure.")
+def verify(directory, deep, read_timeout, retries) -> None:
+    """Check shard counts and sha256 against the manifest (a folder, a path or a URL)."""
     from .audit import verify as run_verify
+    from .remote import RemoteOptions
     try:
-        problems = run_verify(directory, deep=deep)
+        problems = run_verify(directory, deep=deep, remote=RemoteOptions(
+            read_timeout=read_timeout, retries=retries))
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
     for p in problems:

@@ -42,6 +42,8 @@ class DataConfig:
     verify: bool = False                    # check each shard's sha256 against the manifest
     on_error: str = setting("raise", choices=("raise", "skip"),
                             doc="skip: a bad sample becomes valid=False padding, counted")
+    read_timeout: float = setting(30.0, gt=0, doc="seconds an http(s) read may wait for bytes")
+    retries: int = setting(3, ge=0, doc="further attempts per remote object after a failure")
 
 
 @dataclass

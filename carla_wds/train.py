@@ -38,6 +38,7 @@ from .config import ConfigError, TrainConfig, check_runtime, load_config, to_dic
 from .data import CARLAWebData
 from .fileio import atomic_write_json
 from .model import build_model
+from .remote import RemoteOptions
 from .rng import derive_seed, rng_state, seed_everything, set_rng_state
 from .runlock import RunDirLocked, hold_run_dir
 from .schema import SchemaError
@@ -87,7 +88,8 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
                   seed=cfg.seed, image_size=tuple(d.image_size),
                   cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
-                  pin_memory=pin, verify=d.verify, on_error=d.on_error)
+                  pin_memory=pin, verify=d.verify, on_error=d.on_error,
+                  remote=RemoteOptions(read_timeout=d.read_timeout, retries=d.retries))
     train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
                          per_camera_augment=d.per_camera_augment,
                          shuffle_buffer=d.shuffle_buffer, **common)

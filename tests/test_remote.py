@@ -252,3 +252,20 @@ def test_a_huge_manifest_is_refused(served, monkeypatch):
     monkeypatch.setattr(manifest, "MAX_MANIFEST_BYTES", 100)
     with pytest.raises(RemoteError, match="larger than 10[01] bytes"):
         CARLAWebData(url, batch_size=2, remote=FAST)
+
+
+def test_the_trainer_and_verify_pass_their_timeouts_on(served, tmp_path):
+    from carla_wds.config import load_config
+    from carla_wds.train import build_data
+    url, faults, _ = served
+    cfg = load_config(None, [f"data.train={url}", f"data.val={url}", "data.read_timeout=1",
+                             "data.retries=1", "data.batch_size=2", "data.eval_batch_size=2"])
+    train, val = build_data(cfg, 0, 1, False)
+    assert train.remote == val.remote == RemoteOptions(read_timeout=1, retries=1)
+    faults.mode = "stall"
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "carla_wds.cli", "verify", url,
+                           "--read-timeout", "0.5", "--retries", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "tried 2 times" in proc.stderr, proc.stderr[-2000:]
