@@ -7,8 +7,8 @@ import sys
 
 import click
 
+from .pack.routes import PackError
 from .remote import RemoteError
-from .routes import PackError
 from .schema import SchemaError
 
 # Errors about the user's input or folders: shown as "Error: message", never as a traceback.
@@ -69,7 +69,8 @@ def main(verbose: bool) -> None:
                    "--no-fsync is faster; shards stay atomic against a killed pack.")
 def pack(input_dir, output_dir, resize, part, **kw) -> None:
     """Pack raw CARLA route folders into WebDataset shards plus manifest.json."""
-    from .pack import PackOptions, pack as run_pack
+    from .pack.packer import PackOptions
+    from .pack.packer import pack as run_pack
     opts = PackOptions(resize=_pair(resize), part=_part(part), **kw)
     try:
         manifest = run_pack(input_dir, output_dir, opts)
@@ -87,7 +88,7 @@ def pack(input_dir, output_dir, resize, part, **kw) -> None:
 @click.option("--prefix", default="shard", show_default=True)
 def merge(part_dirs, out_dir, prefix) -> None:
     """Combine `pack --part i/N` outputs into one folder and manifest."""
-    from .audit import merge as run_merge
+    from .pack.audit import merge as run_merge
     try:
         m = run_merge(list(part_dirs), out_dir, prefix)
     except USER_ERRORS as exc:
@@ -105,7 +106,7 @@ def merge(part_dirs, out_dir, prefix) -> None:
               help="Further attempts per remote object after a failure.")
 def verify(directory, deep, read_timeout, retries) -> None:
     """Check shard counts and sha256 against the manifest (a folder, a path or a URL)."""
-    from .audit import verify as run_verify
+    from .pack.audit import verify as run_verify
     from .remote import RemoteOptions
     try:
         problems = run_verify(directory, deep=deep, remote=RemoteOptions(
@@ -124,7 +125,7 @@ def verify(directory, deep, read_timeout, retries) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def inspect(directory, as_json) -> None:
     """Summarise a pack: samples, shards, sizes, commands, speeds."""
-    from .audit import summary
+    from .pack.audit import summary
     try:
         s = summary(directory)
     except USER_ERRORS as exc:
@@ -151,7 +152,7 @@ def inspect(directory, as_json) -> None:
 @click.option("--image-size", default=None, help="WxH; default is the layout's real camera size.")
 def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
-    from .synth import synth_dataset
+    from .pack.synth import synth_dataset
     size = _pair(image_size, "WxH", "400x300")   # synth takes (width, height)
     routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
                            image_size=size)
@@ -159,12 +160,13 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--config", default=None, help="YAML file in configs/train/.")
+@click.option("--config", default=None, help="A shipped config (tiny, tcp) or a YAML file.")
 @click.argument("overrides", nargs=-1)
 def train(config, overrides) -> None:
     """Train the waypoint model in one process (use torchrun -m carla_wds.train for DDP)."""
-    from .config import load_config
-    from .train import USER_ERRORS as TRAIN_ERRORS, one_line, run_training
+    from .train.config import load_config
+    from .train.loop import USER_ERRORS as TRAIN_ERRORS
+    from .train.loop import one_line, run_training
     try:
         run_training(load_config(config, list(overrides)))
     except TRAIN_ERRORS as exc:
@@ -178,8 +180,9 @@ def train(config, overrides) -> None:
 @click.option("-n", "n", default=6, show_default=True, help="Samples to show.")
 def show(shards, checkpoint, out, n) -> None:
     """Montage of samples: cameras plus a bird's-eye plot of waypoints and target point."""
-    from .show import show as run_show
-    from .train import USER_ERRORS as TRAIN_ERRORS, one_line
+    from .train.loop import USER_ERRORS as TRAIN_ERRORS
+    from .train.loop import one_line
+    from .train.show import show as run_show
     try:
         click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n)}")
     except (*USER_ERRORS, *TRAIN_ERRORS, ValueError) as exc:
@@ -191,7 +194,7 @@ def show(shards, checkpoint, out, n) -> None:
 @click.option("--out", default=None, help="PNG to write (default RUN_DIR/curves.png).")
 def plot(run_dir, out) -> None:
     """Loss and ADE/FDE curves of a training run as a PNG."""
-    from .viz import plot_run
+    from .train.viz import plot_run
     try:
         click.echo(f"wrote {plot_run(run_dir, out)}")
     except (FileNotFoundError, ValueError) as exc:

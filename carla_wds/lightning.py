@@ -10,8 +10,7 @@ from typing import Any, Iterator
 
 import pytorch_lightning as pl
 
-from .batch import CARLABatch
-from .data import CARLAWebData
+from .load import CARLABatch, CARLAWebData
 
 
 class _FollowEpoch:

@@ -5,6 +5,7 @@ sample counts from here, so `len()` is O(1) and never iterates data.
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -15,37 +16,10 @@ from urllib.parse import urljoin
 
 from .manifest_schema import MAX_MANIFEST_BYTES, ManifestError, validate_manifest
 from .remote import RemoteOptions, is_http, read_url
-from .schema import SCHEMA_VERSION, SampleSpec
+from .schema import SampleSpec
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
-
-
-def build_manifest(spec: SampleSpec, layout, records, report: dict, opts, version: str,
-                   n_routes: int, image_sizes: dict[str, tuple[int, int]] | None = None
-                   ) -> dict[str, Any]:
-    """The manifest of a finished pack. `image_sizes` holds each camera's (H, W) as stored in
-    the shards (after --resize); the loader refuses a member whose header says otherwise."""
-    plans = report["plans"]
-    skipped = [s for p in plans for s in p.skipped] + report["skipped"]
-    skipped.sort(key=lambda s: (s.episode, -1 if s.frame is None else s.frame, s.file))
-    total = sum(r.samples for r in records)
-    counts = {"routes": n_routes, "frames": sum(p.n_frames for p in plans),
-              "samples": total, "tail_frames": sum(p.tail for p in plans),
-              "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in plans),
-              "void_command": sum(p.void_command for p in plans)}
-    if counts["frames"] != total + counts["tail_frames"] + len(skipped):
-        raise AssertionError(f"frame accounting broke: {counts}; this is a carla-wds bug")
-    return {
-        "schema_version": SCHEMA_VERSION, "tool": "carla-wds", "tool_version": version,
-        "layout": layout.name, "cameras": list(spec.cameras), "pred_len": spec.pred_len,
-        "image_format": spec.image_format, "total_samples": total,
-        "shards": [r.__dict__ for r in records], "counts": counts,
-        "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
-        # None (as in packs made before sizes were recorded) rather than a partial mapping
-        "image_sizes": {c: list(image_sizes[c]) for c in spec.cameras}
-        if image_sizes else None,
-    }
 
 
 def is_url(source: str) -> bool:
@@ -68,11 +42,14 @@ def read_manifest(source: str | Path, remote: RemoteOptions | None = None
     where = manifest_location(source)
     if where.startswith("file://"):
         where = where[len("file://"):]
+    if is_url(where) and not (is_http(where) or where.startswith("pipe:")):
+        raise ManifestError(f"{where}: carla-wds reads manifests from paths, file://, "
+                            "http(s):// and pipe: commands. Fix: pass one of those")
     if is_http(where):
         text = read_url(where, MAX_MANIFEST_BYTES, remote).decode("utf-8", "replace")
-    elif is_url(where):   # pipe: and other schemes the caller chose; read with a cap
-        import webdataset as wds
-        with wds.gopen(where, "rb") as f:
+    elif where.startswith("pipe:"):   # a command the caller chose; read with a cap
+        from .shardread import PipeStream
+        with io.BufferedReader(PipeStream(where[len("pipe:"):])) as f:
             raw = f.read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{where}: over {MAX_MANIFEST_BYTES} bytes; not a manifest")

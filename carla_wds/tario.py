@@ -8,7 +8,6 @@ import io
 import re
 from typing import Any, Iterator
 
-
 _FIX = "Fix: re-download or re-pack it"
 
 
@@ -93,8 +92,8 @@ def _ustar_name(header: bytes) -> str:
 
 def iterate_tar(stream: Any, where: str, limit: int | None = None,
                 others: list[str] | None = None) -> Iterator[dict[str, Any]]:
-    """tar_members for plain tars (carla-wds shards); webdataset's reader for anything else,
-    such as a compressed tar (from a caller's own URL)."""
+    """tar_members of a plain tar (what carla-wds writes); anything else, a compressed tar
+    included, is refused before a byte of it is parsed."""
     first = b""
     if hasattr(stream, "peek"):
         first = stream.peek(_BLOCK)[:_BLOCK]
@@ -103,8 +102,30 @@ def iterate_tar(stream: Any, where: str, limit: int | None = None,
         stream.seek(-len(first), io.SEEK_CUR)
     if len(first) == _BLOCK and first[257:262] == b"ustar":
         return tar_members(stream, where, limit, others)
-    if limit is not None:
-        raise ShardError(f"shard {where}: not an uncompressed tar (no ustar header), as carla-wds "
-                         "writes shards. Fix: re-download or re-pack it")
-    from webdataset.tariterators import tar_file_iterator   # imports torch: only when needed
-    return tar_file_iterator(stream)
+    raise ShardError(f"shard {where}: not an uncompressed tar (no ustar header), as carla-wds "
+                     f"writes shards. {_FIX}")
+
+
+_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")   # webdataset's base_plus_ext
+
+
+def group_samples(members: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Tar members -> samples {"__key__", "__url__", suffix: data}, by webdataset's rule: the
+    key is the name up to the first dot of its last part, suffixes lower-cased, consecutive
+    members of one key make one sample. (webdataset's own group_by_keys imports torch.)"""
+    current: dict[str, Any] | None = None
+    for m in members:
+        match = _KEY.match(m["fname"])
+        if not match:
+            continue
+        key, suffix = match.group(1), match.group(2).lower()
+        if current is None or key != current["__key__"]:
+            if current is not None:
+                yield current
+            current = {"__key__": key, "__url__": m.get("__url__")}
+        if suffix in current:
+            raise ShardError(f"shard {current['__url__']}: {m['fname']} appears twice in one "
+                             f"sample. {_FIX}")
+        current[suffix] = m["data"]
+    if current is not None:
+        yield current

@@ -1,6 +1,6 @@
 """Shared fixtures: small synthetic raw datasets (both layouts) and packs of them.
 
-Everything is made with the project's own generator (`carla_wds.synth.synth_dataset`) into real
+Everything is made with the project's own generator (`carla_wds.pack.synth.synth_dataset`) into real
 folders; nothing is mocked. Session fixtures are read-only for tests: a test that corrupts raw
 files copies them first with `copy_raw`, and a test that changes a pack copies it with
 `copy_tree`.
@@ -26,8 +26,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from carla_wds.cli import main as cli_main
-from carla_wds.pack import PackOptions, pack
-from carla_wds.synth import synth_dataset
+from carla_wds.pack.packer import PackOptions, pack
+from carla_wds.pack.synth import synth_dataset
 
 IMAGE_SIZE = (64, 48)          # (width, height); small so the whole suite stays fast
 RAW_EPISODES = 3
@@ -44,7 +44,7 @@ def make_raw(out_dir: Path, layout: str, episodes: int = RAW_EPISODES, frames: i
 
 
 def run_pack(input_dir: Path, output_dir: Path, **options) -> dict:
-    """carla_wds.pack.pack with progress off; returns the manifest."""
+    """carla_wds.pack.packer.pack with progress off; returns the manifest."""
     options.setdefault("progress", False)
     return pack(input_dir, output_dir, PackOptions(**options))
 

@@ -8,8 +8,7 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 
-from .test_data import all_keys, make_pack  # noqa: E402
-from .test_data_ddp import SCRIPTS, torchrun  # noqa: E402
+from .helpers import SCRIPTS, all_keys, make_pack, torchrun  # noqa: E402  # noqa: E402
 
 
 def test_lightning_ddp_fit_has_exact_lengths(tmp_path):

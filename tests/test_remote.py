@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from carla_wds import CARLAWebData
-from carla_wds.audit import verify
+from carla_wds.pack.audit import verify
 from carla_wds.remote import RemoteError, RemoteOptions
-from carla_wds.shardio import ShardError
+from carla_wds.tario import ShardError
 
-from .test_data import SIZE, all_keys, make_pack
+from .helpers import SIZE, all_keys, make_pack
 
 FAST = RemoteOptions(connect_timeout=2, read_timeout=1, retries=2, backoff=0.05)
 
@@ -231,7 +231,7 @@ def test_verify_and_inspect_work_on_urls(served, tmp_path):
     (root / faults.target).write_bytes(bytes(blob))
     problems = verify(url, progress=False)
     assert len(problems) == 1 and faults.target in problems[0] and "sha256" in problems[0]
-    from carla_wds.audit import summary
+    from carla_wds.pack.audit import summary
     (root / faults.target).write_bytes(bytes(blob[:3000]))
     with pytest.raises(Exception, match="shard-000001.tar"):
         summary(url, remote=FAST)
@@ -255,8 +255,8 @@ def test_a_huge_manifest_is_refused(served, monkeypatch):
 
 
 def test_the_trainer_and_verify_pass_their_timeouts_on(served, tmp_path):
-    from carla_wds.config import load_config
-    from carla_wds.train import build_data
+    from carla_wds.train.config import load_config
+    from carla_wds.train.loop import build_data
     url, faults, _ = served
     cfg = load_config(None, [f"data.train={url}", f"data.val={url}", "data.read_timeout=1",
                              "data.retries=1", "data.batch_size=2", "data.eval_batch_size=2"])

@@ -9,8 +9,16 @@ import cv2
 import numpy as np
 import pytest
 
-from carla_wds.schema import (CODECS, LABEL_MEMBERS, SampleSpec, SchemaError, codec_for,
-                              encode_sample, make_key, validate_sample)
+from carla_wds.schema import (
+    CODECS,
+    LABEL_MEMBERS,
+    SampleSpec,
+    SchemaError,
+    codec_for,
+    encode_sample,
+    make_key,
+    validate_sample,
+)
 
 
 def _labels(pred_len: int = 4) -> dict:

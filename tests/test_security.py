@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from carla_wds import CARLAWebData
-from carla_wds.audit import merge, verify
 from carla_wds.manifest_schema import ManifestError
+from carla_wds.pack.audit import merge, verify
 
-from .test_data import SIZE, all_keys, make_pack
+from .helpers import SIZE, all_keys, make_pack
 
-TINY = Path(__file__).parents[1] / "configs" / "train" / "tiny.yaml"
+TINY = "tiny"   # a shipped config, by name
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def png_bomb(height: int, width: int) -> bytes:
 
 @pytest.mark.parametrize("recorded", [True, False])
 def test_a_decompression_bomb_is_refused_from_its_header(shards, recorded):
-    from .test_data_errors import rewrite_shard
+    from .helpers import rewrite_shard
     bomb = png_bomb(10000, 10000)   # 300 MB as RGB
     assert len(bomb) < 1 << 20
     rewrite_shard(shards / "shard-000000.tar",
@@ -261,6 +261,7 @@ def _tar_with(path: Path, extra: list) -> None:
     """Rewrite a shard with extra tar members (a symlink, a folder, a huge declared size)."""
     import io
     import tarfile
+
     from carla_wds.fileio import sha256_file
     with tarfile.open(path) as tar:
         members = [(m, tar.extractfile(m).read()) for m in tar]

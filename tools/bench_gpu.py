@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU training throughput: ~200 steps of configs/train/tcp.yaml (resnet34, bf16, channels_last)
+"""GPU training throughput: ~200 steps of the shipped tcp config (resnet34, bf16, channels_last)
 on full-size synthetic TCP shards (900x256 PNG), for several DataLoader worker counts.
 
     .venv/bin/python tools/bench_gpu.py --workdir /tmp/bench_gpu --steps 200 --workers 4,8,16
@@ -21,14 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _synth_one(args: tuple[str, int, int]) -> None:
-    from carla_wds.synth import synth_dataset
+    from carla_wds.pack.synth import synth_dataset
     out, episode, frames = args
     synth_dataset(Path(out) / f"part{episode:03d}", "tcp", episodes=1, frames=frames,
                   seed=episode, progress=False)
 
 
 def prepare(workdir: Path, episodes: int, frames: int) -> None:
-    from carla_wds.pack import PackOptions, pack
+    from carla_wds.pack.packer import PackOptions, pack
     for split, n in (("train", episodes), ("val", 2)):
         raw = workdir / "raw" / split
         if not raw.exists():
@@ -43,7 +43,7 @@ def prepare(workdir: Path, episodes: int, frames: int) -> None:
 def run(workdir: Path, workers: int, steps: int, extra: list[str]) -> dict:
     run_dir = workdir / f"run_w{workers}"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-           "-m", "carla_wds.train", "--config", str(ROOT / "configs/train/tcp.yaml"),
+           "-m", "carla_wds.train", "--config", "tcp",
            f"run_dir={run_dir}", "resume=none", f"max_steps={steps}", "epochs=1000",
            "eval_every=1000", "log_every=20", "show_samples=2", f"data.num_workers={workers}",
            f"data.train={workdir / 'shards/train'}", f"data.val={workdir / 'shards/val'}", *extra]

@@ -91,7 +91,8 @@ def floor(shards: Path, fmt: str, procs: int = 1) -> int:
 
 def _floor_part(shards: Path, fmt: str, names: list[str]) -> int:
     import tarfile
-    from carla_wds.stages import decode_image
+
+    from carla_wds.load.stages import decode_image
     n = 0
     for name in names:
         with tarfile.open(shards / name) as tar:
@@ -110,8 +111,8 @@ def _import_for(kind: str) -> None:
         import torchvision.transforms  # noqa: F401
         import webdataset  # noqa: F401
     else:
-        import carla_wds.data  # noqa: F401
-        import carla_wds.stages  # noqa: F401
+        import carla_wds.load.dataset  # noqa: F401
+        import carla_wds.load.stages  # noqa: F401
 
 
 def child(args: argparse.Namespace) -> None:
@@ -148,8 +149,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def prepare(workdir: Path, episodes: int, frames: int) -> None:
-    from carla_wds.pack import PackOptions, pack
-    from carla_wds.synth import synth_dataset
+    from carla_wds.pack.packer import PackOptions, pack
+    from carla_wds.pack.synth import synth_dataset
     raw = workdir / "raw"
     if not raw.exists():
         synth_dataset(raw, "transfuser4", episodes=episodes, frames=frames, seed=0)

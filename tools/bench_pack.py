@@ -2,11 +2,11 @@
 """Pack throughput against `tar cf` of the same raw route files, side by side.
 
 Writes synthetic transfuser4 routes (four 400x300 PNG cameras, the real sensor size) with
-`carla_wds.synth.synth_dataset`, reads every file once to warm the page cache, then times,
+`carla_wds.pack.synth.synth_dataset`, reads every file once to warm the page cache, then times,
 interleaved and repeated:
   - `tar cf OUT -C INPUT .`                           (the floor: one sequential copy)
   - `tar cf` followed by an fsync of its output (what the default pack's durability costs tar)
-  - `carla_wds.pack.pack` with workers=1 and workers=2 (PNG passthrough, progress off), with
+  - `carla_wds.pack.packer.pack` with workers=1 and workers=2 (PNG passthrough, progress off), with
     its default fsync per shard and with fsync=False (`--no-fsync`)
 and prints a Markdown table of median MB/s (input bytes / wall seconds), the pack/tar ratio,
 and the ratio against the tar run of the same durability ("like for like").
@@ -21,17 +21,17 @@ import datetime as dt
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import resource
 import tempfile
 import time
 from pathlib import Path
 
-from carla_wds.pack import PackOptions, pack
-from carla_wds.synth import synth_dataset
+from carla_wds.pack.packer import PackOptions, pack
+from carla_wds.pack.synth import synth_dataset
 
 LAYOUT = "transfuser4"
 

@@ -50,7 +50,7 @@ def main() -> None:
     step(f"train tiny.yaml with torchrun x{args.nproc} (CPU, gloo)",
          [sys.executable, "-m", "torch.distributed.run", "--standalone",
           f"--nproc_per_node={args.nproc}", "-m", "carla_wds.train", "--config",
-          str(ROOT / "configs" / "train" / "tiny.yaml"), f"run_dir={run_dir}",
+          "tiny", f"run_dir={run_dir}",
           f"data.train={out / 'shards' / 'train'}", f"data.val={out / 'shards' / 'val'}"])
     summary = json.loads((run_dir / "summary.json").read_text())
     val = summary["val"]

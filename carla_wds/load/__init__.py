@@ -1,0 +1,13 @@
+"""The loading wing: shards -> exact, resumable, DDP-split batches.
+
+It imports the core only, never `pack/` or `train/` (tests/test_imports.py). These names are
+its public surface, and the only ones `train/` uses.
+"""
+from ..remote import RemoteError, RemoteOptions
+from ..tario import ShardError
+from .batch import CARLABatch, CARLASample
+from .dataset import CARLAWebData
+from .stages import decode_sample
+
+__all__ = ["CARLABatch", "CARLASample", "CARLAWebData", "RemoteError", "RemoteOptions",
+           "ShardError", "decode_sample"]

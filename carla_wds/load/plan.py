@@ -1,0 +1,113 @@
+"""Epoch planning: which samples each (rank, worker) reads, and how many batches it yields.
+
+Pure functions of the manifest's shard counts and a few integers, so every rank computes the
+same plan without talking to the others, and `len()` is O(1). This is where the seed's confusion
+about `with_epoch`, nodesplitter and workersplitter is replaced by arithmetic:
+
+* train: the epoch's shard order is one global permutation; its concatenated sample stream is cut
+  into `world_size` equal contiguous ranges of `len * batch_size` samples, each cut again into
+  contiguous per-worker ranges of whole batches. Equal batch counts on every rank by construction.
+* eval: the stream is cut into near-equal rank ranges that cover every sample exactly once;
+  every rank yields `ceil(ceil(N / R) / B)` batches and pads with `valid=False`.
+* resampled (the seed's way): each worker draws whole shards with replacement.
+
+Batches interleave across DataLoader workers round-robin, so global batch `b` of a rank comes
+from logical worker `b % W`. After resuming at batch `k`, physical worker `i` plays logical
+worker `(i + k) % W`, so the round-robin continues exactly where it stopped.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..rng import derive_seed, numpy_rng
+
+Segment = tuple[int, int, int]   # (shard index, first sample, stop sample) within that shard
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    logical_worker: int
+    n_batches: int          # batches this worker yields in the whole epoch
+    n_real: int             # real samples among its n_batches * batch_size (eval pads the rest)
+    segments: tuple[Segment, ...]
+    skip_batches: int = 0   # batches already consumed before a resume
+    resampled: bool = False
+
+
+def batches_per_rank(counts: list[int], batch_size: int, world_size: int, mode: str,
+                     batches_per_epoch: int | None = None) -> int:
+    """The exact number of batches each rank yields in one epoch."""
+    if batches_per_epoch is not None:
+        return batches_per_epoch
+    total = sum(counts)
+    if mode == "eval":
+        return math.ceil(math.ceil(total / world_size) / batch_size)
+    return (total // world_size) // batch_size
+
+
+def shard_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    if not shuffle:
+        return list(range(n_shards))
+    return [int(i) for i in numpy_rng(derive_seed(seed, epoch, "shards")).permutation(n_shards)]
+
+
+def _slice(order: list[int], counts: list[int], start: int, stop: int) -> list[Segment]:
+    """Positions [start, stop) of the concatenated stream of `order` -> per-shard segments."""
+    segments, pos = [], 0
+    for shard in order:
+        lo, hi = max(start, pos), min(stop, pos + counts[shard])
+        if lo < hi:
+            segments.append((shard, lo - pos, hi - pos))
+        pos += counts[shard]
+        if pos >= stop:
+            break
+    return segments
+
+
+def worker_batches(n_batches: int, num_workers: int) -> list[int]:
+    """Batches per logical worker: worker w gets global batches w, w + W, w + 2W, ..."""
+    w = max(1, num_workers)
+    return [n_batches // w + (i < n_batches % w) for i in range(w)]
+
+
+def consumed_batches(k: int, num_workers: int) -> list[int]:
+    """How many of the first k global batches each logical worker produced."""
+    return worker_batches(k, num_workers)
+
+
+def plan_worker(counts: list[int], *, rank: int, world_size: int, worker: int, num_workers: int,
+                batch_size: int, mode: str, seed: int, epoch: int, resume_batches: int = 0,
+                batches_per_epoch: int | None = None, shuffle: bool = True) -> WorkerPlan:
+    """The plan of physical DataLoader worker `worker` (0 when num_workers == 0)."""
+    w_count = max(1, num_workers)
+    logical = (worker + resume_batches) % w_count
+    n_batches = batches_per_rank(counts, batch_size, world_size, mode, batches_per_epoch)
+    per_worker = worker_batches(n_batches, w_count)
+    skip = consumed_batches(resume_batches, w_count)[logical]
+    if batches_per_epoch is not None:
+        return WorkerPlan(logical, per_worker[logical], per_worker[logical] * batch_size, (),
+                          skip, resampled=True)
+    order = shard_order(len(counts), seed, epoch, shuffle and mode == "train")
+    rank_start, rank_len = _rank_range(sum(counts), rank, world_size, n_batches * batch_size, mode)
+    first = sum(per_worker[:logical]) * batch_size
+    n_real = max(0, min(per_worker[logical] * batch_size, rank_len - first))
+    start = rank_start + first
+    return WorkerPlan(logical, per_worker[logical], n_real,
+                      tuple(_slice(order, counts, start, start + n_real)), skip)
+
+
+def _rank_range(total: int, rank: int, world_size: int, capacity: int,
+                mode: str) -> tuple[int, int]:
+    """(start, length) of this rank's contiguous share of the epoch's sample stream."""
+    if mode == "eval":
+        start = rank * total // world_size
+        return start, (rank + 1) * total // world_size - start
+    return rank * capacity, capacity
+
+
+def resampled_shards(n_shards: int, seed: int, epoch: int, rank: int, logical_worker: int):
+    """An endless stream of shard indices drawn with replacement (the seed's `resampled=True`)."""
+    rng = numpy_rng(derive_seed(seed, epoch, rank, logical_worker, "resample"))
+    while True:
+        yield int(rng.integers(n_shards))

@@ -1,0 +1,96 @@
+"""The loader's first pipeline stage: cut planned segments out of shards (opened by
+shardread), and give decoded samples' mapped pages back."""
+from __future__ import annotations
+
+import logging
+import mmap
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from ..remote import RemoteError, RemoteOptions
+from ..shardread import ShardRef, open_shard, samples_of
+from ..tario import ShardError
+
+log = logging.getLogger(__name__)
+Raw = dict[str, Any]
+
+
+def error_marker(msg: str) -> Raw:
+    """Stands for one sample that could not be used (on_error="skip"); becomes valid=False."""
+    return {"__error__": msg}
+
+
+_PAGE = mmap.PAGESIZE
+
+
+def release_pages(raw: Raw) -> None:
+    """Unmap the pages of a decoded sample's memory-mapped members (MappedShard).
+
+    A window stays mapped while any sample read from it waits in the shuffle buffer, and the
+    pages decoding touched would count in the worker's RSS until then (about four times the
+    buffer's bytes). MADV_DONTNEED drops them from this process only: the page cache and the
+    file keep the data, and a view used again faults it back in unchanged.
+    """
+    if not hasattr(mmap, "MADV_DONTNEED"):   # Windows: no madvise
+        return
+    for value in raw.values():
+        if isinstance(value, memoryview) and isinstance(value.obj, mmap.mmap):
+            window = value.obj
+            offset = (np.frombuffer(value, np.uint8).ctypes.data
+                      - np.frombuffer(window, np.uint8).ctypes.data)
+            start = -(-offset // _PAGE) * _PAGE
+            end = (offset + value.nbytes) // _PAGE * _PAGE
+            if end > start:
+                window.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+# stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers
+def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRef],
+                  on_error: str = "raise", cache_dir: str | None = None,
+                  verify: bool = False, remote: RemoteOptions | None = None) -> Iterator[Raw]:
+    for shard, start, stop in segments:
+        ref, state = shards[shard], {"last": None, "given": 0}
+        try:
+            yield from _segment(ref, start, stop, cache_dir, verify, remote, state)
+        except (ShardError, RemoteError) as exc:   # these name the shard and the fix
+            msg = f"{exc} (read up to sample {state['last']!r}; `carla-wds verify` checks a pack)"
+        except Exception as exc:  # noqa: BLE001 - tar, HTTP and OS errors alike
+            msg = (f"shard {ref.url}: cannot read past sample {state['last']!r} ({exc}). Fix: "
+                   "check the shards with `carla-wds verify` and re-pack or re-download this "
+                   "shard")
+        else:
+            continue
+        if on_error == "raise":
+            raise ShardError(msg) from None
+        log.warning("skipping the rest of a shard: %s", msg)
+        for _ in range(stop - start - state["given"]):   # one marker per lost sample
+            yield error_marker(msg)
+
+
+def _segment(ref: ShardRef, start: int, stop: int, cache_dir: str | None, verify: bool,
+             remote: RemoteOptions | None, state: dict) -> Iterator[Raw]:
+    """Samples start..stop-1 of one shard. A segment that ends where the shard should end
+    reads one header further: a shard with more samples than the manifest says is an error
+    (they would be dropped without a word), and a stream is then read to its end and checked."""
+    stream = open_shard(ref.url, cache_dir, ref.sha256, ref.bytes, verify, remote)
+    seen = 0
+    try:
+        for sample in samples_of(stream, ref):   # closed at a break: no end check then
+            if seen >= stop:
+                if stop == ref.samples:
+                    raise ShardError(f"shard {ref.url}: holds more than the {ref.samples} "
+                                     "samples the manifest declares (the manifest is wrong or "
+                                     "was edited). Fix: re-pack, or restore its manifest")
+                break
+            seen += 1
+            state["last"] = sample["__key__"]
+            if seen > start:
+                sample["__shard__"] = ref.url
+                state["given"] += 1
+                yield sample
+        if seen < stop:
+            raise ShardError(f"shard {ref.url}: ended after {seen} samples, the manifest "
+                             f"promises {stop}. Fix: re-download or re-pack it")
+    finally:
+        stream.close()

@@ -1,0 +1,112 @@
+"""`carla-wds pack` options, checked as a whole before OUTPUT_DIR is touched."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..schema import IMAGE_FORMATS
+from .routes import PackError
+
+# A shard name must stay a plain file name in OUTPUT_DIR that a manifest may list: no path
+# separator or "..", and no leading dot (hidden, and the pack's temporary files start with one).
+_PREFIX = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$")
+_KEY_CHARS = re.compile(r"^[A-Za-z0-9_\-~+=,@]*$")   # what schema.make_key allows in a key
+MAX_SIDE = 65535   # JPEG's limit on a side; PNG's is larger but no camera comes near it
+
+
+def _bad(option: str, value: Any, expected: str, fix: str) -> PackError:
+    return PackError(f"{option} {value}: expected {expected}. Fix: {fix}")
+
+
+def _whole(option: str, value: Any, low: int, high: int | None, fix: str) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (
+        high is None or value <= high)
+    if not ok:
+        span = f"a whole number >= {low}" if high is None else f"a whole number {low}..{high}"
+        raise _bad(option, value, span, fix)
+
+
+@dataclass
+class PackOptions:
+    layout: str = "tcp"
+    pred_len: int = 4
+    max_samples: int = 1000
+    max_bytes: int | None = None
+    prefix: str = "shard"
+    image_format: str | None = None        # None: keep the source format, bytes copied verbatim
+    quality: int = 95
+    resize: tuple[int, int] | None = None  # (H, W)
+    workers: int = 1
+    part: tuple[int, int] | None = None    # (i, N): this machine packs part i of N
+    on_error: str = "fail"
+    check_images: bool = False
+    dot_replacement: str | None = None
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    # fsync each shard before its rename: durable against power loss, not only against a killed
+    # process. Off, a pack runs at page-cache speed; the kernel writes the shards out later.
+    fsync: bool = True
+
+    def identity(self) -> dict[str, Any]:
+        """The options that change the output bytes; a resume must match them exactly."""
+        skip = {"workers", "resume", "overwrite", "progress", "fsync"}
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+    def validate(self) -> None:
+        """Raise PackError naming the first bad option, what it expects and the fix."""
+        _whole("--pred-len", self.pred_len, 1, None, "pass the number of future waypoints, "
+               "e.g. --pred-len 4 (TCP's)")
+        _whole("--max-samples", self.max_samples, 1, None, "pass samples per shard, e.g. "
+               "--max-samples 1000")
+        if self.max_bytes is not None:
+            _whole("--max-bytes", self.max_bytes, 1, None, "pass bytes per shard, e.g. "
+                   "--max-bytes 1000000000, or leave it out for no size limit")
+        _whole("--quality", self.quality, 1, 100, "pass a JPEG quality such as --quality 95")
+        _whole("--workers", self.workers, 1, None, "pass the number of processes, e.g. "
+               "--workers 4")
+        if not isinstance(self.prefix, str) or not _PREFIX.match(self.prefix) or (
+                ".." in self.prefix):
+            raise _bad("--prefix", repr(self.prefix), "a plain file-name part of letters, "
+                       "digits and -_. (no '/', no '..', not starting with '.', at most 200 "
+                       "characters)", "pass e.g. --prefix train")
+        if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
+            raise _bad("--image-format", self.image_format, f"one of {list(IMAGE_FORMATS)}",
+                       "pass --image-format png or jpg, or leave it out to copy the source bytes")
+        if self.resize is not None:
+            self._check_resize()
+        if self.part is not None:
+            self._check_part()
+        if self.on_error not in ("fail", "skip"):
+            raise _bad("--on-error", self.on_error, "fail or skip", "pass --on-error fail "
+                       "or --on-error skip")
+        if self.dot_replacement is not None and not _KEY_CHARS.match(self.dot_replacement):
+            raise _bad("--dot-replacement", repr(self.dot_replacement), "characters allowed in "
+                       "a sample key (letters, digits, _-~+=,@; no dot)",
+                       "pass e.g. --dot-replacement _")
+        if self.resume and self.overwrite:
+            raise _bad("--resume with --overwrite", "", "one of them", "pass --resume to "
+                       "finish an interrupted pack, or --overwrite to start again")
+
+    def _check_resize(self) -> None:
+        value = self.resize
+        text = "x".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        try:
+            h, w = value
+            _whole("", h, 1, MAX_SIDE, "")
+            _whole("", w, 1, MAX_SIDE, "")
+        except (TypeError, ValueError, PackError):
+            raise _bad("--resize", text, f"HxW with each side 1..{MAX_SIDE} pixels",
+                       "pass e.g. --resize 256x512") from None
+
+    def _check_part(self) -> None:
+        try:
+            i, n = self.part
+            ok = all(isinstance(v, int) for v in (i, n)) and 0 <= i < n
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            text = "/".join(map(str, self.part)) if isinstance(self.part, tuple) else self.part
+            raise _bad("--part", text, "i/N with 0 <= i < N", "pass e.g. --part 0/4 ... "
+                       "--part 3/4, one per machine")

@@ -1,0 +1,380 @@
+"""`carla-wds pack`: raw CARLA route folders -> verified, reproducible WebDataset shards.
+
+Stages: find routes (sorted) -> plan each route from its measurements (main process, cheap) ->
+read and check camera files, re-encode if asked (worker processes, in order) -> cut into shards
+(main process) -> manifest, written last. A pack killed at any point resumes with --resume to
+byte-identical shards, because shard boundaries depend only on the ordered sample stream: the
+journal says where in that stream each committed shard ended, so a resume re-plans the routes
+(measurements only) and reads no image that went into a committed shard.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections import Counter
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Iterator
+
+import cv2
+import numpy as np
+from tqdm import tqdm
+
+from .. import __version__
+from ..fileio import atomic_write_json
+from ..imagesize import ImageHeaderError, image_size
+from ..manifest import MANIFEST
+from ..manifest_schema import MAX_PIXELS
+from ..schema import (
+    SampleSpec,
+    SchemaError,
+    decode_rgb,
+    encode_sample,
+    image_encoder,
+    make_key,
+)
+from .journal import committed_shards, read_journal, write_header
+from .layouts import Layout, load_layout
+from .options import PackOptions
+from .report import build_manifest
+from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
+from .shards import JOURNAL, JournalEntry, ShardSink, output_error
+
+log = logging.getLogger(__name__)
+CHUNK = 16   # frames per worker task: large enough to amortise IPC, small enough to stream
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+@dataclass
+class _Codec:
+    """What a worker needs to turn a FrameTask into an encoded sample."""
+    spec: SampleSpec
+    source_ext: str
+    quality: int
+    resize: tuple[int, int] | None
+    check_images: bool
+    cameras: list[str] = field(default_factory=list)
+
+    @property
+    def passthrough(self) -> bool:
+        return self.resize is None and self.spec.image_format == self.source_ext
+
+
+def _structure_problem(data: bytes, ext: str) -> str | None:
+    """A cheap check that catches truncation without decoding."""
+    if ext == "png":
+        if not data.startswith(PNG_SIG) or data[12:16] != b"IHDR":
+            return "not a PNG (bad signature or IHDR); expected a PNG file"
+        if not data.endswith(PNG_END):
+            return "truncated PNG (no IEND chunk at the end); expected a complete PNG file"
+    elif not (data.startswith(b"\xff\xd8") and data.rstrip(b"\x00").endswith(b"\xff\xd9")):
+        return "truncated or non-JPEG data; expected a complete JPEG file"
+    return None
+
+
+@dataclass
+class _Encoded:
+    """A worker's sample, with its images' sizes from their headers for the main process to
+    compare across the whole stream (workers see only their own chunk)."""
+    sample: dict[str, Any]
+    episode: str
+    frame: int
+    files: dict[str, str]                      # camera -> "rgb/0005.png"
+    source_sizes: dict[str, tuple[int, int]]   # (H, W) of the raw image
+    stored_sizes: dict[str, tuple[int, int]]   # (H, W) of the image in the shard
+
+
+def _encode_frame(task: FrameTask, codec: _Codec) -> _Encoded | Skip:
+    images, files, source, stored = {}, {}, {}, {}
+    for cam in codec.cameras:
+        path = task.image_paths[cam]
+        files[cam] = "/".join(Path(path).parts[-2:])
+        with open(path, "rb") as f:
+            data = f.read()
+        problem = _structure_problem(data, codec.source_ext)
+        if problem is None:
+            try:
+                source[cam] = image_size(data)
+            except ImageHeaderError as exc:
+                problem = f"{exc}; expected a {codec.source_ext} image whose header gives its size"
+        rgb = None
+        if problem is None and (codec.check_images or not codec.passthrough):
+            try:
+                rgb = decode_rgb(data)
+            except SchemaError:
+                problem = "image does not decode; expected a valid image file"
+        if problem:
+            return Skip(task.episode, task.frame, files[cam], problem)
+        images[cam] = data if codec.passthrough else _reencode(rgb, codec)
+        stored[cam] = source[cam] if codec.passthrough else image_size(images[cam])
+    return _Encoded(encode_sample(codec.spec, task.key, images, task.labels), task.episode,
+                    task.frame, files, source, stored)
+
+
+class _Sizes:
+    """Each camera's image size, taken from the stream's first sample: a frame whose image
+    differs is a bad frame, and the sizes go into the manifest (the loader refuses members
+    whose header disagrees) and the journal (a resume does not read the first images)."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.source = {c: tuple(v) for c, v in meta.get("source_sizes", {}).items()}
+        self.stored = {c: tuple(v) for c, v in meta.get("image_sizes", {}).items()}
+        self.first = dict(meta.get("first_files", {}))
+
+    def meta(self) -> dict[str, Any]:
+        return {"source_sizes": {c: list(v) for c, v in self.source.items()},
+                "image_sizes": {c: list(v) for c, v in self.stored.items()},
+                "first_files": self.first}
+
+    def check(self, item: _Encoded) -> dict[str, Any] | Skip:
+        if not self.source:
+            for cam, (h, w) in item.stored_sizes.items():
+                if not (h and w and h * w <= MAX_PIXELS):   # the loader would refuse the pack
+                    return Skip(item.episode, item.frame, item.files[cam],
+                                f"image is {h}x{w} (HxW) as stored; expected 1..{MAX_PIXELS} "
+                                "pixels, the most the loader accepts",
+                                fix="pass --resize HxW, or pack other images")
+            self.source, self.stored = dict(item.source_sizes), dict(item.stored_sizes)
+            self.first = {c: f"{item.episode}/{f}" for c, f in item.files.items()}
+            return item.sample
+        for cam, (h, w) in item.source_sizes.items():
+            if (h, w) != self.source[cam]:
+                eh, ew = self.source[cam]
+                return Skip(item.episode, item.frame, item.files[cam],
+                            f"image is {h}x{w} (HxW) but {self.first[cam]}, the first {cam} "
+                            f"image, is {eh}x{ew}; expected one size per camera")
+        return item.sample
+
+
+def _reencode(rgb: np.ndarray, codec: _Codec) -> bytes:
+    if codec.resize is not None:
+        h, w = codec.resize
+        rgb = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
+    return image_encoder(codec.spec.image_format, quality=codec.quality)(rgb)
+
+
+def _encode_chunk(args: tuple[list[FrameTask], _Codec]) -> list[dict[str, Any] | Skip]:
+    tasks, codec = args
+    return [_encode_frame(t, codec) for t in tasks]
+
+
+def _chunks(plans: Iterator[RoutePlan], codec: _Codec, report: dict, bar: tqdm,
+            start: tuple[int, str]) -> Iterator[tuple]:
+    """Worker tasks of the stream, after the first `start[0]` (those of committed shards, the
+    last of which was the sample `start[1]`): their images are neither read nor encoded."""
+    skip, last_key = start
+    for plan in plans:
+        report["plans"].append(plan)
+        bar.update(plan.tail + len(plan.skipped))   # frames that never become tasks
+        tasks = plan.tasks
+        if skip:
+            n = min(skip, len(tasks))
+            skip -= n
+            if skip == 0 and tasks[n - 1].key != last_key:
+                raise _changed(f"frame task {start[0]} is {tasks[n - 1].key}, not {last_key}")
+            bar.update(n)
+            tasks = tasks[n:]
+        for i in range(0, len(tasks), CHUNK):
+            yield tasks[i:i + CHUNK], codec
+    if skip:
+        raise _changed(f"it gives {start[0] - skip} frame tasks, the committed shards "
+                       f"took {start[0]}")
+
+
+def _changed(detail: str) -> PackError:
+    return PackError(f"--resume: the input no longer matches the interrupted pack's journal "
+                     f"({detail}); the input changed. Fix: pack again with --overwrite")
+
+
+def _prepare_output(out: Path, opts: PackOptions) -> list[JournalEntry]:
+    """Refuse to clobber, clear for --overwrite, or load the journal for --resume."""
+    out.mkdir(parents=True, exist_ok=True)
+    existing = [p for p in out.iterdir()]
+    if existing and not (opts.resume or opts.overwrite):
+        raise PackError(f"OUTPUT_DIR {out} is not empty ({len(existing)} entries). Fix: pass "
+                        "--resume to continue an interrupted pack, --overwrite to replace it, "
+                        "or choose an empty folder")
+    if opts.overwrite:
+        for p in existing:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for p in out.glob(".*.tmp"):
+        p.unlink()   # a half-written shard from a killed pack
+    if not opts.resume:
+        return []
+    if not (out / JOURNAL).exists():
+        if (out / MANIFEST).exists():
+            raise PackError(f"{out} holds a finished pack (manifest.json); nothing to resume. "
+                            "Use --overwrite to pack again")
+        return []
+    return read_journal(out, opts.identity(), opts.prefix)
+
+
+def _discard_if_nothing_committed(out: Path, created: bool, wrote_journal: bool) -> None:
+    """A pack that failed before its first shard was committed leaves nothing to resume: drop
+    the journal it wrote (else the corrected rerun is told the folder is not empty) and the
+    folder if it made it. A journal this run did not write is never touched."""
+    if not out.is_dir() or committed_shards(out):
+        return
+    if wrote_journal:
+        (out / JOURNAL).unlink(missing_ok=True)
+    if created and not any(out.iterdir()):
+        out.rmdir()
+
+
+def _check_key_collisions(routes: list[str], dot_replacement: str | None) -> None:
+    """Two routes whose keys coincide (a.b and a_b with --dot-replacement _) would interleave."""
+    seen: dict[str, str] = {}
+    for route in routes:
+        try:
+            key = make_key(route, 0, dot_replacement)
+        except SchemaError:
+            continue   # reported per frame by plan_route
+        if key in seen:
+            raise PackError(f"routes {seen[key]!r} and {route!r} give the same sample keys "
+                            f"({key[:-6]}__NNNN). Fix: rename one folder or choose another "
+                            "--dot-replacement")
+        seen[key] = route
+
+
+def _select_part(routes: list[str], part: tuple[int, int] | None) -> list[str]:
+    if part is None:
+        return routes
+    i, n = part
+    # Contiguous slices keep the merged parts in the same order as a single pack.
+    return routes[i * len(routes) // n:(i + 1) * len(routes) // n]
+
+
+def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> dict[str, Any]:
+    """Pack input_dir into output_dir; returns the manifest that was written.
+
+    Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
+    first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
+    opts.validate()
+    try:
+        layout = load_layout(opts.layout)
+    except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
+        raise PackError(f"--layout {opts.layout}: {exc}") from None
+    spec = SampleSpec(layout.camera_names, opts.pred_len, opts.image_format or layout.image_ext)
+    all_routes = find_routes(input_dir, layout)
+    _check_key_collisions(all_routes, opts.dot_replacement)
+    routes = _select_part(all_routes, opts.part)
+    out = Path(output_dir)
+    created, wrote = not out.exists(), []
+    try:
+        return _pack_into(input_dir, out, routes, layout, spec, opts, wrote)
+    except BaseException:
+        _discard_if_nothing_committed(out, created, bool(wrote))
+        raise
+
+
+def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: SampleSpec,
+               opts: PackOptions, wrote: list[Path]) -> dict[str, Any]:
+    done = _prepare_output(out, opts)
+    if not done:
+        _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
+        wrote.append(out / JOURNAL)
+    codec = _Codec(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
+                   list(layout.camera_names))
+    sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
+    sizes = _Sizes(done[-1].meta if done else {})
+    sink.meta = sizes.meta()
+    # Frames the committed shards skipped (bad images in skip mode) are not seen again.
+    report: dict[str, Any] = {"plans": [], "skipped": [Skip(**r) for e in done
+                                                         for r in e.skipped]}
+    start = (done[-1].tasks, done[-1].last_key) if done else (0, "")
+    try:
+        _run(input_dir, routes, layout, opts, codec, sink, report, sizes, start)
+        records = sink.close()
+        if not any(r.samples for r in records):
+            raise _nothing_packed(report, out)
+    except BaseException:
+        sink.abort()
+        raise
+    manifest = build_manifest(spec, layout, records, report, opts, __version__, len(routes),
+                              sizes.stored)
+    _write_or_explain(out / MANIFEST, out, lambda: atomic_write_json(out / MANIFEST, manifest))
+    (out / JOURNAL).unlink(missing_ok=True)
+    log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
+             len(records), out, len(manifest["skipped"]))
+    return manifest
+
+
+def _write_or_explain(path: Path, out: Path, write) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise output_error(path, exc, out) from exc
+
+
+def _nothing_packed(report: dict, out: Path) -> PackError:
+    """Every frame skipped: no manifest, since a manifest of 0 samples would load as a valid,
+    empty dataset and a training run would start on nothing."""
+    plans = report["plans"]
+    skipped = [s for p in plans for s in p.skipped] + report["skipped"]
+    reasons = Counter(s.reason for s in skipped).most_common(3)
+    why = "; ".join(f"{n} x {r}" for r, n in reasons) or "none"
+    first = ""
+    if skipped:
+        s = min(skipped, key=lambda s: (s.episode, -1 if s.frame is None else s.frame))
+        first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
+    return PackError(f"no samples: all {sum(p.n_frames for p in plans)} frames of {len(plans)} "
+                     f"routes were skipped ({len(skipped)}) or are route tails "
+                     f"({sum(p.tail for p in plans)}), so no shard and no manifest were written "
+                     f"to {out}. Reasons: {why}.{first} Fix: repair the input these reasons "
+                     "name, or check that INPUT_DIR, --layout and --pred-len match the data")
+
+
+def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec: _Codec,
+         sink: ShardSink, report: dict, sizes: _Sizes, start: tuple[int, str]) -> None:
+    plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
+    total = sum(n.endswith(".json") for r in routes
+                for n in os.listdir(Path(input_dir) / r / layout.measurements))
+    bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
+    chunks = _chunks(plans, codec, report, bar, start)
+    # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
+    # a pipe per image (3x slower on 2 cores), and a thread reading ahead gained nothing (the
+    # second core already hashes); both measured, see docs/benchmarks.md. Worker processes
+    # are used when images are decoded or re-encoded.
+    pool = None
+    if opts.workers > 1 and (codec.check_images or not codec.passthrough):
+        pool = get_context("spawn").Pool(opts.workers)
+    elif opts.workers > 1:
+        log.info("PNG passthrough without --check-images: one reader, --workers %d not needed",
+                 opts.workers)
+    try:
+        results = pool.imap(_encode_chunk, chunks) if pool else map(_encode_chunk, chunks)
+        for chunk in results:
+            for item in chunk:
+                if isinstance(item, _Encoded):
+                    item = sizes.check(item)
+                    if not sink.meta["image_sizes"]:   # the first sample set them
+                        sink.meta = sizes.meta()
+                if isinstance(item, Skip):
+                    _skip(item, opts, report)
+                    sink.skip(item.record())
+                else:
+                    sink.add(item)
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        if pool:
+            pool.terminate()
+
+
+def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> RoutePlan:
+    plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement)
+    if plan.skipped and opts.on_error == "fail":
+        # Name the bad file's own frame rather than an earlier frame it makes unusable.
+        cause = [s for s in plan.skipped if not s.derived] or plan.skipped
+        raise PackError(cause[0].message())
+    return plan
+
+
+def _skip(item: Skip, opts: PackOptions, report: dict) -> None:
+    if opts.on_error == "fail":
+        raise PackError(item.message())
+    log.warning("skipped %s", item.message())
+    report["skipped"].append(item)

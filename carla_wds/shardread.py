@@ -1,0 +1,289 @@
+"""Opening shards: local files memory-mapped, http(s):// streams bounded and hashed, cached
+copies made only from checked downloads, and the caller's own pipe: commands.
+
+Both the loader and `verify`/`inspect` read shards through here, so the name rule's output,
+the byte bounds and the checks are one code path. It imports neither torch nor webdataset,
+so the packing wing stays torch-free.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import mmap
+import os
+import secrets
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .remote import HTTPReader, RemoteOptions, is_http
+from .tario import ShardError, _read_exact, group_samples, iterate_tar
+
+log = logging.getLogger(__name__)
+Raw = dict[str, Any]
+
+
+def _cache_name(url: str) -> str:
+    # webdataset's default keeps only the basename: two servers' shard-000000.tar would collide.
+    return f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
+
+
+class MappedShard:
+    """A local shard read through read-only memory maps of 64 MB windows: large members come
+    out as memoryviews of the page cache, small reads (headers, labels) as bytes.
+
+    A shuffle buffer of encoded samples then holds no copy of the images. Copies were fresh
+    memory for every sample, and on this project's VMs first-touched memory can cost 16 us a
+    page (a PNG shuffle buffer of 256 samples: up to 0.7 s per worker and epoch,
+    docs/benchmarks.md). A window is unmapped when the last view into it is gone, and
+    `release_pages` unmaps a decoded sample's pages before that. Like any mmap reader, a shard
+    truncated in place while it is being read kills the process (SIGBUS); carla-wds and
+    webdataset's cache replace files by rename, which is safe.
+    """
+    WINDOW = 64 << 20
+    SMALL = 4096   # reads up to this size are copied: cheaper than a view, and parsed as bytes
+
+    def __init__(self, path: str, file: io.BufferedReader | None = None) -> None:
+        self.path, self._file = path, file or open(path, "rb")
+        self.size = os.fstat(self._file.fileno()).st_size
+        self.pos, self._view, self._start, self._can_map = 0, memoryview(b""), 0, True
+
+    def _slice(self, n: int) -> memoryview:
+        off, end = self.pos, min(self.pos + n, self.size)
+        if off < self._start or end > self._start + len(self._view):
+            start = off - off % mmap.ALLOCATIONGRANULARITY
+            length = min(max(self.WINDOW, end - start), self.size - start)
+            window = mmap.mmap(self._file.fileno(), length, access=mmap.ACCESS_READ,
+                               offset=start)
+            self._view, self._start = memoryview(window), start
+        return self._view[off - self._start:end - self._start]
+
+    def read(self, n: int = -1) -> bytes | memoryview:
+        n = self.size - self.pos if n < 0 else min(n, self.size - self.pos)
+        if n <= 0:
+            return b""
+        if n <= self.SMALL or not self._can_map:
+            # pread, not the mapping: a fault would map the page cache's whole folio (up to
+            # 2 MB here) into this process, neighbouring images included
+            data = self._pread(n)
+        else:
+            try:
+                data = self._slice(n)
+            except OSError as exc:   # a filesystem that cannot map, or no descriptors left
+                log.warning("%s: cannot memory-map it (%s); reading it with copies", self.path,
+                            exc)
+                self._can_map = False
+                data = self._pread(n)
+        self.pos += n
+        return data
+
+    def _pread(self, n: int) -> bytes:
+        # a regular file reads short only where it ends (shrunk since it was opened), which
+        # tar_members reports as a truncated shard
+        return os.pread(self._file.fileno(), n, self.pos)
+
+    def sha256(self) -> str:
+        """The hash of the open file itself (not of whatever the path names by now), read in
+        1 MB copies so that none of it stays mapped."""
+        digest, off = hashlib.sha256(), 0
+        while chunk := os.pread(self._file.fileno(), 1 << 20, off):
+            digest.update(chunk)
+            off += len(chunk)
+        return digest.hexdigest()
+
+    def peek(self, n: int = 1) -> bytes:
+        return os.pread(self._file.fileno(), max(0, min(n, self.size - self.pos)), self.pos)
+
+    def close(self) -> None:
+        self._view = memoryview(b"")   # the window itself goes with the last view into it
+        self._file.close()
+
+
+def _local_path(url: str) -> str | None:
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    return url if "://" not in url and not url.startswith("pipe:") and url != "-" else None
+
+
+class _Bounded:
+    """A caller's stream (pipe: and other schemes) read to at most `limit` bytes, hashed."""
+
+    def __init__(self, stream: io.BufferedIOBase, limit: int, url: str) -> None:
+        self.stream, self.limit, self.url, self.pos = stream, limit, url, 0
+        self._digest, self._ahead = hashlib.sha256(), b""
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.limit - self.pos if n < 0 else min(n, self.limit - self.pos)
+        if self._ahead:
+            data, self._ahead = self._ahead[:n], self._ahead[n:]
+            return data
+        data = _read_exact(self.stream, n) if n > 0 else b""
+        self.pos += len(data)
+        self._digest.update(data)
+        return data
+
+    def peek(self, n: int = 1) -> bytes:
+        if not self._ahead:
+            self._ahead = self.read(n)
+        return self._ahead[:n]
+
+    def finish(self, sha256: str | None) -> None:
+        self._ahead = b""
+        while self.read(1 << 20):
+            pass
+        if self.pos != self.limit:
+            raise ShardError(f"shard {self.url}: {self.pos} bytes, the manifest declares "
+                             f"{self.limit}")
+        if sha256 is not None and self._digest.hexdigest() != sha256:
+            raise ShardError(f"shard {self.url}: sha256 {self._digest.hexdigest()} differs from "
+                             f"the manifest's {sha256}. Fix: re-download or re-pack it")
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
+    if found != expected:
+        if cached:
+            os.remove(cached)   # so the next attempt downloads it again
+        raise ShardError(f"shard {url}: sha256 {found} differs from the manifest's {expected}; "
+                         "the file is corrupt or was changed. Fix: re-download or re-pack it")
+
+
+def download(url: str, dest: str, size: int, sha256: str | None,
+             remote: RemoteOptions | None) -> None:
+    """url -> dest, which appears (by rename) only once its size and sha256 match the
+    manifest; a failed download leaves no temporary file behind."""
+    tmp = f"{dest}.{os.getpid()}.{secrets.token_hex(4)}.temp"
+    reader = HTTPReader(url, size, remote)
+    try:
+        with open(tmp, "wb") as f:
+            while chunk := reader.read(8 << 20):
+                f.write(chunk)
+        reader.finish(sha256)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+    finally:
+        reader.close()
+
+
+def _cached(url: str, cache_dir: str, size: int, sha256: str | None,
+            remote: RemoteOptions | None) -> str:
+    os.makedirs(cache_dir, exist_ok=True)
+    dest = os.path.join(cache_dir, _cache_name(url))
+    try:
+        if os.path.getsize(dest) == size:
+            return dest
+        os.remove(dest)   # a copy of another size (an older manifest): fetch it anew
+    except FileNotFoundError:
+        pass
+    download(url, dest, size, sha256, remote)
+    return dest
+
+
+def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | None
+             ) -> MappedShard:
+    """A remote shard checked whole before any sample is used, without holding it in memory:
+    an unnamed temporary file (gone when closed) of at most the declared size."""
+    f = tempfile.TemporaryFile()
+    reader = HTTPReader(url, size, remote)
+    try:
+        while chunk := reader.read(8 << 20):
+            f.write(chunk)
+        reader.finish(sha256)
+    except BaseException:
+        f.close()
+        raise
+    finally:
+        reader.close()
+    f.seek(0)
+    return MappedShard(url, f)
+
+
+Stream = Any   # MappedShard, HTTPReader or _Bounded: read(n), close(), and finish() on streams
+
+
+def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | None = None,
+               verify: bool = False, remote: RemoteOptions | None = None) -> Stream:
+    """A readable stream of a shard at `url` of `size` declared bytes (None: not declared).
+
+    Local files and cached copies are memory-mapped; with `verify`, the very file that is
+    mapped is hashed first, and a remote shard without a cache is checked whole (in a
+    temporary file) before it is read. A remote stream is cut at `size` and hashed as it is
+    read, and `finish` checks it. A cached copy is made only from a checked download.
+    """
+    path, cached = _local_path(url), None
+    if path is None and cache_dir is not None and is_http(url) and size is not None:
+        path = cached = _cached(url, cache_dir, size, sha256, remote)
+    if path is not None:
+        shard = MappedShard(path)
+        try:
+            if size is not None and shard.size != size:
+                raise ShardError(f"shard {url}: {shard.size} bytes, the manifest declares "
+                                 f"{size}; it is truncated or was changed. Fix: re-download "
+                                 "or re-pack it")
+            if verify and sha256 is not None:
+                _check_sha256(shard.sha256(), sha256, url, cached)
+        except ShardError:
+            shard.close()
+            raise
+        return shard
+    if is_http(url) and size is not None:
+        if verify:
+            return _spooled(url, size, sha256, remote)
+        return HTTPReader(url, size, remote)
+    if not url.startswith("pipe:"):
+        raise ShardError(f"shard {url}: carla-wds reads local paths, file://, http(s):// and "
+                         "pipe: commands. Fix: pass one of those in shard_urls")
+    stream = PipeStream(url[len("pipe:"):])
+    return stream if size is None else _Bounded(stream, size, url)
+
+
+class PipeStream(io.RawIOBase):
+    """The stdout of a shell command the caller chose (a `pipe:` source or shard URL; never
+    one from a file's contents, see manifest.NAME_RULE). Closing it checks the exit status."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self._proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        return self._proc.stdout.readinto(buf)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._proc.stdout.close()
+        status = self._proc.wait()
+        super().close()
+        if status not in (0, -13, 141):   # a reader that stops early gets SIGPIPE: fine
+            raise ShardError(f"pipe:{self.command} exited with status {status}")
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """Where one shard is and what the manifest promises about it."""
+    url: str
+    samples: int
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+def samples_of(stream: Stream, ref: ShardRef, others: list[str] | None = None
+               ) -> Iterator[Raw]:
+    """Every sample (dict of member bytes) of an open shard, in order; at the end, streams
+    are checked against the declared size and sha256."""
+    members = ({**m, "__url__": ref.url}
+               for m in iterate_tar(stream, ref.url, ref.bytes, others))
+    yield from group_samples(members)
+    if hasattr(stream, "finish"):
+        stream.finish(ref.sha256)

@@ -1,0 +1,94 @@
+"""Checkpoint I/O in one place: one dict, written atomically by rank 0, read without pickle.
+
+The file is torch.save's format, loaded with `weights_only=True`: only tensors and plain
+containers come back, never arbitrary pickled objects.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..fileio import atomic_write_bytes
+
+CHECKPOINT = "checkpoint.pt"
+REQUIRED = ("model", "config", "step")   # what every reader of a checkpoint needs
+
+
+class CheckpointError(ValueError):
+    """A file that cannot be used as a checkpoint. `problem` says why, with no fix, so each
+    command (train's resume=, show's --checkpoint) words the fix for its own option."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"checkpoint {path}: {problem}")
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint dict, read with weights_only=True; CheckpointError for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "no such file" if not path.exists() else "not a file")
+    # torch.save writes a zip archive; anything else (garbage, a file cut short, torch's
+    # legacy format) would reach the unpickler only to fail there less clearly.
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(path, "not a checkpoint: not the zip archive torch.save writes "
+                                    "(other bytes, or a file cut short)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        refused = re.search(r"Unsupported [^\n.]*", str(exc))
+        if refused is None:
+            raise CheckpointError(path, f"corrupt ({_first_line(exc)})") from None
+        raise CheckpointError(path, "holds pickled objects, not only tensors and plain "
+                                    f"containers ({refused.group(0)}); weights_only=True refused "
+                                    "to unpickle them, since that could run code. carla-wds "
+                                    "checkpoints never hold such objects") from None
+    except Exception as exc:  # noqa: BLE001 - torch raises several types for bad archives
+        raise CheckpointError(path, f"corrupt ({_first_line(exc)})") from None
+    missing = [k for k in REQUIRED if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(path, "a torch file, but not a carla-wds checkpoint: it has no "
+                                    + ", ".join(repr(k) for k in missing))
+    return state
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].rstrip(".")
+
+
+def find_resume(resume: str, run_dir: str | Path) -> Path | None:
+    """resume='auto' -> run_dir/checkpoint.pt if it exists; 'none' -> None; else that path."""
+    if resume == "none":
+        return None
+    if resume == "auto":
+        candidate = Path(run_dir) / CHECKPOINT
+        return candidate if candidate.is_file() else None
+    return Path(resume)
+
+
+def trim_metrics(path: Path, step: int) -> None:
+    """Drop lines a killed run logged after its last checkpoint, so curves don't double up."""
+    if path.exists():
+        keep = [ln for ln in path.read_text().splitlines() if _step_of(ln) <= step]
+        atomic_write_bytes(path, "".join(ln + "\n" for ln in keep).encode())
+
+
+def _step_of(line: str) -> float:
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf   # a line cut short by a kill: dropped

@@ -1,0 +1,230 @@
+"""Typed training config: dataclasses loaded from YAML with `key=value` overrides.
+
+Unknown keys are errors that list the valid ones, at any nesting level, so a typo never trains
+silently with a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .model import ModelConfig
+from .settings import ConfigError, as_override, setting, validate
+
+__all__ = ["ConfigError", "DataConfig", "OptimConfig", "TrainConfig", "check_runtime",
+           "config_from_dict", "load_config", "to_dict"]
+
+
+@dataclass
+class DataConfig:
+    train: str = setting("data/shards/train", nonempty=True, doc="shard folder, manifest or URL")
+    val: str = setting("data/shards/val", nonempty=True)
+    batch_size: int = setting(16, ge=1, doc="per rank")
+    eval_batch_size: int = setting(32, ge=1, doc="per rank")
+    num_workers: int = setting(1, ge=0)
+    # keep workers (and their ring slots) across epochs
+    persistent_workers: bool = True
+    image_size: list[int] = setting(default_factory=lambda: [64, 128], length=2, ge=1,
+                                    doc="height, width")
+    cameras: list[str] | None = setting(None, nonempty=True, unique=True,
+                                        doc="null: all cameras in the shards")
+    augment: bool = False
+    per_camera_augment: bool = True
+    shuffle_buffer: int = setting(64, ge=0, doc="samples; 0 or 1: no buffer shuffle")
+    cache_dir: str | None = None
+    frame_dt: float = setting(0.5, gt=0, doc="seconds between frames, 2 Hz in TCP/TransFuser")
+    verify: bool = False                    # check each shard's sha256 against the manifest
+    on_error: str = setting("raise", choices=("raise", "skip"),
+                            doc="skip: a bad sample becomes valid=False padding, counted")
+    read_timeout: float = setting(30.0, gt=0, doc="seconds an http(s) read may wait for bytes")
+    retries: int = setting(3, ge=0, doc="further attempts per remote object after a failure")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = setting(1e-3, gt=0)
+    weight_decay: float = setting(0.01, ge=0)
+    warmup_steps: int = setting(20, ge=0)
+    schedule: str = setting("cosine", choices=("cosine", "step"))
+    step_every: int = setting(1000, ge=1, doc="for schedule=step: steps between decays")
+    gamma: float = setting(0.5, gt=0, le=1)
+    min_lr_ratio: float = setting(0.05, ge=0, le=1)
+    # max grad norm; 1.0 stalled the tiny model for ~300 steps
+    grad_clip: float = setting(10.0, gt=0)
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str = setting("runs/tiny", nonempty=True)
+    epochs: int = setting(4, ge=1)
+    max_steps: int = setting(0, ge=0, doc="stop after this many steps; 0: run all epochs")
+    seed: int = setting(0, ge=0)
+    eval_every: int = setting(1, ge=1, doc="epochs; the last epoch is always evaluated")
+    log_every: int = setting(10, ge=1, doc="steps between metrics lines")
+    ckpt_every: int = setting(0, ge=0, doc="steps; 0: at the end of each epoch only")
+    resume: str = setting("auto", choices=("auto", "none"), or_path=True,
+                          doc="auto: run_dir/checkpoint.pt if present")
+    device: str = setting("auto", choices=("auto", "cpu", "cuda"),
+                          doc="cuda: GPU LOCAL_RANK, and an error without CUDA")
+    bf16: bool = True                       # autocast on CUDA
+    channels_last: bool = True
+    show_samples: int = setting(6, ge=1, doc="rows of the final prediction montage")
+    eval_only: bool = False                 # evaluate the resumed checkpoint, then stop
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def cross_checks(self) -> list[tuple[str, str]]:
+        if self.eval_only and self.resume == "none":
+            return [("eval_only", "eval_only=true with resume=none has nothing to evaluate. "
+                     "Fix: resume=auto (run_dir/checkpoint.pt) or resume=PATH")]
+        return []
+
+
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _coerce(value: Any, tp: Any, where: str, f: dataclasses.Field) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        return _coerce(value, next(a for a in args if a is not type(None)), where, f)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping of its keys, got {value!r}. Fix: "
+                              f"write {where}.KEY=VALUE, or a {where}: section in the YAML")
+        return _from_dict(tp, value, where + ".")
+    wrong = None
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            wrong = "a list"
+        else:
+            (item,) = typing.get_args(tp)
+            return [_coerce(v, item, where, f) for v in value]
+    elif tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    elif tp in _TYPE_NAMES and not (isinstance(value, tp) and
+                                    not (tp is int and isinstance(value, bool))):
+        wrong = _TYPE_NAMES[tp]
+    if wrong:
+        raise ConfigError(f"{where}: expected {wrong}, got {as_override(value)!r}. "
+                          f"Fix: e.g. {where}={_example(f)}")
+    return value
+
+
+def _example(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return as_override(f.default)
+    return as_override(f.default_factory()) if f.default_factory is not dataclasses.MISSING \
+        else "VALUE"
+
+
+def _from_dict(cls: type, data: Any, prefix: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {prefix.rstrip('.') or 'file'}: expected a mapping of keys, "
+                          f"got {data!r}. Fix: write key: value lines, as in {CONFIG_DIR}/tiny.yaml")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        raise ConfigError(f"unknown config key {prefix}{unknown[0]}; valid keys here: "
+                          + ", ".join(prefix + n for n in fields))
+    return cls(**{k: _coerce(v, hints[k], prefix + k, fields[k])
+                  for k, v in data.items()})
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+        if not isinstance(data, dict):
+            raise ConfigError(f"override {dotted}: {part} is not a section")
+    data[parts[-1]] = value
+
+
+def _yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"{where}: not valid YAML ({detail}). Fix: quote or correct "
+                          "the value, e.g. data.image_size=[64,128]") from None
+
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def shipped_configs() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_path(name_or_path: str | Path) -> Path:
+    """A shipped config's name (`tiny`, `tcp`) or a path to a YAML file."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if not path.suffix and len(path.parts) == 1 and (CONFIG_DIR / f"{path}.yaml").is_file():
+        return CONFIG_DIR / f"{path}.yaml"
+    raise ConfigError(f"config {str(name_or_path)!r} not found: neither a file nor a shipped "
+                      f"config ({', '.join(shipped_configs())}). Fix: pass one of those names, "
+                      f"or a path to a YAML file like {CONFIG_DIR / 'tiny.yaml'}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
+    """YAML file (optional) + `a.b=value` overrides (values parsed as YAML) -> TrainConfig.
+
+    Every value is checked against its field's rule here, before anything runs.
+    """
+    data: dict = {}
+    if path is not None:
+        path = config_path(path)
+        data = _yaml(path.read_text(), f"config file {path}") or {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value, e.g. optim.lr=3e-4")
+        key, _, raw = item.partition("=")
+        _set_dotted(data, key.strip(), _yaml(raw, f"override {item!r}"))
+    return config_from_dict(data)
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """A checked TrainConfig from a plain dict, such as the one stored in a checkpoint."""
+    cfg = _from_dict(TrainConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def check_runtime(cfg: TrainConfig) -> None:
+    """What the values cannot tell alone, checked on this machine before a run starts: the
+    config's rules, that device=cuda has a GPU (never a silent CPU run), that resume=PATH
+    exists."""
+    import os
+
+    import torch
+    validate(cfg)
+    if cfg.device == "cuda":
+        local_rank, count = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+        if not torch.cuda.is_available() or local_rank >= count:
+            raise ConfigError(
+                f"device=cuda, but this process (LOCAL_RANK {local_rank}) has no CUDA device: "
+                f"{count} visible, torch {torch.__version__} built for CUDA {torch.version.cuda}. "
+                "Fix: device=cpu, or device=auto (CUDA when present), or run on a GPU machine "
+                "with at most one process per GPU")
+    if cfg.resume not in ("auto", "none") and not Path(cfg.resume).is_file():
+        raise ConfigError(f"resume={cfg.resume}: no such checkpoint file. Fix: "
+                          "resume=PATH to an existing checkpoint.pt, resume=auto (run_dir's "
+                          "checkpoint if present) or resume=none")
+
+
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

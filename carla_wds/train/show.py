@@ -1,0 +1,106 @@
+"""`carla-wds show`: a montage of samples with ground truth and, given a checkpoint, predictions."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..load import CARLAWebData
+from .checkpoint import CheckpointError, load_checkpoint
+from .config import ConfigError, TrainConfig, config_from_dict
+from .model import WaypointModel, build_model
+
+_FIX = "Fix: pass --checkpoint the checkpoint.pt that `carla-wds train` wrote into its run_dir"
+
+
+class ShowError(ValueError):
+    """A --checkpoint that show cannot draw predictions from; one line naming the file."""
+
+
+def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = None,
+         n: int = 6, image_size: tuple[int, int] = (128, 256), on_error: str = "raise") -> Path:
+    """Write a PNG of the first n samples of `shards` (eval order) with their waypoints;
+    with on_error="skip", bad samples are left out of it."""
+    from .viz import montage
+    model, cameras, ckpt = None, None, None
+    if checkpoint is not None:
+        ckpt, cfg = _read(checkpoint)
+        image_size, cameras = tuple(cfg.data.image_size), cfg.data.cameras
+    data = _shards(shards, n, image_size, cameras, checkpoint, on_error)
+    batch = next(iter(data))
+    if ckpt is not None:
+        model = _model(checkpoint, ckpt, cfg, data)
+        with torch.no_grad():
+            pred = model(batch.normalized_images(), batch.speed, batch.target_point, batch.command)
+    rows = []
+    for i in range(len(batch)):
+        if not batch.valid[i]:
+            continue
+        row = {"images": batch.images[i].numpy(), "waypoints": batch.waypoints[i].numpy(),
+               "target_point": batch.target_point[i].numpy(), "key": batch.keys[i],
+               "command": int(batch.command[i].argmax())}
+        if model is not None:
+            row["pred"] = pred[i].numpy()
+        rows.append(row)
+    title = f"{shards}" + (f" - predictions of {checkpoint}" if checkpoint else "")
+    return montage(rows, data.camera_names, out, title=title)
+
+
+def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:
+    """The checkpoint (weights_only=True, never unpickling objects) and its config."""
+    try:
+        ckpt = load_checkpoint(checkpoint)
+    except CheckpointError as exc:
+        raise ShowError(f"--checkpoint {checkpoint}: {exc.problem}. {_FIX}") from None
+    try:
+        return ckpt, config_from_dict(ckpt["config"])
+    except (ConfigError, TypeError) as exc:
+        raise ShowError(f"--checkpoint {checkpoint}: its stored config does not fit this "
+                        f"carla-wds ({exc}). {_FIX}, with the carla-wds version that wrote "
+                        "it") from None
+
+
+def _shards(shards: str | Path, n: int, image_size: tuple[int, int], cameras: list[str] | None,
+            checkpoint: str | Path | None, on_error: str) -> CARLAWebData:
+    try:
+        return CARLAWebData(str(shards), batch_size=max(1, n), mode="eval",
+                            image_size=image_size, cameras=cameras, rank=0, world_size=1,
+                            on_error=on_error)
+    except ValueError as exc:
+        if checkpoint is None or cameras is None or "cameras" not in str(exc):
+            raise
+        raise ShowError(f"--checkpoint {checkpoint}: its model was trained on data.cameras "
+                        f"{cameras}, but {exc}. Fix: show shards with those cameras, or a "
+                        "checkpoint trained on these shards' cameras") from None
+
+
+def _model(checkpoint: str | Path, ckpt: dict[str, Any], cfg: TrainConfig,
+           data: CARLAWebData) -> WaypointModel:
+    """The model the checkpoint's config describes for these shards, with its weights."""
+    model = build_model(cfg.model, len(data.camera_names), data.pred_len)
+    mismatch = _mismatch(model.state_dict(), ckpt["model"])
+    if mismatch:
+        raise ShowError(f"--checkpoint {checkpoint}: its weights do not match the model its "
+                        f"config describes for {len(data.camera_names)} cameras "
+                        f"(model.backbone={cfg.model.backbone}, model.feature_dim="
+                        f"{cfg.model.feature_dim}): {mismatch}. Fix: show shards with the "
+                        "cameras it was trained on, or pass a checkpoint carla-wds train wrote "
+                        "unedited") from None
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
+
+
+def _mismatch(expected: dict[str, torch.Tensor], got: Any) -> str:
+    """'' when `got` is a state_dict of the same keys and shapes, else the first differences."""
+    if not isinstance(got, dict):
+        return f"'model' is a {type(got).__name__}, not a state_dict"
+    missing = [k for k in expected if k not in got]
+    unexpected = [k for k in got if k not in expected]
+    shapes = [f"{k} is {tuple(got[k].shape)} in the file, {tuple(v.shape)} in the model"
+              for k, v in expected.items()
+              if k in got and getattr(got[k], "shape", None) != v.shape]
+    parts = [f"{len(missing)} missing keys ({', '.join(missing[:3])})" if missing else "",
+             f"{len(unexpected)} unexpected keys ({', '.join(unexpected[:3])})" if unexpected
+             else "", "; ".join(shapes[:2])]
+    return "; ".join(p for p in parts if p)

@@ -1,0 +1,87 @@
+"""Helpers shared by tests of more than one wing: real packs, their keys, shard rewrites,
+torchrun, child processes."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import webdataset as wds
+
+from carla_wds.fileio import sha256_file
+from carla_wds.pack import PackOptions, pack
+from carla_wds.pack.synth import synth_dataset
+
+
+def manifest_of(pack_dir: Path) -> dict:
+    return json.loads((pack_dir / "manifest.json").read_text())
+
+
+def shard_hashes(pack_dir: Path) -> dict[str, str]:
+    """name -> sha256 of every shard file on disk (not trusting the manifest)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(pack_dir.glob("*.tar"))}
+
+
+def rewrite_shard(path: Path, edit) -> None:
+    """Rewrite one shard through webdataset's TarWriter, passing each sample through edit()."""
+    with tarfile.open(path) as tar:
+        samples: dict[str, dict] = {}
+        for m in tar:
+            key, _, suffix = m.name.partition(".")
+            samples.setdefault(key, {"__key__": key})[suffix] = tar.extractfile(m).read()
+    with open(path, "wb") as f, wds.TarWriter(f, encoder=False) as writer:
+        for i, sample in enumerate(samples.values()):
+            writer.write(edit(i, sample))
+    # the manifest follows, so that only the edited members are wrong, not the shard's size
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    entry = next(s for s in manifest["shards"] if s["name"] == path.name)
+    entry.update(bytes=path.stat().st_size, sha256=sha256_file(path))
+    (path.parent / "manifest.json").write_text(json.dumps(manifest))
+
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def torchrun(*args: str, nproc: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+SIZE = (24, 32)
+
+
+def make_pack(root: Path, layout: str = "tcp", episodes: int = 3, frames: int = 30,
+              max_samples: int = 7, **kw) -> Path:
+    raw, out = root / "raw", root / "shards"
+    synth_dataset(raw, layout, episodes=episodes, frames=frames, seed=5, image_size=(64, 48),
+                  progress=False)
+    pack(raw, out, PackOptions(layout=layout, max_samples=max_samples, progress=False, **kw))
+    return out
+
+
+def all_keys(shards: Path) -> list[str]:
+    manifest = json.loads((shards / "manifest.json").read_text())
+    import tarfile
+    keys = []
+    for s in manifest["shards"]:
+        with tarfile.open(shards / s["name"]) as tar:
+            keys += sorted({m.name.split(".")[0] for m in tar})
+    return keys
+
+
+def child_pids() -> list[int]:
+    pids = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except FileNotFoundError:   # a thread (a queue's feeder) ended meanwhile
+            pass
+    return pids
+

@@ -1,0 +1,145 @@
+"""`carla-wds show --checkpoint X`: one-line errors in show's own words for every bad X, and
+checkpoints read with weights_only=True (no pickle decoded)."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import pytest
+import torch
+
+from carla_wds.train.checkpoint import save_checkpoint
+from carla_wds.train.config import TrainConfig, to_dict
+from carla_wds.train.model import ModelConfig, build_model
+
+
+def make_checkpoint(path: Path, n_cameras: int = 4, **config_edits) -> Path:
+    """A checkpoint as the trainer writes it, of an untrained tiny model (no training needed)."""
+    cfg = TrainConfig(model=ModelConfig(backbone="tiny", feature_dim=32))
+    cfg.data.image_size = [32, 48]
+    model = build_model(cfg.model, n_cameras, 4)
+    config = to_dict(cfg)
+    for dotted, value in config_edits.items():
+        section, name = dotted.split("__")
+        config[section][name] = value
+    save_checkpoint(path, {"model": model.state_dict(), "config": config, "step": 3})
+    return path
+
+
+def show_error(cli, shards: Path, checkpoint: Path, tmp_path: Path) -> str:
+    out = tmp_path / "x.png"
+    result = cli("show", shards, "--checkpoint", checkpoint, "--out", out, "-n", "2")
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: --checkpoint {checkpoint}: "), lines
+    assert "resume=" not in lines[0] and "Fix: " in lines[0], lines[0]
+    assert not out.exists()
+    return lines[0]
+
+
+def test_good_checkpoint_draws_predictions(cli, packed_tf4, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "checkpoint.pt")
+    result = cli("show", packed_tf4, "--checkpoint", ckpt, "--out", tmp_path / "x.png", "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert cv2.imread(str(tmp_path / "x.png")) is not None
+
+
+def test_missing_file(cli, packed_tf4, tmp_path):
+    msg = show_error(cli, packed_tf4, tmp_path / "nope.pt", tmp_path)
+    assert "no such file" in msg
+
+
+def test_garbage_bytes(cli, packed_tf4, tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"definitely not a checkpoint\n" * 40)
+    assert "not a checkpoint: not the zip archive torch.save writes" in \
+        show_error(cli, packed_tf4, garbage, tmp_path)
+
+
+def test_truncated_checkpoint(cli, packed_tf4, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "checkpoint.pt")
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+    assert "not a checkpoint" in show_error(cli, packed_tf4, ckpt, tmp_path)
+
+
+class _Canary:
+    """Unpickling this would create a file: proof that a pickle was decoded."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_pickled_objects_are_refused_never_unpickled(cli, packed_tf4, tmp_path):
+    canary = tmp_path / "unpickled"
+    ckpt = tmp_path / "evil.pt"
+    torch.save({"model": {}, "config": {}, "step": 0, "x": _Canary(str(canary))}, ckpt)
+    assert pickle.dumps(_Canary(str(canary)))   # the payload itself is a working pickle
+    msg = show_error(cli, packed_tf4, ckpt, tmp_path)
+    assert "holds pickled objects" in msg and "weights_only=True refused" in msg, msg
+    assert "Unsupported global" in msg
+    assert not canary.exists()
+
+
+def test_torch_file_that_is_not_a_checkpoint(cli, packed_tf4, tmp_path):
+    tensor = tmp_path / "tensor.pt"
+    torch.save({"weights": torch.zeros(3)}, tensor)
+    assert "not a carla-wds checkpoint: it has no 'model', 'config', 'step'" in \
+        show_error(cli, packed_tf4, tensor, tmp_path)
+
+
+def test_weights_that_do_not_match_the_config(cli, packed_tf4, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "checkpoint.pt", model__feature_dim=64)
+    msg = show_error(cli, packed_tf4, ckpt, tmp_path)
+    assert "weights do not match the model its config describes" in msg
+    assert "model.feature_dim=64" in msg and "in the file" in msg, msg
+
+
+def test_model_trained_on_other_cameras(cli, packed_tcp, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "checkpoint.pt")   # 4 cameras; the tcp pack has one
+    msg = show_error(cli, packed_tcp, ckpt, tmp_path)
+    assert "for 1 cameras" in msg and "fuse.0.weight" in msg, msg
+    named = make_checkpoint(tmp_path / "named.pt", n_cameras=2, data__cameras=["front", "left"])
+    msg = show_error(cli, packed_tcp, named, tmp_path)
+    assert "trained on data.cameras ['front', 'left']" in msg and "left" in msg, msg
+
+
+def test_stored_config_from_another_version(cli, packed_tf4, tmp_path):
+    ckpt = make_checkpoint(tmp_path / "checkpoint.pt", optim__momentum=0.9)
+    msg = show_error(cli, packed_tf4, ckpt, tmp_path)
+    assert "stored config does not fit" in msg and "optim.momentum" in msg, msg
+    bad = make_checkpoint(tmp_path / "bad.pt", data__image_size=[0, 0])
+    assert "data.image_size=[0, 0] is invalid" in show_error(cli, packed_tf4, bad, tmp_path)
+
+
+def test_real_cli_process_prints_one_line(packed_tf4, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "carla_wds.cli", "show", str(packed_tf4),
+                           "--checkpoint", str(tmp_path / "nope.pt"), "--out",
+                           str(tmp_path / "x.png")], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"Error: --checkpoint {tmp_path / 'nope.pt'}: no such file. "
+                                   "Fix: pass --checkpoint the checkpoint.pt that `carla-wds "
+                                   "train` wrote into its run_dir")
+
+
+def test_resume_errors_keep_the_trainer_wording(packed_tf4, tmp_path):
+    from carla_wds.train.checkpoint import CheckpointError
+    from carla_wds.train.config import load_config
+    from carla_wds.train.loop import run_training
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.pt").write_bytes(b"x" * 100)
+    cfg = load_config(None, [f"run_dir={run_dir}", "model.backbone=tiny", "model.feature_dim=32",
+                             f"data.train={packed_tf4}", f"data.val={packed_tf4}",
+                             "data.batch_size=8", "data.num_workers=0", "data.image_size=[32,48]"])
+    with pytest.raises(CheckpointError, match=r"not a checkpoint.*Fix: resume=PATH .*resume=none"
+                                              r".*or move .*checkpoint.pt away"):
+        run_training(cfg)
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "checkpoint.pt", "config.json"]
