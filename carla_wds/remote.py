@@ -111,10 +111,12 @@ class HTTPReader:
                 raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
             raise self._fail(f"HTTP {exc.code} {exc.reason}", "check that the URL exists and "
                              "that you may read it (credentials, path)") from None
-        if self.pos and resp.status != 206:   # no ranges: skip what was already read
-            self._discard(resp, self.pos)
         length = resp.headers.get("Content-Length")
-        total = self.pos + int(length) if length and length.isdigit() else None
+        total = int(length) if length and length.isdigit() else None
+        if self.pos and resp.status == 206:
+            total = None if total is None else self.pos + total
+        elif self.pos:   # the server ignored the Range: skip what was already read
+            self._discard(resp, self.pos)
         if total is not None and (total > self.limit or (self.exact and total != self.limit)):
             resp.close()
             if self.exact:

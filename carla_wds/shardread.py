@@ -174,17 +174,18 @@ def download(url: str, dest: str, size: int, sha256: str | None,
 
 
 def _cached(url: str, cache_dir: str, size: int, sha256: str | None,
-            remote: RemoteOptions | None) -> str:
+            remote: RemoteOptions | None) -> tuple[str, bool]:
+    """The cached copy's path, and whether it was downloaded (and so hashed) just now."""
     os.makedirs(cache_dir, exist_ok=True)
     dest = os.path.join(cache_dir, _cache_name(url))
     try:
         if os.path.getsize(dest) == size:
-            return dest
+            return dest, False
         os.remove(dest)   # a copy of another size (an older manifest): fetch it anew
     except FileNotFoundError:
         pass
     download(url, dest, size, sha256, remote)
-    return dest
+    return dest, True
 
 
 def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | None
@@ -218,9 +219,10 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
     temporary file) before it is read. A remote stream is cut at `size` and hashed as it is
     read, and `finish` checks it. A cached copy is made only from a checked download.
     """
-    path, cached = _local_path(url), None
+    path, cached, fresh = _local_path(url), None, False
     if path is None and cache_dir is not None and is_http(url) and size is not None:
-        path = cached = _cached(url, cache_dir, size, sha256, remote)
+        path, fresh = _cached(url, cache_dir, size, sha256, remote)
+        cached = path
     if path is not None:
         shard = MappedShard(path)
         try:
@@ -228,7 +230,7 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
                 raise ShardError(f"shard {url}: {shard.size} bytes, the manifest declares "
                                  f"{size}; it is truncated or was changed. Fix: re-download "
                                  "or re-pack it")
-            if verify and sha256 is not None:
+            if verify and sha256 is not None and not fresh:   # a download was hashed
                 _check_sha256(shard.sha256(), sha256, url, cached)
         except ShardError:
             shard.close()

@@ -37,6 +37,7 @@ class Faults:
         self.requests: list[tuple[str, str | None]] = []
         self.left = 10 ** 9   # faulty answers before the server mends
         self.stop = threading.Event()
+        self.ignore_range = False   # answer a Range request with the whole body (200)
 
 
 def _handler(root: Path, faults: Faults):
@@ -55,7 +56,7 @@ def _handler(root: Path, faults: Faults):
             if name == faults.target and faults.mode and faults.left > 0:
                 faults.left -= 1
                 return getattr(self, "_" + faults.mode)(body)
-            self._send(body, self.headers.get("Range"))
+            self._send(body, None if faults.ignore_range else self.headers.get("Range"))
 
         def _send(self, body: bytes, rng: str | None = None) -> None:
             start = int(rng.split("=")[1].rstrip("-")) if rng else 0
@@ -170,6 +171,17 @@ def test_a_dropped_connection_resumes_with_a_range_request(served, pristine, tmp
     url, faults, _ = served
     faults.mode, faults.left = "lie", 1
     assert sorted(eval_keys(url, cache_dir=str(tmp_path / "c"))) == sorted(all_keys(pristine))
+    ranges = [r for n, r in faults.requests if n == faults.target]
+    assert len(ranges) == 2 and ranges[1].startswith("bytes=")
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_server_that_ignores_ranges_still_gives_exact_data(served, pristine, tmp_path, cache):
+    url, faults, _ = served
+    faults.mode, faults.left, faults.ignore_range = "lie", 1, True
+    cache_dir = str(tmp_path / "c") if cache else None
+    assert sorted(eval_keys(url, cache_dir=cache_dir, verify=True)) == sorted(
+        all_keys(pristine))
     ranges = [r for n, r in faults.requests if n == faults.target]
     assert len(ranges) == 2 and ranges[1].startswith("bytes=")
 
