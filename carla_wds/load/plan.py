@@ -11,6 +11,18 @@ about `with_epoch`, nodesplitter and workersplitter is replaced by arithmetic:
   every rank yields `ceil(ceil(N / R) / B)` batches and pads with `valid=False`.
 * resampled (the seed's way): each worker draws whole shards with replacement.
 
+Train coverage. The cuts fall at sample positions, not at shard boundaries, so a worker may start
+and end mid-shard (a segment's `start` is skipped by the reader without decoding). Since
+`(N // R) // B == N // (R * B)`, the unseen samples of an epoch are exactly `N % (R * B)`: fewer
+than one global batch, the least that equal full batches without repeats allow (with N = 211,
+R = 2, B = 16: 19 unseen; with 189 shards of 1,000, R = 8, B = 32: 72 of 189,000, where the old
+documented bound `R * (B + largest shard)` allowed 8,256). The unseen samples are the tail of the
+epoch's shard order, so which ones they are changes with the epoch. Why one contiguous range per
+(rank, worker) rather than striding samples across ranks and workers: each worker reads its shards
+whole and in order, with at most two partial ones (its first and last), so reads stay sequential
+and a shard is opened by several workers only where their ranges meet inside it; the shuffle
+buffer then mixes within the worker's run, and the epoch's shard order mixes across workers.
+
 Batches interleave across DataLoader workers round-robin, so global batch `b` of a rank comes
 from logical worker `b % W`. After resuming at batch `k`, physical worker `i` plays logical
 worker `(i + k) % W`, so the round-robin continues exactly where it stopped.
