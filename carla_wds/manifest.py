@@ -72,8 +72,11 @@ def read_manifest(source: str | Path, remote: RemoteOptions | None = None
 
 
 def spec_of(manifest: dict[str, Any]) -> SampleSpec:
+    """The manifest's sample spec, with the codec it recorded for each member ("members");
+    packs made before it was recorded decode each member by its suffix."""
     return SampleSpec(tuple(manifest["cameras"]), int(manifest["pred_len"]),
-                      manifest.get("image_format", "png"))
+                      manifest.get("image_format", "png"),
+                      tuple(sorted((manifest.get("members") or {}).items())))
 
 
 def image_sizes_of(manifest: dict[str, Any], cameras: tuple[str, ...]

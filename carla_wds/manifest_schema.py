@@ -11,7 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .schema import CAMERAS, IMAGE_FORMATS, SCHEMA_VERSION, SchemaError
+from .schema import (
+    CAMERAS,
+    CODECS,
+    IMAGE_FORMATS,
+    LABEL_MEMBERS,
+    MAX_PIXELS,
+    SCHEMA_VERSION,
+    SchemaError,
+)
 
 MAX_MANIFEST_BYTES = 256 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -48,6 +56,7 @@ def validate_manifest(m: Any, where: str) -> None:
     fmt = m.get("image_format", "png")
     _check(fmt in IMAGE_FORMATS, where, "image_format", fmt, f"one of {list(IMAGE_FORMATS)}")
     _check_image_sizes(m.get("image_sizes"), cams, where)
+    _check_members(m.get("members"), [f"{c}.{fmt}" for c in cams] + list(LABEL_MEMBERS), where)
     shards = m.get("shards")
     _check(isinstance(shards, list), where, "shards", shards, "a list")
     names: set[str] = set()
@@ -86,6 +95,13 @@ def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:
                f"[height, width] of positive integers, at most {MAX_PIXELS} pixels")
 
 
-# No camera image of a CARLA dataset comes near this (Bench2Drive: 1600x900 = 1.4 MP); an
-# 8192x8192 RGB image is 200 MB decoded.
-MAX_PIXELS = 8192 * 8192
+def _check_members(members: Any, expected: list[str], where: str) -> None:
+    """members: member -> codec name; absent in packs made before codec names were recorded
+    (the loader then takes each member's codec from its suffix)."""
+    if members is None:
+        return
+    _check(isinstance(members, dict) and all(m in members for m in expected), where, "members",
+           members, f"an object naming the codec of each of {expected}")
+    for member, name in members.items():
+        _check(isinstance(name, str) and name in CODECS, where, f"members.{member}", name,
+               f"a codec this carla-wds has ({sorted(CODECS)}); upgrade carla-wds to read it")

@@ -1,157 +1,138 @@
-"""The sample schema: the single source of truth for keys, codecs, dtypes and shapes.
+"""The sample schema: the single source of truth for members, codecs, dtypes and shapes.
 
-The packer encodes through `encode_sample`, the loader decodes through `decode_labels` and `decode_rgb`, and
-`carla-wds verify --deep` validates through `validate_sample`, so the three cannot drift apart.
-Like Mosaic Streaming's codec registry, every member suffix maps to one codec used both ways.
+A sample is the camera images of `SampleSpec.cameras` plus the members of `LABELS`; each member
+has one codec from the registry in codecs.py (its name is recorded in the manifest). The packer
+encodes through `encode_sample`, the loader decodes through `decode_labels` and the codecs,
+`carla-wds verify --deep` validates through `validate_sample` and `inspect` reads members with
+`decode_member`, so none of them can drift from the others. A new label modality is one codec
+(codecs.py) and one `LabelMember` entry here.
 """
 from __future__ import annotations
 
 import functools
-import io
-import json
+import math
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from enum import IntEnum
+from typing import Any
 
-import cv2
 import numpy as np
 
-try:  # pyspng decodes PNG ~1.3x faster than cv2 here; optional ([fast] extra)
-    import pyspng
-except ImportError:  # pragma: no cover - depends on the environment
-    pyspng = None
+from .codecs import (
+    CODECS,
+    PICKLE_SUFFIXES,
+    Codec,
+    ImageCodec,
+    ImageHeaderError,
+    SchemaError,
+    codec_for,
+    codec_named,
+)
 
+# "members" (each member's codec name) is an optional manifest field: readers of version 1
+# ignore it and manifests without it decode by suffix, so the version stays 1.
 SCHEMA_VERSION = 1
 CAMERAS = ("front", "rear", "left", "right")
 IMAGE_FORMATS = ("png", "jpg")
-N_COMMANDS = 6
-# CARLA RoadOption values; VOID (and anything below 0) is mapped to LANEFOLLOW as TCP does.
-ROAD_OPTIONS = {-1: "VOID", 1: "LEFT", 2: "RIGHT", 3: "STRAIGHT", 4: "LANEFOLLOW",
-                5: "CHANGELANELEFT", 6: "CHANGELANERIGHT"}
-# Members that would go through pickle in webdataset's default decoders: never decoded here.
-PICKLE_SUFFIXES = ("pth", "pt", "pyd", "pickle", "pkl")
-LABEL_MEMBERS = ("speed.json", "target_point.npy", "target_command.npy",
-                 "waypoints.npy", "waypoints_diff.npy", "meta.json")
 _KEY_OK = re.compile(r"^[A-Za-z0-9_\-~+=,@]+$")
+# No camera image of a CARLA dataset comes near this (Bench2Drive: 1600x900 = 1.4 MP); an
+# 8192x8192 RGB image is 200 MB decoded. Headers are checked against it before decoding.
+MAX_PIXELS = 8192 * 8192
 
 
-class SchemaError(ValueError):
-    """A sample that does not match the schema; the message names the sample and member."""
+class RoadOption(IntEnum):
+    """CARLA's RoadOption (agents.navigation.local_planner), with a short label for plots.
+
+    The one-hot command index is value - 1, as in TCP; VOID (and anything below 0) counts as
+    LANEFOLLOW."""
+    label: str
+
+    def __new__(cls, value: int, label: str) -> RoadOption:
+        obj = int.__new__(cls, value)
+        obj._value_, obj.label = value, label
+        return obj
+
+    VOID = -1, "void"
+    LEFT = 1, "left"
+    RIGHT = 2, "right"
+    STRAIGHT = 3, "straight"
+    LANEFOLLOW = 4, "follow lane"
+    CHANGELANELEFT = 5, "change left"
+    CHANGELANERIGHT = 6, "change right"
+
+
+COMMANDS: tuple[RoadOption, ...] = tuple(o for o in RoadOption if o > 0)   # one-hot order
+N_COMMANDS = len(COMMANDS)
+COMMAND_NAMES: tuple[str, ...] = tuple(o.label for o in COMMANDS)
+ROAD_OPTIONS: dict[int, str] = {o.value: o.name for o in RoadOption}
 
 
 @dataclass(frozen=True)
-class Codec:
-    encode: Callable[[Any], bytes]
-    decode: Callable[[bytes], Any]
+class LabelMember:
+    """One label member of every sample. `shape`: a float32 array of that shape ("pred_len"
+    stands for the spec's); `number`: a finite JSON number; neither: any value of the codec.
+    `codec`: the codec's name, when not the one named like the member's suffix."""
+    member: str
+    shape: tuple[int | str, ...] | None = None
+    number: bool = False
+    codec: str | None = None
+
+    @functools.cached_property
+    def field(self) -> str:
+        return self.member.rsplit(".", 1)[0]
+
+    def encodable(self, value: Any) -> Any:
+        """The value as stored: arrays as float32, numbers as float."""
+        if self.shape is not None:
+            return np.asarray(value, dtype=np.float32)
+        return float(value) if self.number else value
+
+    def checked(self, value: Any, spec: SampleSpec, where: str) -> Any:
+        """The decoded value, or SchemaError naming the sample, the member and the fix."""
+        if self.shape is not None:
+            shape = spec._shapes[self.member]
+            if value.shape != shape or value.dtype != np.float32:
+                raise SchemaError(f"{where}: {self.member} has shape {value.shape} dtype "
+                                  f"{value.dtype}; expected {shape} float32. Re-pack with "
+                                  f"pred_len={spec.pred_len}")
+        if self.number:
+            if not isinstance(value, (int, float)) or not _finite(value):
+                raise SchemaError(f"{where}: {self.member} holds {value!r}; expected a finite "
+                                  "number (m/s)")
+            return float(value)
+        return value
 
 
-def _npy_encode(value: Any) -> bytes:
-    """np.save's exact bytes; the header of each (dtype, shape) is made by np.save once, since
-    building it for every label array was a tenth of the pack's time."""
-    arr = np.asarray(value)
-    if arr.dtype.hasobject:
-        raise SchemaError(f"refusing to store an object array ({arr.dtype}) as .npy")
-    if not arr.flags.c_contiguous:   # np.save writes these in Fortran order or copies them
-        buf = io.BytesIO()
-        np.save(buf, arr, allow_pickle=False)
-        return buf.getvalue()
-    return _npy_header(arr.dtype.str, arr.shape) + arr.tobytes()
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:   # an integer beyond float's range
+        return False
 
 
-@functools.lru_cache(maxsize=256)
-def _npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
-    buf = io.BytesIO()
-    empty = np.zeros(shape, np.dtype(dtype))
-    np.save(buf, empty, allow_pickle=False)
-    return buf.getvalue()[:buf.tell() - empty.nbytes]
-
-
-def _npy_decode(data: bytes | memoryview) -> np.ndarray:
-    """np.load's array, with headers seen before answered from a cache: np.load parses every
-    header with ast (a tenth of the loader's time). allow_pickle=False: an object array in a
-    shard is refused, never unpickled."""
-    end = _npy_header_end(data)
-    known = _NPY_HEADERS.get(bytes(data[:end])) if end else None
-    if known is None:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
-        if end and not arr.dtype.hasobject and len(_NPY_HEADERS) < 256:
-            _NPY_HEADERS[bytes(data[:end])] = (arr.dtype, arr.shape, arr.flags.f_contiguous
-                                               and not arr.flags.c_contiguous)
-        return arr
-    dtype, shape, fortran = known
-    count = int(np.prod(shape))
-    arr = np.frombuffer(data, dtype, count=count, offset=end).copy()
-    return arr.reshape(shape, order="F" if fortran else "C")
-
-
-_NPY_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
-
-
-def _npy_header_end(data: bytes) -> int:
-    """Offset of an .npy's data (after magic, version, header length, header); 0 if unclear."""
-    if data[:6] != b"\x93NUMPY" or len(data) < 12:
-        return 0
-    if data[6] == 1:
-        return 10 + int.from_bytes(data[8:10], "little")
-    return 12 + int.from_bytes(data[8:12], "little")
-
-
-def _json_encode(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
-def decode_rgb(data: bytes | memoryview) -> np.ndarray:
-    """Image bytes -> uint8 HWC RGB, straight: no float round-trip (the seed's black images)."""
-    if pyspng is not None and data[:8] == b"\x89PNG\r\n\x1a\n":
-        try:
-            img = pyspng.load(bytes(data))   # it takes bytes only (shards give memoryviews)
-        except Exception:  # noqa: BLE001 - pyspng raises plain Exception on bad data
-            img = None
-        # 8-bit RGB only; gray, RGBA and 16-bit PNGs go through cv2, which normalises them.
-        if img is not None and img.ndim == 3 and img.shape[2] == 3 and img.dtype == np.uint8:
-            return img
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if img is None:
-        raise SchemaError("image bytes do not decode")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-
-
-def image_encoder(ext: str, **params: int) -> Callable[[np.ndarray], bytes]:
-    flags = [cv2.IMWRITE_JPEG_QUALITY, params.get("quality", 95)] if ext == "jpg" else []
-
-    def encode(rgb: np.ndarray) -> bytes:
-        ok, buf = cv2.imencode("." + ext, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), flags)
-        if not ok:
-            raise SchemaError(f"cv2 could not encode a {ext} image")
-        return buf.tobytes()
-    return encode
-
-
-CODECS: dict[str, Codec] = {
-    "npy": Codec(_npy_encode, _npy_decode),
-    "json": Codec(_json_encode, lambda b: _json_decode(b)),
-    "png": Codec(image_encoder("png"), decode_rgb),
-    "jpg": Codec(image_encoder("jpg"), decode_rgb),
-}
-
-
-def codec_for(member: str) -> Codec:
-    """The codec of a member name such as `front.png` or `waypoints.npy`."""
-    ext = member.rsplit(".", 1)[-1].lower()
-    if ext in PICKLE_SUFFIXES:
-        raise SchemaError(f"member {member!r} is a pickle; carla-wds never decodes pickles. "
-                          "Re-pack with `carla-wds pack`, which stores arrays as .npy")
-    if ext not in CODECS:
-        raise SchemaError(f"member {member!r} has no codec; known: {sorted(CODECS)}")
-    return CODECS[ext]
+LABELS: tuple[LabelMember, ...] = (
+    LabelMember("speed.json", number=True),
+    LabelMember("target_point.npy", (2,)),
+    LabelMember("target_command.npy", (N_COMMANDS,)),
+    LabelMember("waypoints.npy", ("pred_len", 2)),
+    LabelMember("waypoints_diff.npy", ("pred_len", 2)),
+    LabelMember("meta.json"),
+)
+LABEL_MEMBERS = tuple(m.member for m in LABELS)
+_LABEL_CODECS = {m.member: m.codec for m in LABELS if m.codec}
 
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """What every sample of one dataset holds; recorded in and rebuilt from the manifest."""
+    """What every sample of one dataset holds; recorded in and rebuilt from the manifest.
+
+    `codecs`: (member, codec name) pairs the manifest recorded; a member not listed uses its
+    default codec (LabelMember.codec, else the codec named like its suffix), which is what
+    packs made before codec names were recorded used."""
     cameras: tuple[str, ...]
     pred_len: int
     image_format: str = "png"
+    codecs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         bad = [c for c in self.cameras if c not in CAMERAS]
@@ -161,6 +142,11 @@ class SampleSpec:
             raise SchemaError(f"image_format {self.image_format!r}; expected one of {IMAGE_FORMATS}")
         if self.pred_len < 1:
             raise SchemaError(f"pred_len must be >= 1, got {self.pred_len}")
+        for member in self.image_members:   # the loader decodes cameras into image slots
+            if not isinstance(self.codec(member), ImageCodec):
+                raise SchemaError(f"member {member} has codec {self.codec(member).name!r}, "
+                                  "which is not an image codec",
+                                  fix="record an image codec for camera members")
 
     @property
     def image_members(self) -> tuple[str, ...]:
@@ -170,10 +156,36 @@ class SampleSpec:
     def members(self) -> tuple[str, ...]:
         return self.image_members + LABEL_MEMBERS
 
+    @functools.cached_property
+    def _names(self) -> dict[str, str]:   # looked up per member of every sample decoded
+        given = dict(self.codecs)
+        return {m: given.get(m) or _LABEL_CODECS.get(m) or codec_for(m).name
+                for m in self.members}
+
+    def codec_names(self) -> dict[str, str]:
+        """member -> codec name, as the manifest records it."""
+        return dict(self._names)
+
+    def codec(self, member: str) -> Codec:
+        """The registered codec of one member of this spec (SchemaError if unknown); looked
+        up in the registry on each call, so a codec registered later is the one used."""
+        name = self._names.get(member)
+        codec = CODECS.get(name) if name else None   # the common case, without a call
+        if codec is None:
+            codec = codec_named(name) if name else codec_for(member)
+        return codec
+
+    def with_cameras(self, cameras: tuple[str, ...]) -> SampleSpec:
+        """The same spec for a subset of its cameras, keeping the recorded codecs."""
+        return replace(self, cameras=tuple(cameras))
+
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        p = self.pred_len
-        return {"target_point.npy": (2,), "target_command.npy": (N_COMMANDS,),
-                "waypoints.npy": (p, 2), "waypoints_diff.npy": (p, 2)}
+        return dict(self._shapes)
+
+    @functools.cached_property
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        return {m.member: tuple(self.pred_len if d == "pred_len" else d for d in m.shape)
+                for m in LABELS if m.shape is not None}
 
 
 def make_key(episode: str, frame: int, dot_replacement: str | None = None) -> str:
@@ -187,25 +199,24 @@ def make_key(episode: str, frame: int, dot_replacement: str | None = None) -> st
         if dot_replacement is None:
             raise SchemaError(
                 f"route {episode!r} has a dot in its name; webdataset would split its samples at "
-                "the dot. Fix: rename the folder, or pack with --dot-replacement _ to map dots")
+                "the dot", fix="rename the folder, or pack with --dot-replacement _ to map dots")
         name = name.replace(".", dot_replacement)
     key = f"{name}__{frame:04d}"
     if not _KEY_OK.match(key):
         raise SchemaError(f"route {episode!r} gives key {key!r} with characters outside "
-                          f"{_KEY_OK.pattern}; rename the folder")
+                          f"{_KEY_OK.pattern}", fix="rename the folder")
     return key
 
 
-def encode_sample(spec: SampleSpec, key: str, images: dict[str, bytes],
+def encode_sample(spec: SampleSpec, key: str, images: dict[str, Any],
                   labels: dict[str, Any]) -> dict[str, Any]:
-    """Encoded camera bytes + label values -> a webdataset sample dict of bytes."""
+    """Camera images (encoded bytes, passed through, or uint8 RGB arrays) + label values -> a
+    webdataset sample dict of bytes, every member through its codec."""
     sample: dict[str, Any] = {"__key__": key}
     for cam, member in zip(spec.cameras, spec.image_members):
-        sample[member] = images[cam]
-    sample["speed.json"] = _json_encode(float(labels["speed"]))
-    sample["meta.json"] = _json_encode(labels["meta"])
-    for name in ("target_point", "target_command", "waypoints", "waypoints_diff"):
-        sample[f"{name}.npy"] = _npy_encode(np.asarray(labels[name], dtype=np.float32))
+        sample[member] = spec.codec(member).encode(images[cam])
+    for label in LABELS:
+        sample[label.member] = spec.codec(label.member).encode(label.encodable(labels[label.field]))
     return sample
 
 
@@ -221,41 +232,40 @@ def check_members(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:
                           "Re-pack the shard or pass cameras= to read a subset")
 
 
-def decode_labels(spec: SampleSpec, raw: dict[str, Any], where: str) -> dict[str, Any]:
-    """Decode and shape-check the label members of one raw sample (no images)."""
-    out: dict[str, Any] = {}
-    for member, shape in spec.shapes().items():
-        arr = _decoded(raw, member, _npy_decode, where)
-        if arr.shape != shape or arr.dtype != np.float32:
-            raise SchemaError(f"{where}: {member} has shape {arr.shape} dtype {arr.dtype}; "
-                              f"expected {shape} float32. Re-pack with pred_len={spec.pred_len}")
-        out[member.rsplit(".", 1)[0]] = arr
-    speed = _decoded(raw, "speed.json", _json_decode, where)
-    if not isinstance(speed, (int, float)) or not np.isfinite(speed):
-        raise SchemaError(f"{where}: speed.json holds {speed!r}; expected a finite number (m/s)")
-    out["speed"] = float(speed)
-    out["meta"] = _decoded(raw, "meta.json", _json_decode, where)
-    return out
-
-
-def _json_decode(data: bytes | memoryview) -> Any:
-    return json.loads(bytes(data).decode("utf-8"))
-
-
-def _decoded(raw: dict[str, Any], member: str, decode: Callable[[Any], Any], where: str) -> Any:
-    """decode(raw[member]), with a failure named by sample and member (np.load and json
-    name neither)."""
+def decode_member(spec: SampleSpec, raw: dict[str, Any], member: str, where: str) -> Any:
+    """raw[member] through its codec, with a failure named by sample and member (np.load and
+    json name neither)."""
+    codec = spec.codec(member)
     try:
-        return decode(raw[member])
+        return codec.decode(raw[member])
     except ValueError as exc:   # np.load, json and utf-8 errors alike
         raise SchemaError(f"{where}: {member} does not decode ({exc}). Fix: re-pack the "
                           "shard") from None
 
 
-def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:
-    """Full check of one raw sample: members, label shapes, images decode with equal sizes."""
+def decode_labels(spec: SampleSpec, raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Decode and check the label members of one raw sample (no images): field -> value."""
+    return {label.field: label.checked(decode_member(spec, raw, label.member, where), spec, where)
+            for label in LABELS}
+
+
+def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str,
+                    sizes: tuple[tuple[int, int] | None, ...] | None = None) -> None:
+    """Full check of one raw sample: members whole (each codec's check), labels decode to their
+    shapes with finite values and a one-hot command, and every image's header and decoded size
+    equal its camera's recorded size (`sizes`, from manifest.image_sizes_of; None for packs
+    made before sizes were recorded), within MAX_PIXELS, before it is decoded."""
     check_members(spec, raw, where)
-    labels = decode_labels(spec, raw, where)
+    for member in spec.members:
+        problem = spec.codec(member).check(raw[member])
+        if problem:
+            raise SchemaError(f"{where}: {member}: {problem}", fix="re-pack the shard")
+    _check_label_values(decode_labels(spec, raw, where), where)
+    for i, member in enumerate(spec.image_members):
+        _check_image(spec, raw, member, sizes[i] if sizes else None, where)
+
+
+def _check_label_values(labels: dict[str, Any], where: str) -> None:
     onehot = labels["target_command"]
     if onehot.sum() != 1 or not np.isin(onehot, (0, 1)).all():
         raise SchemaError(f"{where}: target_command {onehot.tolist()} is not one-hot")
@@ -269,8 +279,27 @@ def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str) -> None:
     if not speed_ok:
         raise SchemaError(f"{where}: speed.json holds {labels['speed']!r}, beyond float32 range; "
                           "expected a finite float32 speed (m/s). Re-pack with this carla-wds")
-    for member in spec.image_members:
-        try:
-            CODECS[spec.image_format].decode(raw[member])
-        except SchemaError as exc:
-            raise SchemaError(f"{where}: {member}: {exc}") from None
+
+
+def _check_image(spec: SampleSpec, raw: dict[str, Any], member: str,
+                 size: tuple[int, int] | None, where: str) -> None:
+    """Header size first (a decompression bomb is refused undecoded), then the decoded size."""
+    codec, where = spec.codec(member), f"{where}: {member}"
+    try:
+        h, w = codec.check_size(raw[member], size, MAX_PIXELS)
+    except ImageHeaderError as exc:
+        raise SchemaError(f"{where}: refused before decoding: {exc}") from None
+    try:
+        img = codec.decode(raw[member])
+    except SchemaError as exc:
+        raise SchemaError(f"{where}: {exc}") from None
+    if img.shape[:2] != (h, w):
+        raise SchemaError(f"{where}: decodes to {img.shape[1]}x{img.shape[0]} (WxH), its header "
+                          f"says {w}x{h}", fix="re-pack the shard")
+
+
+__all__ = ["CAMERAS", "CODECS", "COMMANDS", "COMMAND_NAMES", "Codec", "IMAGE_FORMATS", "LABELS",
+           "LABEL_MEMBERS", "LabelMember", "MAX_PIXELS", "N_COMMANDS", "PICKLE_SUFFIXES",
+           "ROAD_OPTIONS", "RoadOption", "SCHEMA_VERSION", "SampleSpec", "SchemaError",
+           "check_members", "codec_for", "codec_named", "decode_labels", "decode_member",
+           "encode_sample", "make_key", "validate_sample"]

@@ -113,7 +113,7 @@ def test_encode_sample_gives_all_members_as_bytes():
      "waypoints.npy holds non-finite"),
     (lambda s: s.update({"target_point.npy": CODECS["npy"].encode(
         np.array([np.nan, 1], np.float32))}), "target_point.npy holds non-finite"),
-    (lambda s: s.update({"front.png": b"\x89PNG\r\n\x1a\nnot really"}), "decode"),
+    (lambda s: s.update({"front.png": b"\x89PNG\r\n\x1a\nnot really"}), "not a PNG"),
     (lambda s: s.update({"extra.pth": pickle.dumps(1)}), "pickle"),
 ])
 def test_validate_sample_names_the_problem(break_it, match):
@@ -144,3 +144,48 @@ def test_npy_codec_writes_np_save_bytes(array):
 def test_npy_codec_refuses_object_arrays():
     with pytest.raises(SchemaError, match="object array"):
         CODECS["npy"].encode(np.array([{"a": 1}], dtype=object))
+
+
+def test_road_options_are_carlas_and_the_one_hot_follows_them():
+    from carla_wds.pack.labels import command_onehot
+    from carla_wds.schema import COMMAND_NAMES, COMMANDS, N_COMMANDS, RoadOption
+    carla = {"VOID": -1, "LEFT": 1, "RIGHT": 2, "STRAIGHT": 3, "LANEFOLLOW": 4,
+             "CHANGELANELEFT": 5, "CHANGELANERIGHT": 6}   # agents.navigation.local_planner
+    assert {o.name: o.value for o in RoadOption} == carla
+    assert N_COMMANDS == len(COMMANDS) == len(COMMAND_NAMES) == 6
+    for i, option in enumerate(COMMANDS):
+        assert int(np.argmax(command_onehot(option))) == i
+    assert int(np.argmax(command_onehot(RoadOption.VOID))) == COMMANDS.index(RoadOption.LANEFOLLOW)
+
+
+def test_command_names_and_counts_are_defined_in_schema_only():
+    """No other module spells a RoadOption name or label, or the number of commands, itself."""
+    import ast
+    from pathlib import Path
+
+    import carla_wds
+    from carla_wds.schema import COMMAND_NAMES, RoadOption
+    # "left"/"right"/"straight" alone are also camera names and plot words
+    words = {o.name for o in RoadOption} | {label for label in COMMAND_NAMES if " " in label}
+    root = Path(carla_wds.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.name == "schema.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in words:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.value!r}")
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) else [])
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if {"N_COMMANDS", "COMMAND_NAMES", "ROAD_OPTIONS", "LANEFOLLOW"} & set(names):
+                found.append(f"{path.relative_to(root)}:{node.lineno} defines {names}")
+    assert not found, found
+
+
+def test_a_camera_subset_keeps_the_recorded_codecs():
+    spec = SampleSpec(("front", "left"), 4, "png", (("meta.json", "json"), ("left.png", "png")))
+    sub = spec.with_cameras(("left",))
+    assert sub.cameras == ("left",) and sub.codecs == spec.codecs
+    assert sub.members == ("left.png",) + LABEL_MEMBERS
+    assert sub.codec_names()["left.png"] == "png"

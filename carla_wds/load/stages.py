@@ -12,9 +12,9 @@ from typing import Any, Callable, Iterable, Iterator
 import cv2
 import numpy as np
 
-from ..imagesize import ImageHeaderError, check_size
+from ..codecs import ImageCodec, ImageHeaderError, codec_named
 from ..manifest_schema import MAX_PIXELS
-from ..schema import SampleSpec, SchemaError, check_members, decode_labels, decode_rgb
+from ..schema import SampleSpec, SchemaError, check_members, decode_labels
 from .augment import augment_cameras
 from .batch import BatchBuffer, CARLABatch, CARLASample
 from .shardio import release_pages
@@ -64,19 +64,21 @@ def take(samples: Iterable[Any], n: int) -> Iterator[Any]:
         yield sample
 
 
-def decode_image(data: bytes, image_size: tuple[int, int], fmt: str,
+def decode_image(data: bytes, image_size: tuple[int, int], fmt: str | ImageCodec,
                  out: np.ndarray | None = None, packed: tuple[int, int] | None = None
                  ) -> np.ndarray:
     """Encoded bytes -> uint8 HWC RGB at image_size (H, W); never through float.
 
-    With `out` (a contiguous (H, W, 3) uint8 slot), the resize writes straight into it. The
-    header's size must be `packed` (the manifest's record) before a decoder allocates memory.
+    `fmt`: the member's image codec, or its registered name. With `out` (a contiguous
+    (H, W, 3) uint8 slot), the resize writes straight into it. The header's size must be
+    `packed` (the manifest's record) before a decoder allocates memory.
     """
+    codec = codec_named(fmt) if isinstance(fmt, str) else fmt
     try:
-        check_size(data, packed, MAX_PIXELS)
+        codec.check_size(data, packed, MAX_PIXELS)
     except ImageHeaderError as exc:
         raise SchemaError(f"image refused before decoding: {exc}") from None
-    img = decode_rgb(data)
+    img = codec.decode(data)
     h, w = image_size
     if img.shape[:2] != (h, w):
         return cv2.resize(img, (w, h), dst=out, interpolation=cv2.INTER_LINEAR)
@@ -95,7 +97,7 @@ def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: n
     labels = decode_labels(spec, raw, where)
     try:
         for i, member in enumerate(spec.image_members):
-            decode_image(raw[member], image_size, spec.image_format, out=hwc[i],
+            decode_image(raw[member], image_size, spec.codec(member), out=hwc[i],
                          packed=sizes[i] if sizes else None)
     except SchemaError as exc:
         raise SchemaError(f"{where}: {member}: {exc}") from None

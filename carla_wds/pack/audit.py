@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -18,7 +17,6 @@ from typing import Any
 from tqdm import tqdm
 
 from ..fileio import atomic_write_json
-from ..imagesize import ImageHeaderError, check_size
 from ..manifest import (
     MANIFEST,
     image_sizes_of,
@@ -28,9 +26,9 @@ from ..manifest import (
     shard_url,
     spec_of,
 )
-from ..manifest_schema import MAX_PIXELS, ManifestError
+from ..manifest_schema import ManifestError
 from ..remote import RemoteError, RemoteOptions
-from ..schema import SchemaError, validate_sample
+from ..schema import COMMANDS, SchemaError, decode_member, validate_sample
 from ..shardread import ShardRef, open_shard, samples_of
 from ..tario import ShardError
 from .shards import shard_name
@@ -115,15 +113,10 @@ def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None
 
 
 def _deep_problems(raw: dict, spec, sizes, ref) -> list[str]:
-    where = f"{ref.url}:{raw['__key__']}"
+    """validate_sample's finding, if any: every member through its codec's check and decode,
+    images against the manifest's recorded sizes before they are decoded."""
     try:
-        for member, size in zip(spec.image_members, sizes):
-            if member in raw:   # a missing member is validate_sample's to report
-                try:
-                    check_size(raw[member], size, MAX_PIXELS)
-                except ImageHeaderError as exc:
-                    raise SchemaError(f"{where}: {member}: refused before decoding: {exc}")
-        validate_sample(spec, raw, where)
+        validate_sample(spec, raw, f"{ref.url}:{raw['__key__']}", sizes)
     except (SchemaError, ValueError) as exc:
         return [str(exc)]
     return []
@@ -133,9 +126,9 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
     """Samples, shards, sizes, samples per command and speed statistics of a pack."""
     import numpy as np
 
-    from ..schema import ROAD_OPTIONS
     from .labels import command_index
     manifest, where = read_manifest(directory, remote)
+    spec = spec_of(manifest)
     speeds, commands = [], {}
     for shard in manifest["shards"]:
         ref = ShardRef(shard_url(where, shard["name"]), shard["samples"], shard["bytes"],
@@ -144,9 +137,10 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
             stream = open_shard(ref.url, None, ref.sha256, ref.bytes, remote=remote)
             try:
                 for raw in samples_of(stream, ref):
-                    speeds.append(json.loads(bytes(raw["speed.json"])))
-                    meta = json.loads(bytes(raw["meta.json"]))
-                    name = ROAD_OPTIONS[command_index(meta["command"]) + 1]
+                    where = f"{ref.url}:{raw['__key__']}"
+                    speeds.append(decode_member(spec, raw, "speed.json", where))
+                    meta = decode_member(spec, raw, "meta.json", where)
+                    name = COMMANDS[command_index(meta["command"])].name
                     commands[name] = commands.get(name, 0) + 1
             finally:
                 stream.close()
@@ -217,7 +211,7 @@ def _check_parts(manifests: list[tuple[dict, str]]) -> None:
     first = manifests[0][0]
     for m, where in manifests[1:]:
         for k in ("schema_version", "layout", "cameras", "pred_len", "image_format",
-                  "image_sizes"):
+                  "image_sizes", "members"):
             if m.get(k) != first.get(k):
                 raise SchemaError(f"{where}: {k}={m.get(k)!r} but the first part has "
                                   f"{first.get(k)!r}; parts must be packed with the same options")

@@ -10,9 +10,8 @@ import math
 
 import numpy as np
 
-from ..schema import N_COMMANDS
+from ..schema import N_COMMANDS, RoadOption
 
-LANEFOLLOW = 4
 F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -30,7 +29,7 @@ def to_ego(theta: float, origin: np.ndarray, points: np.ndarray) -> np.ndarray:
 
 def command_index(raw: int) -> int:
     """RoadOption -> one-hot index; VOID (< 0) becomes LANEFOLLOW as in TCP."""
-    value = LANEFOLLOW if raw < 0 else int(raw)
+    value = RoadOption.LANEFOLLOW if raw < 0 else int(raw)
     if not 1 <= value <= N_COMMANDS:
         raise ValueError(f"command {raw} is not a CARLA RoadOption (expected -1 or 1..6)")
     return value - 1

@@ -11,177 +11,64 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Iterator
 
-import cv2
-import numpy as np
 from tqdm import tqdm
 
 from .. import __version__
 from ..fileio import atomic_write_json
-from ..imagesize import ImageHeaderError, image_size
 from ..manifest import MANIFEST
-from ..manifest_schema import MAX_PIXELS
-from ..schema import (
-    SampleSpec,
-    SchemaError,
-    decode_rgb,
-    encode_sample,
-    image_encoder,
-    make_key,
-)
+from ..schema import SampleSpec, SchemaError, make_key
+from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .journal import committed_shards, read_journal, write_header
 from .layouts import Layout, load_layout
 from .options import PackOptions
-from .report import build_manifest
+from .report import PackReport, build_manifest
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
 from .shards import JOURNAL, JournalEntry, ShardSink, output_error
 
 log = logging.getLogger(__name__)
 CHUNK = 16   # frames per worker task: large enough to amortise IPC, small enough to stream
-PNG_SIG = b"\x89PNG\r\n\x1a\n"
-PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
 
 
-@dataclass
-class _Codec:
-    """What a worker needs to turn a FrameTask into an encoded sample."""
-    spec: SampleSpec
-    source_ext: str
-    quality: int
-    resize: tuple[int, int] | None
-    check_images: bool
-    cameras: list[str] = field(default_factory=list)
-
-    @property
-    def passthrough(self) -> bool:
-        return self.resize is None and self.spec.image_format == self.source_ext
-
-
-def _structure_problem(data: bytes, ext: str) -> str | None:
-    """A cheap check that catches truncation without decoding."""
-    if ext == "png":
-        if not data.startswith(PNG_SIG) or data[12:16] != b"IHDR":
-            return "not a PNG (bad signature or IHDR); expected a PNG file"
-        if not data.endswith(PNG_END):
-            return "truncated PNG (no IEND chunk at the end); expected a complete PNG file"
-    elif not (data.startswith(b"\xff\xd8") and data.rstrip(b"\x00").endswith(b"\xff\xd9")):
-        return "truncated or non-JPEG data; expected a complete JPEG file"
-    return None
-
-
-@dataclass
-class _Encoded:
-    """A worker's sample, with its images' sizes from their headers for the main process to
-    compare across the whole stream (workers see only their own chunk)."""
-    sample: dict[str, Any]
-    episode: str
-    frame: int
-    files: dict[str, str]                      # camera -> "rgb/0005.png"
-    source_sizes: dict[str, tuple[int, int]]   # (H, W) of the raw image
-    stored_sizes: dict[str, tuple[int, int]]   # (H, W) of the image in the shard
-
-
-def _encode_frame(task: FrameTask, codec: _Codec) -> _Encoded | Skip:
-    images, files, source, stored = {}, {}, {}, {}
-    for cam in codec.cameras:
-        path = task.image_paths[cam]
-        files[cam] = "/".join(Path(path).parts[-2:])
-        with open(path, "rb") as f:
-            data = f.read()
-        problem = _structure_problem(data, codec.source_ext)
-        if problem is None:
-            try:
-                source[cam] = image_size(data)
-            except ImageHeaderError as exc:
-                problem = f"{exc}; expected a {codec.source_ext} image whose header gives its size"
-        rgb = None
-        if problem is None and (codec.check_images or not codec.passthrough):
-            try:
-                rgb = decode_rgb(data)
-            except SchemaError:
-                problem = "image does not decode; expected a valid image file"
-        if problem:
-            return Skip(task.episode, task.frame, files[cam], problem)
-        images[cam] = data if codec.passthrough else _reencode(rgb, codec)
-        stored[cam] = source[cam] if codec.passthrough else image_size(images[cam])
-    return _Encoded(encode_sample(codec.spec, task.key, images, task.labels), task.episode,
-                    task.frame, files, source, stored)
-
-
-class _Sizes:
-    """Each camera's image size, taken from the stream's first sample: a frame whose image
-    differs is a bad frame, and the sizes go into the manifest (the loader refuses members
-    whose header disagrees) and the journal (a resume does not read the first images)."""
-
-    def __init__(self, meta: dict[str, Any]) -> None:
-        self.source = {c: tuple(v) for c, v in meta.get("source_sizes", {}).items()}
-        self.stored = {c: tuple(v) for c, v in meta.get("image_sizes", {}).items()}
-        self.first = dict(meta.get("first_files", {}))
-
-    def meta(self) -> dict[str, Any]:
-        return {"source_sizes": {c: list(v) for c, v in self.source.items()},
-                "image_sizes": {c: list(v) for c, v in self.stored.items()},
-                "first_files": self.first}
-
-    def check(self, item: _Encoded) -> dict[str, Any] | Skip:
-        if not self.source:
-            for cam, (h, w) in item.stored_sizes.items():
-                if not (h and w and h * w <= MAX_PIXELS):   # the loader would refuse the pack
-                    return Skip(item.episode, item.frame, item.files[cam],
-                                f"image is {h}x{w} (HxW) as stored; expected 1..{MAX_PIXELS} "
-                                "pixels, the most the loader accepts",
-                                fix="pass --resize HxW, or pack other images")
-            self.source, self.stored = dict(item.source_sizes), dict(item.stored_sizes)
-            self.first = {c: f"{item.episode}/{f}" for c, f in item.files.items()}
-            return item.sample
-        for cam, (h, w) in item.source_sizes.items():
-            if (h, w) != self.source[cam]:
-                eh, ew = self.source[cam]
-                return Skip(item.episode, item.frame, item.files[cam],
-                            f"image is {h}x{w} (HxW) but {self.first[cam]}, the first {cam} "
-                            f"image, is {eh}x{ew}; expected one size per camera")
-        return item.sample
-
-
-def _reencode(rgb: np.ndarray, codec: _Codec) -> bytes:
-    if codec.resize is not None:
-        h, w = codec.resize
-        rgb = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
-    return image_encoder(codec.spec.image_format, quality=codec.quality)(rgb)
-
-
-def _encode_chunk(args: tuple[list[FrameTask], _Codec]) -> list[dict[str, Any] | Skip]:
-    tasks, codec = args
-    return [_encode_frame(t, codec) for t in tasks]
-
-
-def _chunks(plans: Iterator[RoutePlan], codec: _Codec, report: dict, bar: tqdm,
-            start: tuple[int, str]) -> Iterator[tuple]:
+def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.SimpleQueue,
+            start: tuple[int, str]) -> Iterator[tuple[list[FrameTask], FrameEncoder]]:
     """Worker tasks of the stream, after the first `start[0]` (those of committed shards, the
-    last of which was the sample `start[1]`): their images are neither read nor encoded."""
+    last of which was the sample `start[1]`): their images are neither read nor encoded.
+
+    A pool consumes this generator in its feeder thread, so it writes nothing shared: each
+    plan goes into `seen` with its frames that never become tasks (tails, skipped, committed),
+    and the main thread files them (`_file_plans`)."""
     skip, last_key = start
     for plan in plans:
-        report["plans"].append(plan)
-        bar.update(plan.tail + len(plan.skipped))   # frames that never become tasks
+        done_already = plan.tail + len(plan.skipped)
         tasks = plan.tasks
         if skip:
             n = min(skip, len(tasks))
             skip -= n
             if skip == 0 and tasks[n - 1].key != last_key:
                 raise _changed(f"frame task {start[0]} is {tasks[n - 1].key}, not {last_key}")
-            bar.update(n)
+            done_already += n
             tasks = tasks[n:]
+        seen.put((plan, done_already))
         for i in range(0, len(tasks), CHUNK):
-            yield tasks[i:i + CHUNK], codec
+            yield tasks[i:i + CHUNK], encoder
     if skip:
         raise _changed(f"it gives {start[0] - skip} frame tasks, the committed shards "
                        f"took {start[0]}")
+
+
+def _file_plans(seen: queue.SimpleQueue, report: PackReport, bar: tqdm) -> None:
+    """On the main thread: move the plans the feeder has handed over into the report."""
+    while not seen.empty():
+        plan, done_already = seen.get()
+        report.plans.append(plan)
+        bar.update(done_already)
 
 
 def _changed(detail: str) -> PackError:
@@ -276,17 +163,15 @@ def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: Sa
     if not done:
         _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
         wrote.append(out / JOURNAL)
-    codec = _Codec(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
-                   list(layout.camera_names))
+    encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images)
     sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
-    sizes = _Sizes(done[-1].meta if done else {})
+    sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
     # Frames the committed shards skipped (bad images in skip mode) are not seen again.
-    report: dict[str, Any] = {"plans": [], "skipped": [Skip(**r) for e in done
-                                                         for r in e.skipped]}
+    report = PackReport(skipped=[Skip(**r) for e in done for r in e.skipped])
     start = (done[-1].tasks, done[-1].last_key) if done else (0, "")
     try:
-        _run(input_dir, routes, layout, opts, codec, sink, report, sizes, start)
+        _run(input_dir, routes, layout, opts, encoder, sink, report, sizes, start)
         records = sink.close()
         if not any(r.samples for r in records):
             raise _nothing_packed(report, out)
@@ -309,59 +194,72 @@ def _write_or_explain(path: Path, out: Path, write) -> None:
         raise output_error(path, exc, out) from exc
 
 
-def _nothing_packed(report: dict, out: Path) -> PackError:
+def _nothing_packed(report: PackReport, out: Path) -> PackError:
     """Every frame skipped: no manifest, since a manifest of 0 samples would load as a valid,
     empty dataset and a training run would start on nothing."""
-    plans = report["plans"]
-    skipped = [s for p in plans for s in p.skipped] + report["skipped"]
+    skipped = report.all_skipped()
     reasons = Counter(s.reason for s in skipped).most_common(3)
     why = "; ".join(f"{n} x {r}" for r, n in reasons) or "none"
     first = ""
     if skipped:
-        s = min(skipped, key=lambda s: (s.episode, -1 if s.frame is None else s.frame))
+        s = skipped[0]
         first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
-    return PackError(f"no samples: all {sum(p.n_frames for p in plans)} frames of {len(plans)} "
+    return PackError(f"no samples: all {report.frames} frames of {len(report.plans)} "
                      f"routes were skipped ({len(skipped)}) or are route tails "
-                     f"({sum(p.tail for p in plans)}), so no shard and no manifest were written "
+                     f"({report.tail_frames}), so no shard and no manifest were written "
                      f"to {out}. Reasons: {why}.{first} Fix: repair the input these reasons "
                      "name, or check that INPUT_DIR, --layout and --pred-len match the data")
 
 
-def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions, codec: _Codec,
-         sink: ShardSink, report: dict, sizes: _Sizes, start: tuple[int, str]) -> None:
+def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions,
+         encoder: FrameEncoder, sink: ShardSink, report: PackReport, sizes: ImageSizes,
+         start: tuple[int, str]) -> None:
     plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
     total = sum(n.endswith(".json") for r in routes
                 for n in os.listdir(Path(input_dir) / r / layout.measurements))
     bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
-    chunks = _chunks(plans, codec, report, bar, start)
-    # Copying PNG bytes verbatim is I/O, not CPU: worker processes would only add a pickle and
-    # a pipe per image (3x slower on 2 cores), and a thread reading ahead gained nothing (the
-    # second core already hashes); both measured, see docs/benchmarks.md. Worker processes
-    # are used when images are decoded or re-encoded.
-    pool = None
-    if opts.workers > 1 and (codec.check_images or not codec.passthrough):
-        pool = get_context("spawn").Pool(opts.workers)
-    elif opts.workers > 1:
-        log.info("PNG passthrough without --check-images: one reader, --workers %d not needed",
-                 opts.workers)
+    seen: queue.SimpleQueue = queue.SimpleQueue()
+    chunks = _chunks(plans, encoder, seen, start)
+    pool = _pool(opts, encoder)
     try:
-        results = pool.imap(_encode_chunk, chunks) if pool else map(_encode_chunk, chunks)
+        results = pool.imap(encode_chunk, chunks) if pool else map(encode_chunk, chunks)
         for chunk in results:
+            _file_plans(seen, report, bar)
             for item in chunk:
-                if isinstance(item, _Encoded):
-                    item = sizes.check(item)
-                    if not sink.meta["image_sizes"]:   # the first sample set them
-                        sink.meta = sizes.meta()
-                if isinstance(item, Skip):
-                    _skip(item, opts, report)
-                    sink.skip(item.record())
-                else:
-                    sink.add(item)
+                _take(item, opts, sink, report, sizes)
             bar.update(len(chunk))
+        _file_plans(seen, report, bar)   # routes after the last chunk (all skipped or tails)
     finally:
         bar.close()
         if pool:
             pool.terminate()
+
+
+def _pool(opts: PackOptions, encoder: FrameEncoder):
+    """Worker processes, only when images are decoded or re-encoded. Copying PNG bytes verbatim
+    is I/O, not CPU: workers would only add a pickle and a pipe per image (3x slower on 2
+    cores), and a thread reading ahead gained nothing (the second core already hashes); both
+    measured, see docs/benchmarks.md."""
+    if opts.workers > 1 and encoder.decodes:
+        return get_context("spawn").Pool(opts.workers)
+    if opts.workers > 1:
+        log.info("PNG passthrough without --check-images: one reader, --workers %d not needed",
+                 opts.workers)
+    return None
+
+
+def _take(item: Encoded | Skip, opts: PackOptions, sink: ShardSink, report: PackReport,
+          sizes: ImageSizes) -> None:
+    """One encoded frame of the ordered stream into the sink, or its skip into the report."""
+    if isinstance(item, Encoded):
+        item = sizes.check(item)
+        if not sink.meta["image_sizes"]:   # the first sample set them
+            sink.meta = sizes.meta()
+    if isinstance(item, Skip):
+        _skip(item, opts, report)
+        sink.skip(item.record())
+    else:
+        sink.add(item)
 
 
 def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> RoutePlan:
@@ -373,8 +271,8 @@ def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> R
     return plan
 
 
-def _skip(item: Skip, opts: PackOptions, report: dict) -> None:
+def _skip(item: Skip, opts: PackOptions, report: PackReport) -> None:
     if opts.on_error == "fail":
         raise PackError(item.message())
     log.warning("skipped %s", item.message())
-    report["skipped"].append(item)
+    report.skipped.append(item)

@@ -1,30 +1,54 @@
-"""The manifest a finished pack writes: its counts, shards, skipped frames and pack options."""
+"""What a pack reports besides its shards: the route plans, the skipped frames, the manifest."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..schema import SCHEMA_VERSION, SampleSpec
+from .routes import RoutePlan, Skip
 
 
-def build_manifest(spec: SampleSpec, layout, records, report: dict, opts, version: str,
+@dataclass
+class PackReport:
+    """The routes planned and the frames skipped while encoding. Written by the main process's
+    main thread only: the pool's feeder thread hands plans over through a queue."""
+    plans: list[RoutePlan] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)   # bad images, committed shards' too
+
+    def all_skipped(self) -> list[Skip]:
+        """Frames planning refused plus frames encoding refused, in episode/frame/file order."""
+        found = [s for p in self.plans for s in p.skipped] + self.skipped
+        return sorted(found, key=lambda s: (s.episode, -1 if s.frame is None else s.frame,
+                                            s.file))
+
+    @property
+    def frames(self) -> int:
+        return sum(p.n_frames for p in self.plans)
+
+    @property
+    def tail_frames(self) -> int:
+        return sum(p.tail for p in self.plans)
+
+
+def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, version: str,
                    n_routes: int, image_sizes: dict[str, tuple[int, int]] | None = None
                    ) -> dict[str, Any]:
     """The manifest of a finished pack. `image_sizes` holds each camera's (H, W) as stored in
-    the shards (after --resize); the loader refuses a member whose header says otherwise."""
-    plans = report["plans"]
-    skipped = [s for p in plans for s in p.skipped] + report["skipped"]
-    skipped.sort(key=lambda s: (s.episode, -1 if s.frame is None else s.frame, s.file))
+    the shards (after --resize); the loader refuses a member whose header says otherwise.
+    `members` names each member's codec, which the loader, verify and inspect decode with."""
+    skipped = report.all_skipped()
     total = sum(r.samples for r in records)
-    counts = {"routes": n_routes, "frames": sum(p.n_frames for p in plans),
-              "samples": total, "tail_frames": sum(p.tail for p in plans),
-              "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in plans),
-              "void_command": sum(p.void_command for p in plans)}
+    counts = {"routes": n_routes, "frames": report.frames,
+              "samples": total, "tail_frames": report.tail_frames,
+              "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in report.plans),
+              "void_command": sum(p.void_command for p in report.plans)}
     if counts["frames"] != total + counts["tail_frames"] + len(skipped):
         raise AssertionError(f"frame accounting broke: {counts}; this is a carla-wds bug")
     return {
         "schema_version": SCHEMA_VERSION, "tool": "carla-wds", "tool_version": version,
         "layout": layout.name, "cameras": list(spec.cameras), "pred_len": spec.pred_len,
-        "image_format": spec.image_format, "total_samples": total,
+        "image_format": spec.image_format, "members": spec.codec_names(),
+        "total_samples": total,
         "shards": [r.__dict__ for r in records], "counts": counts,
         "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
         # None (as in packs made before sizes were recorded) rather than a partial mapping

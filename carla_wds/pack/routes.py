@@ -187,9 +187,9 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
         key_of = lambda t: make_key(episode, t, dot_replacement)  # noqa: E731
         key_of(0)
     except SchemaError as exc:
-        reason, _, fix = str(exc).partition(" Fix: ")   # Skip.message() adds the fix itself
-        plan.skipped += [Skip(episode, t, episode, reason.rstrip("."),
-                              fix=fix or "rename the route folder") for t in sorted(frames)]
+        # the error's parts, not its text: Skip.message() adds the fix itself
+        plan.skipped += [Skip(episode, t, episode, exc.reason,
+                              fix=exc.fix or "rename the route folder") for t in sorted(frames)]
         return plan
     if len(frames) < pred_len + 1:
         plan.skipped += [Skip(episode, t, f"{layout.measurements}/", f"route has {len(frames)} "

@@ -29,6 +29,9 @@ TAR_BLOCK = 512
 TAR_RECORD = 20 * TAR_BLOCK   # tarfile pads a closed stream to whole 10240-byte records
 JOURNAL = ".pack-journal.jsonl"
 _ZEROS = bytes(TAR_BLOCK)
+# With fsync on, ask the kernel to start writing every this many bytes (sync_file_range), so
+# the fsync before a shard's rename waits for the tail only; None: no early writeback.
+WRITEBACK_BYTES: int | None = 32 << 20
 
 
 def _padded(n: int) -> int:
@@ -219,7 +222,7 @@ class ShardSink:
         self._tmp = self.out_dir / f".{name}.tmp"
         self._file = open(self._tmp, "wb", buffering=0)
         self._hasher = HashingWriter(self._file.fileno(),
-                                     writeback_bytes=32 << 20 if self.fsync else None)
+                                     writeback_bytes=WRITEBACK_BYTES if self.fsync else None)
 
     def _finish(self) -> None:
         # End of archive as tarfile writes it: two zero blocks, then zeros to a whole record.

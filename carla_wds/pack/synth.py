@@ -22,6 +22,8 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from ..schema import RoadOption
+
 logger = logging.getLogger(__name__)
 
 LAYOUT_CAMERAS: dict[str, dict[str, str]] = {
@@ -33,7 +35,9 @@ DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (900, 256), "transfuser
 # Yaw offset of each camera from the ego heading; +pi/2 is the ego's right (see module doc).
 CAMERA_YAW: dict[str, float] = {"front": 0.0, "right": math.pi / 2, "left": -math.pi / 2,
                                 "rear": math.pi}
-LEFT, RIGHT, STRAIGHT, LANEFOLLOW = 1, 2, 3, 4   # CARLA RoadOption values
+# plain ints, as CARLA writes them into measurements
+LEFT, RIGHT, STRAIGHT, LANEFOLLOW = (int(o) for o in (RoadOption.LEFT, RoadOption.RIGHT,
+                                                      RoadOption.STRAIGHT, RoadOption.LANEFOLLOW))
 
 DT = 0.5                 # s between frames (2 Hz)
 FOV_DEG = 100.0

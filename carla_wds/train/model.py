@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..schema import N_COMMANDS
 from .settings import setting
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,6 @@ SPEED_SCALE: float = 12.0
 # cut the tiny model's training loss after 250 steps from 1.05 to 0.48 on synthetic data
 # (measured before the join lost its Tanh; see WaypointModel).
 POSITION_SCALE: float = 10.0
-N_COMMANDS: int = 6
 MEASUREMENT_DIM: int = 1 + 2 + N_COMMANDS
 _MEAS_HIDDEN: int = 128
 _JOIN_HIDDEN: int = 512

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..fileio import atomic_write_bytes
+from ..schema import COMMAND_NAMES
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -36,10 +37,6 @@ _BEV_MIN_SPAN_M: float = 8.0
 # trajectory into a few pixels, so it is drawn clipped at the panel edge.
 _TARGET_MAX_ZOOM_OUT: float = 2.0
 
-# Index = CARLA RoadOption value - 1, as in TCP's one-hot command encoding.
-COMMAND_NAMES: tuple[str, ...] = (
-    "left", "right", "straight", "follow lane", "change left", "change right",
-)
 _TRAIN_KEYS = ("step", "loss")
 _EVAL_KEYS = ("step", "ade", "fde", "baseline_ade", "baseline_fde")
 

@@ -1,0 +1,135 @@
+"""One frame's camera files -> an encoded sample, in a pack worker; and the per-camera size rule.
+
+Every image goes through the registry (carla_wds.codecs): the source file's codec checks its
+structure (a truncated file is a bad frame, found without decoding) and reads its size from
+the header; the stored member's codec re-encodes it when --image-format or --resize ask, and
+schema.encode_sample puts every member through its codec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from ..codecs import ImageCodec, ImageHeaderError, codec_for
+from ..schema import MAX_PIXELS, SampleSpec, SchemaError, encode_sample
+from .routes import FrameTask, Skip
+
+
+@dataclass
+class Encoded:
+    """A worker's sample, with its images' sizes from their headers for the main process to
+    compare across the whole stream (workers see only their own chunk)."""
+    sample: dict[str, Any]
+    episode: str
+    frame: int
+    files: dict[str, str]                      # camera -> "rgb/0005.png"
+    source_sizes: dict[str, tuple[int, int]]   # (H, W) of the raw image
+    stored_sizes: dict[str, tuple[int, int]]   # (H, W) of the image in the shard
+
+
+@dataclass(frozen=True)
+class FrameEncoder:
+    """What a worker needs to turn a FrameTask into an encoded sample (pickled to workers)."""
+    spec: SampleSpec
+    source_ext: str
+    quality: int
+    resize: tuple[int, int] | None
+    check_images: bool
+
+    @property
+    def passthrough(self) -> bool:
+        """Source bytes are stored verbatim: no resize and the stored format is the source's."""
+        return self.resize is None and self.spec.image_format == self.source_ext
+
+    @property
+    def decodes(self) -> bool:
+        """Whether every image is decoded (CPU work worth worker processes)."""
+        return self.check_images or not self.passthrough
+
+    def encode(self, task: FrameTask) -> Encoded | Skip:
+        images, files, source, stored = {}, {}, {}, {}
+        for cam, member in zip(self.spec.cameras, self.spec.image_members):
+            path = task.image_paths[cam]
+            files[cam] = "/".join(Path(path).parts[-2:])
+            with open(path, "rb") as f:
+                data = f.read()
+            got = self._camera(data, member)
+            if isinstance(got, str):
+                return Skip(task.episode, task.frame, files[cam], got)
+            images[cam], source[cam], stored[cam] = got
+        return Encoded(encode_sample(self.spec, task.key, images, task.labels), task.episode,
+                       task.frame, files, source, stored)
+
+    def _camera(self, data: bytes, member: str
+                ) -> tuple[bytes, tuple[int, int], tuple[int, int]] | str:
+        """(bytes to store, source size, stored size), or the problem that makes it a bad frame."""
+        src: ImageCodec = codec_for(f"image.{self.source_ext}")
+        problem = src.check(data)
+        if problem is None:
+            try:
+                size = src.size(data)
+            except ImageHeaderError as exc:
+                problem = f"{exc}; expected a {self.source_ext} image whose header gives its size"
+        rgb = None
+        if problem is None and self.decodes:
+            try:
+                rgb = src.decode(data)
+            except SchemaError:
+                problem = "image does not decode; expected a valid image file"
+        if problem:
+            return problem
+        if self.passthrough:
+            return data, size, size
+        out = self._reencode(rgb, member)
+        return out, size, self.spec.codec(member).size(out)
+
+    def _reencode(self, rgb: np.ndarray, member: str) -> bytes:
+        if self.resize is not None:
+            h, w = self.resize
+            rgb = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
+        return self.spec.codec(member).with_options(quality=self.quality).encode(rgb)
+
+
+def encode_chunk(args: tuple[list[FrameTask], FrameEncoder]) -> list[Encoded | Skip]:
+    """A worker's task: one chunk of frames, encoded in order."""
+    tasks, encoder = args
+    return [encoder.encode(t) for t in tasks]
+
+
+class ImageSizes:
+    """Each camera's image size, taken from the stream's first sample: a frame whose image
+    differs is a bad frame, and the sizes go into the manifest (the loader refuses members
+    whose header disagrees) and the journal (a resume does not read the first images)."""
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        self.source = {c: tuple(v) for c, v in meta.get("source_sizes", {}).items()}
+        self.stored = {c: tuple(v) for c, v in meta.get("image_sizes", {}).items()}
+        self.first = dict(meta.get("first_files", {}))
+
+    def meta(self) -> dict[str, Any]:
+        return {"source_sizes": {c: list(v) for c, v in self.source.items()},
+                "image_sizes": {c: list(v) for c, v in self.stored.items()},
+                "first_files": self.first}
+
+    def check(self, item: Encoded) -> dict[str, Any] | Skip:
+        if not self.source:
+            for cam, (h, w) in item.stored_sizes.items():
+                if not (h and w and h * w <= MAX_PIXELS):   # the loader would refuse the pack
+                    return Skip(item.episode, item.frame, item.files[cam],
+                                f"image is {h}x{w} (HxW) as stored; expected 1..{MAX_PIXELS} "
+                                "pixels, the most the loader accepts",
+                                fix="pass --resize HxW, or pack other images")
+            self.source, self.stored = dict(item.source_sizes), dict(item.stored_sizes)
+            self.first = {c: f"{item.episode}/{f}" for c, f in item.files.items()}
+            return item.sample
+        for cam, (h, w) in item.source_sizes.items():
+            if (h, w) != self.source[cam]:
+                eh, ew = self.source[cam]
+                return Skip(item.episode, item.frame, item.files[cam],
+                            f"image is {h}x{w} (HxW) but {self.first[cam]}, the first {cam} "
+                            f"image, is {eh}x{ew}; expected one size per camera")
+        return item.sample
