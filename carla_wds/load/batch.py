@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import Callable
 
 import numpy as np
 import torch
@@ -67,25 +68,35 @@ def empty_sample(n_cameras: int, image_size: tuple[int, int], pred_len: int) -> 
                        valid=False)
 
 
+# shape -> a uint8 block of that shape for one batch's HWC images; whoever builds a
+# pipeline chooses where its batches live (ring.BatchRing.alloc in ring workers)
+Alloc = Callable[[tuple[int, ...]], torch.Tensor]
+
+
+def private_block(shape: tuple[int, ...]) -> torch.Tensor:
+    """Memory for a batch used in the process that decodes it (num_workers=0, collate).
+
+    numpy asks for transparent huge pages on large arrays: faulting in a batch costs a third
+    of what torch.empty's 4 KB pages cost (docs/benchmarks.md)."""
+    return torch.from_numpy(np.empty(shape, np.uint8))
+
+
+def shared_block(shape: tuple[int, ...]) -> torch.Tensor:
+    """Memory for a batch a DataLoader worker sends without a ring: in shared memory up
+    front, so the DataLoader hands it over as is instead of copying it there once more."""
+    return torch.empty(shape, dtype=torch.uint8).share_memory_()
+
+
 class BatchBuffer:
     """One batch being filled in place: HWC camera slots and label arrays, then a CARLABatch.
 
-    Cameras are decoded straight into `hwc[i]`, so a batch's 50 MB of images are written once.
+    Cameras are decoded straight into `hwc[i]`, so a batch's 50 MB of images are written once,
+    into the block `alloc` gives.
     """
 
     def __init__(self, size: int, n_cameras: int, image_size: tuple[int, int],
-                 pred_len: int, images: torch.Tensor | None = None) -> None:
-        shape = (size, n_cameras, *image_size, 3)
-        if images is not None:   # a block of the caller's, such as a ring slot (ring.py)
-            self.images = images
-        elif torch.utils.data.get_worker_info() is not None:
-            # In shared memory up front: the DataLoader then hands it to the main process as
-            # is, instead of copying the whole batch into shared memory once more.
-            self.images = torch.empty(shape, dtype=torch.uint8).share_memory_()
-        else:
-            # numpy asks for transparent huge pages on large arrays: faulting in a batch costs
-            # a third of what torch.empty's 4 KB pages cost (docs/benchmarks.md).
-            self.images = torch.from_numpy(np.empty(shape, np.uint8))
+                 pred_len: int, alloc: Alloc = private_block) -> None:
+        self.images = alloc((size, n_cameras, *image_size, 3))
         self.hwc = self.images.numpy()
         self.labels = {"speed": np.zeros(size, np.float32),
                        "target_point": np.zeros((size, 2), np.float32),

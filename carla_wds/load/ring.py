@@ -7,8 +7,8 @@ two workers (docs/benchmarks.md). So each worker decodes into one of a few slots
 made once, before the workers fork, and the main process hands the slot itself out as the
 batch's images, zero-copy:
 
-    worker:  slot, images = ring.acquire()  -> decode into images -> yield RingItem
-    main:    batch = ring.take(item)        -> batch.images is a view of the slot
+    worker:  images = ring.alloc(shape) -> decode into images -> yield ring.item(batch)
+    main:    batch = ring.take(item)    -> batch.images is a view of the slot
 
 A slot is busy from `acquire` until the last reference to those images is gone (a finalizer
 on the view frees it), so a batch you keep is never overwritten. When all slots are held,
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .batch import CARLABatch
+from .batch import CARLABatch, shared_block
 
 
 @dataclass
@@ -107,6 +107,22 @@ class BatchRing:
         finally:
             self._lock.release()
         return slot, self.blocks[slot]
+
+    def alloc(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Worker side, a batch.Alloc: a free slot's block, or when every slot is
+        held a shared-memory block of the batch's own."""
+        if tuple(shape) != self.shape:
+            raise ValueError(f"a batch of shape {tuple(shape)} in a ring of {self.shape}")
+        got = self.acquire()
+        return shared_block(shape) if got is None else got[1]
+
+    def item(self, batch: CARLABatch) -> RingItem | CARLABatch:
+        """Worker side: what to send for a batch decoded into `alloc`'s memory; a RingItem
+        when its images lie in a slot, which their address tells."""
+        offset = batch.images.data_ptr() - self.blocks.data_ptr()
+        if not 0 <= offset < self.slots * self.nbytes or offset % self.nbytes:
+            return batch
+        return RingItem.of(batch, offset // self.nbytes)
 
     def take(self, item: RingItem, pin_memory: bool = False) -> CARLABatch:
         """Main side: the batch with its images; a view of the slot, or a pinned copy."""

@@ -1,5 +1,6 @@
-"""The loader's first pipeline stage: cut planned segments out of shards (opened by
-shardread), and give decoded samples' mapped pages back."""
+"""The shard reader's pipeline stages: cut planned segments out of shards (opened by
+shardread), and give back the mapped pages of samples once they are decoded. The reader maps
+them, so the reader releases them; the decode stage knows nothing of pages."""
 from __future__ import annotations
 
 import logging
@@ -43,6 +44,17 @@ def release_pages(raw: Raw) -> None:
             end = (offset + value.nbytes) // _PAGE * _PAGE
             if end > start:
                 window.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+# stage: groups of raw samples -> the same groups; each group's mapped pages are released when
+# the next group is asked for, which the stage after (stages.decode_batches) does only once it
+# has decoded the group: a worker's RSS holds one batch's members, not the shuffle buffer's
+def released(groups: Iterable[list[Raw | None]]) -> Iterator[list[Raw | None]]:
+    for group in groups:
+        yield group
+        for raw in group:
+            if raw is not None:
+                release_pages(raw)
 
 
 # stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers

@@ -16,8 +16,7 @@ from ..codecs import ImageCodec, ImageHeaderError, codec_named
 from ..manifest_schema import MAX_PIXELS
 from ..schema import SampleSpec, SchemaError, check_members, decode_labels
 from .augment import augment_cameras
-from .batch import BatchBuffer, CARLABatch, CARLASample
-from .shardio import release_pages
+from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -128,11 +127,13 @@ def group(samples: Iterable[Raw], batch_size: int, n_batches: int) -> Iterator[l
 
 # stage: lists of raw samples -> CARLABatch, each camera decoded straight into the batch's
 # memory (no stacking copy; only sample 0 passes through one reused buffer); None, error
-# markers and samples that fail (on_error="skip") become zero padding with valid=False
+# markers and samples that fail (on_error="skip") become zero padding with valid=False;
+# each batch's images live in the block `alloc` gives (batch.py); a group is done with once
+# the next one is asked for (shardio.released relies on it)
 def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
                    image_size: tuple[int, int], on_error: str = "raise",
                    augment_at: Callable[[int], Any] | None = None,
-                   first_position: int = 0, alloc: Callable[[], Any] | None = None,
+                   first_position: int = 0, alloc: Alloc = private_block,
                    sizes: Sizes = None) -> Iterator[CARLABatch]:
     pos, first = first_position, np.empty((len(spec.cameras), *image_size, 3), np.uint8)
     for raws in groups:
@@ -140,8 +141,7 @@ def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
         # after it: by then the main process has dropped the batch before, so ring workers
         # cycle through warm slots instead of faulting in a fresh 50 MB one (ring.py).
         done = _decode_row(raws[0], first, spec, image_size, on_error, augment_at, pos, sizes)
-        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len,
-                          alloc() if alloc else None)
+        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len, alloc)
         out.hwc[0] = first
         out.put(0, done)
         for i, raw in enumerate(raws[1:], 1):
@@ -167,8 +167,6 @@ def _decode_row(raw: Raw | None, row: np.ndarray, spec: SampleSpec,
             raise
         log.warning("skipping sample: %s", exc)
         return str(exc)
-    finally:
-        release_pages(raw)   # decoded: its mapped pages leave this process's RSS
 
 
 def augmenter(seed: int, epoch: int, per_camera: bool,

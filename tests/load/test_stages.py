@@ -1,14 +1,22 @@
 """The decoding stages on real encoded samples made with the schema's own encoder."""
 from __future__ import annotations
 
+import io
+import multiprocessing
+import os
+import tarfile
+
 import cv2
 import numpy as np
 import pytest
 import torch
 
-from carla_wds.load import stages
+from carla_wds.load import shardio, stages
 from carla_wds.load.batch import collate, empty_sample
+from carla_wds.load.ring import BatchRing, RingItem
 from carla_wds.schema import SampleSpec, SchemaError, encode_sample
+from carla_wds.shardread import MappedShard
+from carla_wds.tario import tar_members
 
 SPEC = SampleSpec(("front", "left"), pred_len=4)
 SIZE = (12, 20)
@@ -61,30 +69,94 @@ def test_decode_batches_equals_decode_sample_then_collate():
     assert direct.keys == via.keys
 
 
-def test_decode_batches_takes_each_block_after_sample_0():
-    """Sample 0 is decoded before the batch's block is taken (a ring worker then reuses the
-    slot the main process just dropped); it still lands in row 0, and a padded or skipped
-    row 0 is zeros, not the sample decoded before it or the block's old bytes."""
+def test_decode_batches_fill_the_blocks_alloc_gives():
+    """Each batch's images are the block `alloc` gave, here reused and still full of an
+    earlier batch's bytes: its rows hold exactly the decoded pixels, and a padded or skipped
+    row, row 0 included, is zeros, not those old bytes."""
     rng = np.random.default_rng(1)
     made = [_raw(i, rng) for i in range(3)]
     raws = [r for r, _ in made]
-    decoded: list[int] = []   # positions decoded so far (augment_at is asked for each)
-    taken: list[list[int]] = []   # what had been decoded when each block was taken
+    blocks: list[torch.Tensor] = []
 
-    def alloc() -> torch.Tensor:   # a reused block, still full of an earlier batch's bytes
-        taken.append(list(decoded))
-        return torch.full((2, 2, *SIZE, 3), 255, dtype=torch.uint8)
+    def alloc(shape: tuple[int, ...]) -> torch.Tensor:
+        blocks.append(torch.full(shape, 255, dtype=torch.uint8))
+        return blocks[-1]
 
-    groups = iter([[raws[0], raws[1]], [{"__error__": "lost"}, raws[2]], [None, None]])
-    batches = stages.decode_batches(groups, SPEC, SIZE, on_error="skip", alloc=alloc,
-                                    augment_at=lambda pos: decoded.append(pos))
-    first = next(batches)
-    assert taken == [[0]]
-    for row, (_, images) in enumerate(made[:2]):
-        for cam, name in enumerate(SPEC.cameras):
-            assert np.array_equal(first.images[row, cam].permute(1, 2, 0).numpy(), images[name])
-    rest = list(batches)
-    assert taken == [[0], [0, 1], [0, 1, 3]]   # an error row 0 is not decoded
-    assert rest[0].keys == ["", "k2"] and not rest[0].images[0].any()
-    assert rest[0].images[1].any() and rest[0].errors == ["lost"]
-    assert rest[1].valid.tolist() == [False, False] and not rest[1].images.any()
+    groups = [[raws[0], raws[1]], [{"__error__": "lost"}, raws[2]], [None, None]]
+    batches = list(stages.decode_batches(groups, SPEC, SIZE, on_error="skip", alloc=alloc))
+    assert len(blocks) == len(batches) == 3
+    for batch, block in zip(batches, blocks):   # decoded in place, not copied
+        assert np.shares_memory(batch.images.numpy(), block.numpy())
+    want = [[made[0][1], made[1][1]], [None, made[2][1]], [None, None]]
+    for batch, rows in zip(batches, want):
+        for row, images in enumerate(rows):
+            for cam, name in enumerate(SPEC.cameras):
+                got = batch.images[row, cam].permute(1, 2, 0).numpy()
+                assert np.array_equal(got, images[name]) if images else not got.any()
+    assert batches[1].keys == ["", "k2"] and batches[1].errors == ["lost"]
+    assert batches[2].valid.tolist() == [False, False]
+
+
+def test_ring_batches_keep_their_pixels_while_held_and_reuse_dropped_slots():
+    """Decoding into a ring of 3 slots, keeping batches 0, 1, 5, 6 and 7 and dropping the
+    others at once: the kept ones never change (no slot is written while a batch holds it),
+    the dropped ones' slot serves the next batches, and once every slot is held the rest
+    come in blocks of their own, with the same pixels."""
+    rng = np.random.default_rng(4)
+    made = [_raw(i, rng) for i in range(16)]
+    groups = [[made[i][0], made[i + 1][0]] for i in range(0, 16, 2)]
+    ring = BatchRing(3, (2, len(SPEC.cameras), *SIZE, 3), multiprocessing.get_context("fork"))
+    kept, slots, outside = {}, set(), 0
+    for n, sent in enumerate(map(ring.item, stages.decode_batches(iter(groups), SPEC, SIZE,
+                                                                  alloc=ring.alloc))):
+        if isinstance(sent, RingItem):
+            slots.add(sent.slot)
+            batch = ring.take(sent)
+        else:
+            outside, batch = outside + 1, sent
+        if n in (0, 1, 5, 6, 7):
+            kept[n] = batch
+        del batch
+    assert len(slots) == 3 and outside == 2   # 6 batches through 3 slots; 2 beyond them
+    for n, batch in kept.items():
+        for row in range(2):
+            for cam, name in enumerate(SPEC.cameras):
+                assert np.array_equal(batch.images[row, cam].permute(1, 2, 0).numpy(),
+                                      made[2 * n + row][1][name]), (n, row, name)
+
+
+def _mapped_rss_kb(path) -> int:
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:   # a mapping's first line
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
+def test_the_reader_gives_back_each_group_once_the_next_is_asked_for(tmp_path):
+    """Decoding touches a group's mapped pages; they leave this process's RSS when the
+    decode stage asks for the next group, so a worker holds one batch's members in RSS,
+    not the whole shuffle buffer's."""
+    rng = np.random.default_rng(3)
+    path = tmp_path / "big.tar"
+    with tarfile.open(path, "w") as tar:
+        for i in range(4):
+            data = rng.integers(0, 256, 300_000, np.uint8).tobytes()
+            info = tarfile.TarInfo(f"s{i}.front.png")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with open(path, "rb") as f:
+        raws = [{"__key__": m["fname"], "front.png": m["data"]}
+                for m in tar_members(MappedShard(str(path), f), "big.tar")]
+        assert all(isinstance(r["front.png"], memoryview) for r in raws)   # views of the map
+        groups = shardio.released([raws[:2], raws[2:], [None]])
+        first = next(groups)
+        assert sum(len(bytes(r["front.png"])) for r in first) == 600_000   # decoding reads
+        assert _mapped_rss_kb(path) > 500
+        next(groups)
+        assert _mapped_rss_kb(path) < 100    # the first group's pages are back
+        assert list(groups) == [[None]]      # padding has no pages; the end is reached

@@ -1,0 +1,270 @@
+"""CARLAWebData's workers: what each DataLoader worker runs for one pass (EpochStream, told by
+an Epoch), and, in the main process, those workers and their image ring from pass to pass
+(Workers).
+
+At the end of each pass Workers decides what outlives it:
+- persistent workers are kept after a whole pass only (every planned batch delivered, no
+  error, no close() meanwhile): an early stop leaves batches prefetched in their ring slots;
+- otherwise the DataLoader is released, which joins its workers, and the ring is lent to the
+  next pass only once those processes are seen to have exited. A worker still alive (a
+  traceback can keep a failed DataLoader, and its workers, alive a while) could still write
+  a slot that the next pass's workers use.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import dataclass, replace
+from multiprocessing.process import BaseProcess
+from typing import Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from ..remote import RemoteOptions
+from ..rng import derive_seed, numpy_rng
+from ..schema import SampleSpec
+from ..shardread import ShardRef
+from . import shardio, stages
+from .augment import image_iteration
+from .batch import Alloc, CARLABatch, private_block, shared_block
+from .plan import plan_worker, resampled_shards
+from .ring import BatchRing, RingItem
+
+Context = multiprocessing.context.BaseContext
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """Everything a worker needs to produce its share of one epoch; picklable."""
+    shards: tuple[ShardRef, ...]
+    verify: bool
+    remote: RemoteOptions | None
+    spec: SampleSpec
+    image_sizes: tuple[tuple[int, int] | None, ...]   # per camera, as packed (None: unknown)
+    image_size: tuple[int, int]
+    batch_size: int
+    mode: str
+    num_workers: int
+    seed: int
+    epoch: int
+    rank: int
+    world_size: int
+    resume_batches: int
+    batches_per_epoch: int | None
+    shuffle_buffer: int
+    augment: bool
+    per_camera_augment: bool
+    step_at_epoch_start: int
+    cache_dir: str | None
+    on_error: str
+    ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
+    live: "PassState | None" = None      # persistent workers read the per-pass fields here
+
+
+class PassState:
+    """The fields of Epoch that change between passes, in a mapping shared with persistent
+    workers, which forked with the first pass's Epoch. The main process publishes them before
+    it starts a pass; torch then sends each worker its `_ResumeIteration` through a queue, so
+    the worker's next pass reads them after the write."""
+    NAMES = ("epoch", "resume_batches", "step_at_epoch_start")
+
+    def __init__(self, context: Context) -> None:
+        # inherited by forked workers; spawned ones get the shared block itself, pickled
+        self._values = context.RawArray("q", len(self.NAMES))
+
+    def publish(self, e: Epoch) -> None:
+        self._values[:] = [getattr(e, name) for name in self.NAMES]
+
+    def current(self, e: Epoch) -> Epoch:
+        return replace(e, **{name: int(v) for name, v in zip(self.NAMES, self._values)})
+
+    @classmethod
+    def fixed(cls, e: Epoch) -> Epoch:
+        """e without what changes between passes: kept workers serve only equal ones."""
+        return replace(e, ring=None, live=None, **{name: 0 for name in cls.NAMES})
+
+
+class EpochStream(IterableDataset):
+    """Yields one worker's CARLABatches of one epoch, following plan.plan_worker."""
+
+    def __init__(self, e: Epoch) -> None:
+        self.e = e
+
+    def __iter__(self) -> Iterator[CARLABatch | RingItem]:
+        e = self.e if self.e.live is None else self.e.live.current(self.e)
+        info = get_worker_info()
+        counts = [s.samples for s in e.shards]
+        plan = plan_worker(counts, rank=e.rank, world_size=e.world_size,
+                           worker=info.id if info else 0, num_workers=e.num_workers,
+                           batch_size=e.batch_size, mode=e.mode, seed=e.seed, epoch=e.epoch,
+                           resume_batches=e.resume_batches, batches_per_epoch=e.batches_per_epoch)
+        w = plan.logical_worker
+        segments = plan.segments
+        if plan.resampled:   # endless whole shards, cut by `take` below
+            segments = ((s, 0, counts[s]) for s in
+                        resampled_shards(len(counts), e.seed, e.epoch, e.rank, w))
+        # raw samples (member bytes) of this worker, in plan order
+        raw = shardio.read_segments(segments, list(e.shards), e.on_error, e.cache_dir,
+                                    e.verify, e.remote)
+        if e.mode == "train":   # buffered shuffle of encoded samples
+            rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
+            raw = stages.shuffle(raw, e.shuffle_buffer, rng)
+        raw = stages.take(raw, plan.n_real)
+        # drop what was consumed before a resume, still encoded
+        skipped = plan.skip_batches * e.batch_size
+        raw = stages.skip(raw, skipped)
+        # lists of batch_size raw samples, exactly this worker's remaining batch count; the
+        # reader gives each list's mapped pages back once it is decoded
+        groups = shardio.released(stages.group(raw, e.batch_size,
+                                               plan.n_batches - plan.skip_batches))
+        ring = e.ring if info is not None else None
+        batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
+                                        self._augmenter(e, w), first_position=skipped,
+                                        alloc=self._alloc(ring, info is not None),
+                                        sizes=e.image_sizes)
+        # a batch decoded into a ring slot travels as a RingItem (the images stay there)
+        yield from batches if ring is None else map(ring.item, batches)
+
+    @staticmethod
+    def _alloc(ring: BatchRing | None, in_worker: bool) -> Alloc:
+        if ring is not None:
+            return ring.alloc
+        # a worker's batch goes to the main process: shared memory from the start
+        return shared_block if in_worker else private_block
+
+    @staticmethod
+    def _augmenter(e: Epoch, logical_worker: int) -> Callable[[int], Callable] | None:
+        if not (e.augment and e.mode == "train"):
+            return None
+        w_count = max(1, e.num_workers)
+
+        def iteration_of(pos: int) -> int:
+            # The global step of the batch holding this position: the trainer's step, not a
+            # per-worker counter (TCP's bug).
+            step = e.step_at_epoch_start + (pos // e.batch_size) * w_count + logical_worker
+            return image_iteration(step, e.batch_size, e.world_size)
+        return stages.augmenter(e.seed, e.epoch, e.per_camera_augment, iteration_of)
+
+
+@dataclass
+class _Pass:
+    """One DataLoader, what its workers were told, and their processes once started."""
+    loader: DataLoader | None
+    epoch: Epoch
+    procs: tuple[BaseProcess, ...] = ()
+
+
+class Workers:
+    """The DataLoader workers of one CARLAWebData and their image ring, pass after pass."""
+    EXIT_WAIT = 1.0   # seconds a pass's end waits for workers that have not exited yet
+
+    def __init__(self, num_workers: int, *, prefetch_factor: int, pin_memory: bool,
+                 persistent: bool, stats: dict[str, int], context: Context | None = None
+                 ) -> None:
+        self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
+        self.pin_memory, self.stats = pin_memory, stats   # stats: batches_outside_ring
+        # Workers kept from one whole pass to the next skip the fork and keep their ring slots
+        # (each costs a worker 12,800 page faults to write first; ring.py). No workers, no-op.
+        self.persistent = persistent and num_workers > 0
+        self.context = context or multiprocessing.get_context()   # the ring's and the workers'
+        self._kept: _Pass | None = None     # persistent workers, between passes
+        self._spare: BatchRing | None = None   # a ring no live worker can write
+        self._closes = 0
+
+    def run(self, e: Epoch, expected: int) -> Iterator[CARLABatch]:
+        """One pass: the `expected` batches of e, in order."""
+        p = self._start(e)
+        before = None if p.procs else set(multiprocessing.active_children())
+        batches = iter(p.loader)   # forks (or resets) the workers
+        if before is not None:
+            p.procs = tuple(set(multiprocessing.active_children()) - before)
+        produced, clean, closes = 0, False, self._closes
+        try:
+            for item in batches:
+                produced += 1
+                yield self._receive(item, p.epoch.ring)
+            clean = True
+        except GeneratorExit:   # the caller stopped: early (break), or at len() (Lightning)
+            clean = True
+            raise
+        finally:
+            del batches
+            if self.persistent and clean and produced == expected and closes == self._closes:
+                self._kept = p
+            else:
+                self._finish(p)
+        if produced != expected:
+            raise RuntimeError(f"rank {e.rank} produced {produced} batches, planned "
+                               f"{expected}; this is a carla-wds bug, please report it")
+
+    def close(self) -> None:
+        """Join kept workers now; those of a pass still running are not kept when it ends."""
+        kept, self._kept, self._closes = self._kept, None, self._closes + 1
+        if kept is not None:
+            self._finish(kept)
+
+    def _start(self, e: Epoch) -> _Pass:
+        """This pass's DataLoader: the persistent one kept from the last whole pass, told
+        this pass's epoch and position, or a new one."""
+        kept, self._kept = self._kept, None
+        if kept is not None and PassState.fixed(e) != PassState.fixed(kept.epoch):
+            self._finish(kept)   # a setting changed since those workers forked
+            kept = None
+        if kept is not None:
+            kept.epoch = replace(e, ring=kept.epoch.ring, live=kept.epoch.live)
+            p = kept
+        else:
+            e = replace(e, ring=self._lend_ring(e),
+                        live=PassState(self.context) if self.persistent else None)
+            p = _Pass(self._loader(e), e)
+        if p.epoch.live is not None:
+            p.epoch.live.publish(p.epoch)
+        return p
+
+    def _loader(self, e: Epoch) -> DataLoader:
+        return DataLoader(
+            EpochStream(e), batch_size=None, num_workers=self.num_workers,
+            pin_memory=self.pin_memory, persistent_workers=self.persistent,
+            multiprocessing_context=self.context if self.num_workers else None,
+            prefetch_factor=self.prefetch_factor if self.num_workers else None,
+            # Its own generator: building a loader must not draw from the global torch RNG,
+            # or a resumed run's RNG stream would shift.
+            generator=torch.Generator().manual_seed(derive_seed(e.seed, e.epoch, e.rank) % 2**63))
+
+    def _lend_ring(self, e: Epoch) -> BatchRing | None:
+        """The image ring for this pass's workers: the spare one, or a new one while an
+        earlier pass still holds it (an iterator kept half-consumed)."""
+        if not self.num_workers or self.context.get_start_method() != "fork":
+            return None   # then each batch gets a shared-memory block of its own
+        shape = (e.batch_size, len(e.spec.cameras), *e.image_size, 3)
+        ring, self._spare = self._spare, None
+        if ring is None or ring.shape != shape:
+            # per worker: the batch in use, prefetch_factor queued, and the one being
+            # decoded; only slots ever written cost memory (ring.py)
+            return BatchRing(self.num_workers * (self.prefetch_factor + 2), shape, self.context)
+        return ring
+
+    def _receive(self, item: CARLABatch | RingItem, ring: BatchRing | None) -> CARLABatch:
+        if isinstance(item, RingItem):
+            return ring.take(item, self.pin_memory)
+        if ring is not None:
+            self.stats["batches_outside_ring"] += 1   # every slot was still held
+        return item
+
+    def _finish(self, p: _Pass) -> None:
+        """Release a pass's DataLoader, which joins its workers, and keep its ring for the
+        next pass if they have exited (ring.reclaim then frees the slots they left taken)."""
+        p.loader = None   # the last reference: its iterator shuts the workers down
+        ring = p.epoch.ring
+        if ring is not None and self._exited(p.procs) and ring.reclaim():
+            self._spare = ring
+
+    def _exited(self, procs: tuple[BaseProcess, ...]) -> bool:
+        """Whether all of procs have exited. Joined workers have; a killed one may take a
+        moment to be reaped, and one a traceback keeps alive costs EXIT_WAIT, on an error
+        path only."""
+        deadline = time.monotonic() + self.EXIT_WAIT
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        return not any(proc.is_alive() for proc in procs)
