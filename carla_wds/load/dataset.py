@@ -9,7 +9,8 @@
             x = batch.normalized_images()
 
 Counts come from the manifest (see plan.py), so `len()` is O(1) and equal on every rank; the
-seed's `with_epoch`, `nodesplitter`, double shuffle and length-by-iteration are all gone.
+seed's `with_epoch`, `nodesplitter`, double shuffle and length-by-iteration are all gone. The
+workers, their image ring and persistence from pass to pass live in workers.py.
 """
 from __future__ import annotations
 

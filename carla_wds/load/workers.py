@@ -179,6 +179,7 @@ class Workers:
         batches = iter(p.loader)   # forks (or resets) the workers
         if before is not None:
             p.procs = tuple(set(multiprocessing.active_children()) - before)
+        # clean: no error ended the pass, so kept workers are in a known state
         produced, clean, closes = 0, False, self._closes
         try:
             for item in batches:
