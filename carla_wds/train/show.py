@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from ..load import CARLAWebData
+from ..manifest import read_manifest
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import ConfigError, TrainConfig, config_from_dict
 from .model import WaypointModel, build_model
@@ -63,16 +64,15 @@ def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:
 
 def _shards(shards: str | Path, n: int, image_size: tuple[int, int], cameras: list[str] | None,
             checkpoint: str | Path | None, on_error: str) -> CARLAWebData:
-    try:
-        return CARLAWebData(str(shards), batch_size=max(1, n), mode="eval",
-                            image_size=image_size, cameras=cameras, rank=0, world_size=1,
-                            on_error=on_error)
-    except ValueError as exc:
-        if checkpoint is None or cameras is None or "cameras" not in str(exc):
-            raise
-        raise ShowError(f"--checkpoint {checkpoint}: its model was trained on data.cameras "
-                        f"{cameras}, but {exc}. Fix: show shards with those cameras, or a "
-                        "checkpoint trained on these shards' cameras") from None
+    if checkpoint is not None and cameras is not None:
+        held = read_manifest(str(shards))[0]["cameras"]
+        if missing := [c for c in cameras if c not in held]:
+            raise ShowError(f"--checkpoint {checkpoint}: its model was trained on data.cameras "
+                            f"{cameras}, but the shards hold {held} (no {missing}). Fix: show "
+                            "shards with those cameras, or a checkpoint trained on these "
+                            "shards' cameras")
+    return CARLAWebData(str(shards), batch_size=max(1, n), mode="eval", image_size=image_size,
+                        cameras=cameras, rank=0, world_size=1, on_error=on_error)
 
 
 def _model(checkpoint: str | Path, ckpt: dict[str, Any], cfg: TrainConfig,
