@@ -31,7 +31,7 @@ print(n / (time.perf_counter() - t0))
 
 PACK = """
 import shutil, sys, time
-from carla_wds.pack.packer import PackOptions, pack
+from carla_wds.pack import PackOptions, pack
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 t0 = time.perf_counter()
 pack(sys.argv[1], sys.argv[2], PackOptions(layout="transfuser4", max_samples=100,
