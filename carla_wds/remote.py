@@ -78,7 +78,57 @@ def is_http(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
-class HTTPReader:
+class CheckedStream:
+    """A stream cut at `limit` bytes and hashed as it is read: the one shape of every remote or
+    piped shard. Subclasses give `_more(n)` (up to n further bytes, b"" at the end) and
+    `_fail(cause, fix)` (the error naming their source)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.pos, self._digest, self._ahead = limit, 0, hashlib.sha256(), b""
+
+    def _more(self, n: int) -> bytes:
+        raise NotImplementedError
+
+    def _fail(self, cause: str, fix: str) -> Exception:
+        raise NotImplementedError
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to n bytes (all that is left within the limit for n < 0); b"" at the end."""
+        n = self.limit - self.pos if n < 0 else min(n, self.limit - self.pos)
+        if self._ahead:
+            data, self._ahead = self._ahead[:n], self._ahead[n:]
+            return data
+        parts, got = [], 0
+        while got < n:
+            chunk = self._more(n - got)
+            if not chunk:   # the end, before the limit: a cap reached early, or a short body
+                self.limit = self.pos
+                break
+            parts.append(chunk)
+            got += len(chunk)
+            self.pos += len(chunk)
+            self._digest.update(chunk)
+        return b"".join(parts)
+
+    def peek(self, n: int = 1) -> bytes:
+        if not self._ahead:
+            self._ahead = self.read(n)
+        return self._ahead[:n]
+
+    def finish(self, sha256: str | None, size: int | None = None) -> None:
+        """Read what is left (the tar's end padding), then check the size and the sha256."""
+        self._ahead = b""
+        while self.read(1 << 20):
+            pass
+        if size is not None and self.pos != size:
+            raise self._fail(f"{self.pos} bytes, the manifest declares {size}",
+                             "re-download or re-pack the shard")
+        if sha256 is not None and self._digest.hexdigest() != sha256:
+            raise self._fail(f"sha256 {self._digest.hexdigest()} differs from the manifest's "
+                             f"{sha256}", "re-upload or re-pack the shard")
+
+
+class HTTPReader(CheckedStream):
     """A read-only stream of one URL's body, at most `limit` bytes, hashed as it is read.
 
     `exact`: the body must have `limit` bytes (a shard, whose size the manifest declares);
@@ -88,8 +138,8 @@ class HTTPReader:
 
     def __init__(self, url: str, limit: int, opts: RemoteOptions | None = None,
                  what: str = "shard", exact: bool = True) -> None:
-        self.url, self.limit, self.opts, self.what = url, limit, opts or RemoteOptions(), what
-        self.exact, self.pos, self._digest, self._ahead = exact, 0, hashlib.sha256(), b""
+        super().__init__(limit)
+        self.url, self.opts, self.what, self.exact = url, opts or RemoteOptions(), what, exact
         self._resp: http.client.HTTPResponse | None = None
         self._failures = 0
         self._with_retries(lambda: b"")   # connect now: a 404 is reported before any read
@@ -157,23 +207,8 @@ class HTTPReader:
                             _describe(exc), attempt + 1, self.opts.retries, delay)
                 time.sleep(delay)
 
-    def read(self, n: int = -1) -> bytes:
-        """Up to n bytes (all that is left within the limit for n < 0); b"" at the end."""
-        n = self.limit - self.pos if n < 0 else min(n, self.limit - self.pos)
-        if self._ahead:
-            data, self._ahead = self._ahead[:n], self._ahead[n:]
-            return data
-        parts, got = [], 0
-        while got < n:
-            chunk = self._with_retries(lambda: self._read_some(n - got))
-            if not chunk:   # the end of a manifest
-                self.limit = self.pos
-                break
-            parts.append(chunk)
-            got += len(chunk)
-            self.pos += len(chunk)
-            self._digest.update(chunk)
-        return b"".join(parts)
+    def _more(self, n: int) -> bytes:
+        return self._with_retries(lambda: self._read_some(n))
 
     def _read_some(self, n: int) -> bytes:
         # read1: what has arrived, so that bytes before a stall are kept, not lost in a
@@ -182,20 +217,6 @@ class HTTPReader:
         if not chunk and self.exact:   # the connection dropped: retried from here
             raise http.client.IncompleteRead(b"", self.limit - self.pos)
         return chunk
-
-    def peek(self, n: int = 1) -> bytes:
-        if not self._ahead:
-            self._ahead = self.read(n)
-        return self._ahead[:n]
-
-    def finish(self, sha256: str | None) -> None:
-        """Read what is left (the tar's end padding), then check the sha256."""
-        self._ahead = b""
-        while self.read(1 << 20):
-            pass
-        if sha256 is not None and self._digest.hexdigest() != sha256:
-            raise self._fail(f"sha256 {self._digest.hexdigest()} differs from the manifest's "
-                             f"{sha256}", "re-upload or re-pack the shard")
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()

@@ -19,8 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .remote import HTTPReader, RemoteOptions, is_http
-from .tario import ShardError, _read_exact, group_samples, iterate_tar
+from .remote import CheckedStream, HTTPReader, RemoteOptions, is_http
+from .tario import ShardError, group_samples, iterate_tar
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -108,38 +108,21 @@ def _local_path(url: str) -> str | None:
     return url if "://" not in url and not url.startswith("pipe:") and url != "-" else None
 
 
-class _Bounded:
-    """A caller's stream (pipe: and other schemes) read to at most `limit` bytes, hashed."""
+class _Bounded(CheckedStream):
+    """A caller's stream (a pipe: command) read to at most `limit` bytes, hashed."""
 
     def __init__(self, stream: io.BufferedIOBase, limit: int, url: str) -> None:
-        self.stream, self.limit, self.url, self.pos = stream, limit, url, 0
-        self._digest, self._ahead = hashlib.sha256(), b""
+        super().__init__(limit)
+        self.stream, self.url, self.declared = stream, url, limit
 
-    def read(self, n: int = -1) -> bytes:
-        n = self.limit - self.pos if n < 0 else min(n, self.limit - self.pos)
-        if self._ahead:
-            data, self._ahead = self._ahead[:n], self._ahead[n:]
-            return data
-        data = _read_exact(self.stream, n) if n > 0 else b""
-        self.pos += len(data)
-        self._digest.update(data)
-        return data
+    def _more(self, n: int) -> bytes:
+        return self.stream.read(n)
 
-    def peek(self, n: int = 1) -> bytes:
-        if not self._ahead:
-            self._ahead = self.read(n)
-        return self._ahead[:n]
+    def _fail(self, cause: str, fix: str) -> ShardError:
+        return ShardError(f"shard {self.url}: {cause}. Fix: {fix}")
 
-    def finish(self, sha256: str | None) -> None:
-        self._ahead = b""
-        while self.read(1 << 20):
-            pass
-        if self.pos != self.limit:
-            raise ShardError(f"shard {self.url}: {self.pos} bytes, the manifest declares "
-                             f"{self.limit}")
-        if sha256 is not None and self._digest.hexdigest() != sha256:
-            raise ShardError(f"shard {self.url}: sha256 {self._digest.hexdigest()} differs from "
-                             f"the manifest's {sha256}. Fix: re-download or re-pack it")
+    def finish(self, sha256: str | None, size: int | None = None) -> None:
+        super().finish(sha256, self.declared)
 
     def close(self) -> None:
         self.stream.close()

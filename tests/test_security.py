@@ -120,6 +120,12 @@ def test_caller_may_pass_pipe_urls_itself(shards):
     assert sorted(keys) == sorted(all_keys(shards))
     with pytest.raises(ValueError, match="one URL per shard"):
         CARLAWebData(str(shards), batch_size=2, image_size=SIZE, shard_urls=urls[:-1])
+    # the caller's command is still held to the manifest's sizes: a short stream is named
+    short = [f"pipe:head -c 30000 {shards / s['name']}" for s in m["shards"]]
+    data = CARLAWebData(str(shards), batch_size=2, mode="eval", image_size=SIZE,
+                        shard_urls=short)
+    with pytest.raises(Exception, match="pipe:head -c 30000 .*shard-000000.tar"):
+        list(data)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
