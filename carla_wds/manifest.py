@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -34,9 +35,8 @@ def manifest_location(source: str | Path) -> str:
     return str(Path(source) / MANIFEST)
 
 
-def read_manifest(source: str | Path, remote: RemoteOptions | None = None
-                  ) -> tuple[dict[str, Any], str]:
-    """Load and validate a manifest; returns it and its location (for resolving shard names).
+def read_manifest(source: str | Path, remote: RemoteOptions | None = None) -> Manifest:
+    """Load and validate a manifest; its `where` is the location shard names resolve against.
 
     `source` is the caller's: a folder, a path, an http(s):// URL or a `pipe:` command."""
     where = manifest_location(source)
@@ -68,22 +68,49 @@ def read_manifest(source: str | Path, remote: RemoteOptions | None = None
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{where}: manifest is not valid JSON ({exc}); re-pack") from None
     validate_manifest(manifest, where)
-    return manifest, where
+    return Manifest.of(manifest, where)
 
 
-def spec_of(manifest: dict[str, Any]) -> SampleSpec:
-    """The manifest's sample spec, with the codec it recorded for each member ("members");
-    packs made before it was recorded decode each member by its suffix."""
-    return SampleSpec(tuple(manifest["cameras"]), int(manifest["pred_len"]),
-                      manifest.get("image_format", "png"),
-                      tuple(sorted((manifest.get("members") or {}).items())))
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it; `name` is still unresolved (see shard_url)."""
+    name: str
+    samples: int
+    bytes: int
+    sha256: str | None
 
 
-def image_sizes_of(manifest: dict[str, Any], cameras: tuple[str, ...]
-                   ) -> tuple[tuple[int, int] | None, ...]:
-    """Each camera's (H, W) as the pack recorded it; None for packs made before it did."""
-    sizes = manifest.get("image_sizes") or {}
-    return tuple(tuple(sizes[c]) if c in sizes else None for c in cameras)
+@dataclass(frozen=True)
+class Manifest:
+    """A validated manifest.json: typed views of what the tools use, and the document as it
+    was written (`doc`), which merge and the resume identity keep verbatim."""
+    where: str
+    doc: dict[str, Any] = field(repr=False)
+    shards: tuple[ShardEntry, ...]
+    spec: SampleSpec
+    image_sizes: dict[str, tuple[int, int]] | None
+    total_samples: int
+
+    @classmethod
+    def of(cls, doc: dict[str, Any], where: str) -> "Manifest":
+        """From a document validate_manifest accepted."""
+        shards = tuple(ShardEntry(s["name"], s["samples"], s["bytes"], s.get("sha256"))
+                       for s in doc["shards"])
+        # packs made before codecs were recorded ("members") decode each member by suffix
+        spec = SampleSpec(tuple(doc["cameras"]), doc["pred_len"], doc.get("image_format", "png"),
+                          tuple(sorted((doc.get("members") or {}).items())))
+        sizes = doc.get("image_sizes")
+        return cls(where, doc, shards, spec,
+                   {c: tuple(hw) for c, hw in sizes.items()} if sizes else None,
+                   doc["total_samples"])
+
+    def sizes_of(self, cameras: tuple[str, ...]) -> tuple[tuple[int, int] | None, ...]:
+        """Each camera's (H, W) as the pack recorded it; None for packs made before it did."""
+        return tuple((self.image_sizes or {}).get(c) for c in cameras)
+
+    def shard_urls(self) -> tuple[str, ...]:
+        """Every shard name resolved under NAME_RULE (refusing a name outside it)."""
+        return tuple(shard_url(self.where, s.name) for s in self.shards)
 
 
 # A shard name is a relative path of plain parts inside the manifest's own location.

@@ -253,7 +253,7 @@ def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str,
                     sizes: tuple[tuple[int, int] | None, ...] | None = None) -> None:
     """Full check of one raw sample: members whole (each codec's check), labels decode to their
     shapes with finite values and a one-hot command, and every image's header and decoded size
-    equal its camera's recorded size (`sizes`, from manifest.image_sizes_of; None for packs
+    equal its camera's recorded size (`sizes`, from Manifest.sizes_of; None for packs
     made before sizes were recorded), within MAX_PIXELS, before it is decoded."""
     check_members(spec, raw, where)
     for member in spec.members:

@@ -19,7 +19,7 @@ from carla_wds.codecs import (
     register,
 )
 from carla_wds.fileio import sha256_file
-from carla_wds.manifest import read_manifest, shard_url, spec_of
+from carla_wds.manifest import read_manifest
 from carla_wds.pack.shards import ShardSink
 from carla_wds.schema import LABELS, decode_labels, encode_sample
 from carla_wds.shardread import ShardRef, open_shard, samples_of
@@ -131,13 +131,12 @@ def test_schema_errors_keep_reason_and_fix_across_processes():
 def test_every_packed_shard_round_trips_byte_identically(fixture, request, tmp_path):
     """Decode every member of every shard through the manifest's codecs, encode the values
     again through the registry and write the shards anew: the same sha256, shard by shard."""
-    manifest, where = read_manifest(request.getfixturevalue(fixture))
-    spec = spec_of(manifest)
-    sink = ShardSink(tmp_path, "shard", max(s["samples"] for s in manifest["shards"]), None,
+    manifest = read_manifest(request.getfixturevalue(fixture))
+    spec = manifest.spec
+    sink = ShardSink(tmp_path, "shard", max(s.samples for s in manifest.shards), None,
                      fsync=False)
-    for entry in manifest["shards"]:
-        ref = ShardRef(shard_url(where, entry["name"]), entry["samples"], entry["bytes"],
-                       entry["sha256"])
+    for entry, url in zip(manifest.shards, manifest.shard_urls()):
+        ref = ShardRef(url, entry.samples, entry.bytes, entry.sha256)
         stream = open_shard(ref.url, None, ref.sha256, ref.bytes, verify=True)
         try:
             for raw in samples_of(stream, ref):
@@ -150,7 +149,7 @@ def test_every_packed_shard_round_trips_byte_identically(fixture, request, tmp_p
         finally:
             stream.close()
     records = sink.close()
-    assert [r.sha256 for r in records] == [s["sha256"] for s in manifest["shards"]]
+    assert [r.sha256 for r in records] == [s.sha256 for s in manifest.shards]
     assert [sha256_file(tmp_path / r.name) for r in records] == [r.sha256 for r in records]
 
 

@@ -216,7 +216,7 @@ def test_an_endless_body_is_cut_at_the_declared_size(served, tmp_path, cache):
                         cache_dir=str(tmp_path / "c") if cache else None)
     # the first len(body) bytes are the real shard: the stream stops there, whole and exact
     keys = [k for b in data for k, v in zip(b.keys, b.valid.tolist()) if v]
-    assert len(keys) == data.manifest["total_samples"]
+    assert len(keys) == data.manifest.total_samples
     if cache:
         size = (root / faults.target).stat().st_size
         assert all(p.stat().st_size <= size for p in (tmp_path / "c").iterdir())

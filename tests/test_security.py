@@ -293,7 +293,7 @@ def test_verify_and_inspect_report_odd_members_without_a_traceback(shards, tmp_p
     assert any("zz.link" in p for p in problems) and any("zz_dir" in p for p in problems)
     # the loader skips them: they are not samples
     data = CARLAWebData(str(shards), batch_size=2, mode="eval", image_size=SIZE)
-    assert sum(int(b.valid.sum()) for b in data) == data.manifest["total_samples"]
+    assert sum(int(b.valid.sum()) for b in data) == data.manifest.total_samples
 
     huge = shards / "shard-000001.tar"
     blob = bytearray(huge.read_bytes())

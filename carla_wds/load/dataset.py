@@ -22,7 +22,7 @@ from dataclasses import asdict, replace
 from typing import Any, Iterator
 
 from ..dist import rank_world
-from ..manifest import image_sizes_of, read_manifest, shard_url, spec_of
+from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions
 from ..schema import SampleSpec
 from ..shardread import ShardRef
@@ -35,15 +35,15 @@ STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_wor
                 "batches_per_epoch")
 
 
-def _shard_urls(manifest: dict, where: str, given: list[str] | None) -> tuple[str, ...]:
+def _shard_urls(manifest: Manifest, given: list[str] | None) -> tuple[str, ...]:
     """Names from the manifest, held to its folder (manifest.NAME_RULE); or the caller's own
     list, which may use any scheme the caller chooses, pipe: included."""
-    shards = manifest["shards"]
     if given is None:
-        return tuple(shard_url(where, s["name"]) for s in shards)
-    if len(given) != len(shards) or not all(isinstance(u, str) for u in given):
-        raise ValueError(f"shard_urls: {len(given)} entries, but {where} lists "
-                         f"{len(shards)} shards; give one URL per shard, in manifest order")
+        return manifest.shard_urls()
+    if len(given) != len(manifest.shards) or not all(isinstance(u, str) for u in given):
+        raise ValueError(f"shard_urls: {len(given)} entries, but {manifest.where} lists "
+                         f"{len(manifest.shards)} shards; give one URL per shard, in manifest "
+                         "order")
     return tuple(given)
 
 
@@ -77,9 +77,9 @@ class CARLAWebData:
             raise ValueError(f"batch_size {batch_size} must be >= 1, num_workers {num_workers} >= 0")
         if batches_per_epoch is not None and mode != "train":
             raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
-        self.manifest, self.where = read_manifest(source, remote)
-        self.remote = remote
-        self.spec = _select_cameras(spec_of(self.manifest), cameras)
+        self.manifest = read_manifest(source, remote)
+        self.where, self.remote = self.manifest.where, remote
+        self.spec = _select_cameras(self.manifest.spec, cameras)
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size = tuple(image_size)
@@ -87,12 +87,14 @@ class CARLAWebData:
         self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
         self.batches_per_epoch, self.verify = batches_per_epoch, verify
         self.pin_memory, self.prefetch_factor = pin_memory, prefetch_factor
-        shards = self.manifest["shards"]
-        self.counts = tuple(s["samples"] for s in shards)
-        self.urls = _shard_urls(self.manifest, self.where, shard_urls)
-        self.shards = tuple(ShardRef(u, s["samples"], s["bytes"], s.get("sha256"))
+        shards = self.manifest.shards
+        self.counts = tuple(s.samples for s in shards)
+        self.urls = _shard_urls(self.manifest, shard_urls)
+        self.shards = tuple(ShardRef(u, s.samples, s.bytes, s.sha256)
                             for u, s in zip(self.urls, shards))
-        self.manifest_id = hashlib.sha256(json.dumps(shards, sort_keys=True).encode()).hexdigest()
+        # of the shard list as written, so that states saved by earlier versions still resume
+        self.manifest_id = hashlib.sha256(json.dumps(self.manifest.doc["shards"],
+                                                     sort_keys=True).encode()).hexdigest()
         self._len = batches_per_rank(list(self.counts), batch_size, self.world_size, mode,
                                      batches_per_epoch)
         if self._len < 1:
@@ -149,7 +151,7 @@ class CARLAWebData:
     def _epoch(self) -> Epoch:
         """What this pass's workers are told; Workers adds the ring and the shared pass state."""
         return Epoch(shards=self.shards, verify=self.verify, remote=self.remote, spec=self.spec,
-                     image_sizes=image_sizes_of(self.manifest, self.spec.cameras),
+                     image_sizes=self.manifest.sizes_of(self.spec.cameras),
                      image_size=self.image_size, batch_size=self.batch_size, mode=self.mode,
                      num_workers=self.num_workers, seed=self.seed, epoch=self.epoch,
                      rank=self.rank, world_size=self.world_size, resume_batches=self.consumed,

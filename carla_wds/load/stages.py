@@ -110,7 +110,7 @@ def decode_sample(raw: Raw, spec: SampleSpec, image_size: tuple[int, int],
                   augment: Callable[[str, list[np.ndarray]], list[np.ndarray]] | None = None,
                   sizes: Sizes = None) -> CARLASample:
     """One raw sample -> CARLASample, for pipelines of your own (the loader decodes batches).
-    `sizes`: each camera's packed (H, W), from manifest.image_sizes_of."""
+    `sizes`: each camera's packed (H, W), from Manifest.sizes_of."""
     hwc = np.empty((len(spec.image_members), *image_size, 3), np.uint8)
     labels = _decode_into(raw, spec, image_size, hwc, augment, sizes)
     return CARLASample(raw["__key__"], hwc.transpose(0, 3, 1, 2), labels["speed"],

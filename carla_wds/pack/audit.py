@@ -19,12 +19,11 @@ from tqdm import tqdm
 from ..fileio import atomic_write_json
 from ..manifest import (
     MANIFEST,
-    image_sizes_of,
+    Manifest,
     is_url,
     read_manifest,
     shard_name_problem,
     shard_url,
-    spec_of,
 )
 from ..manifest_schema import ManifestError
 from ..remote import RemoteError, RemoteOptions
@@ -36,13 +35,14 @@ from .shards import shard_name
 _SEQUENCE = re.compile(r"^(.*)-(\d{6})\.tar$")
 
 
-def _sequence_problems(manifest: dict[str, Any], where: str) -> list[str]:
+def _sequence_problems(manifest: Manifest) -> list[str]:
     """Shards named <prefix>-NNNNNN.tar must be numbered 0..n-1 for each prefix: a gap is a
     shard that a failed commit or a bad merge lost. Locally, such files that the manifest does
     not list are reported too."""
     numbers: dict[str, list[int]] = {}
-    for s in manifest["shards"]:
-        if shard_name_problem(s["name"]) is None and (m := _SEQUENCE.match(s["name"])):
+    where = manifest.where
+    for s in manifest.shards:
+        if shard_name_problem(s.name) is None and (m := _SEQUENCE.match(s.name)):
             numbers.setdefault(m.group(1), []).append(int(m.group(2)))
     problems = []
     for prefix, got in numbers.items():
@@ -52,7 +52,7 @@ def _sequence_problems(manifest: dict[str, Any], where: str) -> list[str]:
                             f"0..{len(got) - 1} (missing: {[shard_name(prefix, i) for i in gaps]}"
                             "); shards were lost. Fix: re-pack")
     if not is_url(where):
-        listed = {s["name"] for s in manifest["shards"]}
+        listed = {s.name for s in manifest.shards}
         folder = Path(where).parent
         for prefix in numbers:
             for path in sorted(folder.glob(f"{prefix}-[0-9]*.tar")):
@@ -67,23 +67,23 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True,
 
     Returns the list of problems found (empty when the shards match the manifest).
     """
-    manifest, where = read_manifest(directory, remote)
-    spec = spec_of(manifest)
-    sizes = image_sizes_of(manifest, spec.cameras)
-    problems = _sequence_problems(manifest, where)
+    manifest = read_manifest(directory, remote)
+    spec = manifest.spec
+    sizes = manifest.sizes_of(spec.cameras)
+    problems = _sequence_problems(manifest)
     total = 0
-    for shard in tqdm(manifest["shards"], desc="verify", unit="shard", disable=not progress):
+    for shard in tqdm(manifest.shards, desc="verify", unit="shard", disable=not progress):
         try:
-            url = shard_url(where, shard["name"])
+            url = shard_url(manifest.where, shard.name)
         except ManifestError as exc:
             problems.append(str(exc))
             continue
-        ref = ShardRef(url, shard["samples"], shard["bytes"], shard["sha256"])
+        ref = ShardRef(url, shard.samples, shard.bytes, shard.sha256)
         n, found = _verify_shard(ref, spec, sizes, deep, remote)
         total += n
         problems += found
-    if total != manifest["total_samples"]:
-        problems.append(f"{total} samples in shards, manifest says {manifest['total_samples']}")
+    if total != manifest.total_samples:
+        problems.append(f"{total} samples in shards, manifest says {manifest.total_samples}")
     return problems
 
 
@@ -127,12 +127,11 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
     import numpy as np
 
     from .labels import command_index
-    manifest, where = read_manifest(directory, remote)
-    spec = spec_of(manifest)
+    manifest = read_manifest(directory, remote)
+    spec = manifest.spec
     speeds, commands = [], {}
-    for shard in manifest["shards"]:
-        ref = ShardRef(shard_url(where, shard["name"]), shard["samples"], shard["bytes"],
-                       shard["sha256"])
+    for shard, url in zip(manifest.shards, manifest.shard_urls()):
+        ref = ShardRef(url, shard.samples, shard.bytes, shard.sha256)
         try:
             stream = open_shard(ref.url, None, ref.sha256, ref.bytes, remote=remote)
             try:
@@ -147,12 +146,13 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
         except (ShardError, KeyError, ValueError) as exc:
             raise ManifestError(f"{ref.url}: cannot summarise it ({exc}). Fix: run "
                                 "`carla-wds verify` on the pack and re-pack the shard") from None
-    sizes = [s["bytes"] for s in manifest["shards"]]
+    sizes = [s.bytes for s in manifest.shards]
+    doc = manifest.doc
     s = np.asarray(speeds or [0.0])
-    return {"samples": manifest["total_samples"], "shards": len(sizes), "bytes": sum(sizes),
+    return {"samples": manifest.total_samples, "shards": len(sizes), "bytes": sum(sizes),
             "shard_bytes_min": min(sizes, default=0), "shard_bytes_max": max(sizes, default=0),
-            "layout": manifest.get("layout"), "cameras": manifest["cameras"],
-            "pred_len": manifest["pred_len"], "skipped": len(manifest.get("skipped", [])),
+            "layout": doc.get("layout"), "cameras": list(spec.cameras),
+            "pred_len": spec.pred_len, "skipped": len(doc.get("skipped", [])),
             "commands": dict(sorted(commands.items())),
             "speed": {"mean": float(s.mean()), "std": float(s.std()), "min": float(s.min()),
                       "max": float(s.max()), "stopped_share": float((s < 0.1).mean())}}
@@ -169,7 +169,8 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
     created = not out.exists()
     if not created and any(out.iterdir()):
         raise FileExistsError(f"merge output {out} is not empty; choose an empty folder")
-    manifests = [read_manifest(d) for d in part_dirs]
+    # merge writes a new document from the parts' documents as written
+    manifests = [(m.doc, m.where) for m in map(read_manifest, part_dirs)]
     remote = [w for _, w in manifests if is_url(w)]
     if remote:
         raise ManifestError(f"merge reads local parts only, got {remote[0]}. Fix: download "

@@ -65,7 +65,7 @@ def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:
 def _shards(shards: str | Path, n: int, image_size: tuple[int, int], cameras: list[str] | None,
             checkpoint: str | Path | None, on_error: str) -> CARLAWebData:
     if checkpoint is not None and cameras is not None:
-        held = read_manifest(str(shards))[0]["cameras"]
+        held = read_manifest(str(shards)).spec.cameras
         if missing := [c for c in cameras if c not in held]:
             raise ShowError(f"--checkpoint {checkpoint}: its model was trained on data.cameras "
                             f"{cameras}, but the shards hold {held} (no {missing}). Fix: show "
