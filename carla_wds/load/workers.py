@@ -194,7 +194,7 @@ class Workers:
             if self.persistent and clean and produced == expected and closes == self._closes:
                 self._kept = p
             else:
-                self._finish(p)
+                self._finish(p, reuse_ring=clean)
         if produced != expected:
             raise RuntimeError(f"rank {e.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")
@@ -253,12 +253,14 @@ class Workers:
             self.stats["batches_outside_ring"] += 1   # every slot was still held
         return item
 
-    def _finish(self, p: _Pass) -> None:
+    def _finish(self, p: _Pass, reuse_ring: bool = True) -> None:
         """Release a pass's DataLoader, which joins its workers, and keep its ring for the
-        next pass if they have exited (ring.reclaim then frees the slots they left taken)."""
+        next pass if they have exited (ring.reclaim then frees the slots they left taken).
+        After an error the ring is dropped, not reused: the error's traceback can keep the
+        pass's last batch, and so its slot, alive for an unknown time."""
         p.loader = None   # the last reference: its iterator shuts the workers down
         ring = p.epoch.ring
-        if ring is not None and self._exited(p.procs) and ring.reclaim():
+        if ring is not None and reuse_ring and self._exited(p.procs) and ring.reclaim():
             self._spare = ring
 
     def _exited(self, procs: tuple[BaseProcess, ...]) -> bool:

@@ -293,7 +293,7 @@ def test_early_stops_leave_no_ring_slot_taken(shards):
 def test_a_killed_worker_raises_and_the_next_pass_is_whole(shards):
     """Workers killed mid-pass: the pass raises; the next one forks new workers and gives
     every sample with its pixels, with as many in the ring as a fresh loader puts there (the
-    slots the dead workers took come back)."""
+    dead pass's ring, whose last batch the error's traceback may still hold, is not reused)."""
     import os
     import signal
     kw = dict(image_size=SIZE, batch_size=3, num_workers=2, mode="eval", prefetch_factor=1)
