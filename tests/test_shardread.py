@@ -15,6 +15,8 @@ from carla_wds.load.shardio import release_pages
 from carla_wds.shardread import MappedShard, open_shard
 from carla_wds.tario import ShardError, iterate_tar, tar_members
 
+from .helpers import mapped_rss_kb
+
 
 def _tar(fmt: int, members: list[tuple[str, bytes]], dirs: tuple[str, ...] = ()) -> bytes:
     buf = io.BytesIO()
@@ -123,17 +125,6 @@ def test_group_samples_follows_webdataset_keys():
         list(group_samples(iter(members[:1] * 2)))
 
 
-def _mapped_rss_kb(path) -> int:
-    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if "-" in line.split(" ", 1)[0]:          # a mapping's first line
-                inside = line.rstrip().endswith(str(path))
-            elif inside and line.startswith("Rss:"):
-                total += int(line.split()[1])
-    return total
-
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
 def test_release_pages_unmaps_what_decoding_touched(tmp_path):
@@ -144,11 +135,11 @@ def test_release_pages_unmaps_what_decoding_touched(tmp_path):
     path.write_bytes(_tar(tarfile.PAX_FORMAT, members))
     shard = MappedShard(str(path))
     found = {m["fname"]: m["data"] for m in tar_members(shard, "big.tar")}
-    assert _mapped_rss_kb(path) < 100               # nothing read yet: slices touch no page
+    assert mapped_rss_kb(path) < 100               # nothing read yet: slices touch no page
     assert all(bytes(found[n]) == d for n, d in members)   # touches every page
-    assert _mapped_rss_kb(path) > 2000
+    assert mapped_rss_kb(path) > 2000
     release_pages(found)
-    assert _mapped_rss_kb(path) < 100               # only the pages shared with headers
+    assert mapped_rss_kb(path) < 100               # only the pages shared with headers
     assert all(bytes(found[n]) == d for n, d in members)   # the views still read right
 
 

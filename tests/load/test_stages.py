@@ -18,6 +18,8 @@ from carla_wds.schema import SampleSpec, SchemaError, encode_sample
 from carla_wds.shardread import MappedShard
 from carla_wds.tario import tar_members
 
+from ..helpers import mapped_rss_kb
+
 SPEC = SampleSpec(("front", "left"), pred_len=4)
 SIZE = (12, 20)
 
@@ -125,16 +127,6 @@ def test_ring_batches_keep_their_pixels_while_held_and_reuse_dropped_slots():
                                       made[2 * n + row][1][name]), (n, row, name)
 
 
-def _mapped_rss_kb(path) -> int:
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            if "-" in line.split(" ", 1)[0]:   # a mapping's first line
-                inside = line.rstrip().endswith(str(path))
-            elif inside and line.startswith("Rss:"):
-                total += int(line.split()[1])
-    return total
-
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
 def test_the_reader_gives_back_each_group_once_the_next_is_asked_for(tmp_path):
@@ -156,7 +148,7 @@ def test_the_reader_gives_back_each_group_once_the_next_is_asked_for(tmp_path):
         groups = shardio.released([raws[:2], raws[2:], [None]])
         first = next(groups)
         assert sum(len(bytes(r["front.png"])) for r in first) == 600_000   # decoding reads
-        assert _mapped_rss_kb(path) > 500
+        assert mapped_rss_kb(path) > 500
         next(groups)
-        assert _mapped_rss_kb(path) < 100    # the first group's pages are back
+        assert mapped_rss_kb(path) < 100    # the first group's pages are back
         assert list(groups) == [[None]]      # padding has no pages; the end is reached
