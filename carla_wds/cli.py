@@ -165,8 +165,9 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
 def train(config, overrides) -> None:
     """Train the waypoint model in one process (use torchrun -m carla_wds.train for DDP)."""
     from .train.config import load_config
-    from .train.loop import USER_ERRORS as TRAIN_ERRORS
-    from .train.loop import one_line, run_training
+    from .train.errors import USER_ERRORS as TRAIN_ERRORS
+    from .train.errors import one_line
+    from .train.loop import run_training
     try:
         run_training(load_config(config, list(overrides)))
     except TRAIN_ERRORS as exc:
@@ -180,8 +181,8 @@ def train(config, overrides) -> None:
 @click.option("-n", "n", default=6, show_default=True, help="Samples to show.")
 def show(shards, checkpoint, out, n) -> None:
     """Montage of samples: cameras plus a bird's-eye plot of waypoints and target point."""
-    from .train.loop import USER_ERRORS as TRAIN_ERRORS
-    from .train.loop import one_line
+    from .train.errors import USER_ERRORS as TRAIN_ERRORS
+    from .train.errors import one_line
     from .train.show import show as run_show
     try:
         click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n)}")

@@ -7,7 +7,6 @@ the manifest but what validate_manifest accepted.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -16,7 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..fileio import atomic_write_json
+from ..fileio import atomic_write_json, sha256_file
 from ..manifest import (
     MANIFEST,
     Manifest,
@@ -242,15 +241,12 @@ def _link_checked(src: Path, dst: Path, shard: dict, where: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copyfile(src, dst)
-    digest = hashlib.sha256()
-    with open(dst, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
     size = dst.stat().st_size
-    if size != shard["bytes"] or digest.hexdigest() != shard["sha256"]:
+    digest = sha256_file(dst) if size == shard["bytes"] else "(not computed)"
+    if size != shard["bytes"] or digest != shard["sha256"]:
         with contextlib.suppress(FileNotFoundError):
             dst.unlink()
         raise ManifestError(f"part {where}: shard {src} has {size} bytes and sha256 "
-                            f"{digest.hexdigest()}, the part's manifest declares "
+                            f"{digest}, the part's manifest declares "
                             f"{shard['bytes']} and {shard['sha256']}; refused. Fix: re-pack "
                             "that part")

@@ -33,9 +33,8 @@ from tqdm import tqdm
 
 from .. import dist
 from ..fileio import atomic_write_json
-from ..load import CARLAWebData, RemoteOptions, ShardError
+from ..load import CARLAWebData, RemoteOptions
 from ..rng import derive_seed, rng_state, seed_everything, set_rng_state
-from ..schema import SchemaError
 from .checkpoint import (
     CHECKPOINT,
     CheckpointError,
@@ -44,14 +43,13 @@ from .checkpoint import (
     save_checkpoint,
     trim_metrics,
 )
-from .config import ConfigError, TrainConfig, check_runtime, load_config, to_dict
+from .config import TrainConfig, check_runtime, load_config, to_dict
+from .errors import USER_ERRORS, one_line
 from .model import build_model
-from .runlock import RunDirLocked, hold_run_dir
+from .runlock import hold_run_dir
 
 # Errors about the user's config, data or run directory: one line, never a traceback. The
 # loader reports bad settings for the data it finds (cameras, batch size, resume) as ValueError.
-USER_ERRORS = (ConfigError, CheckpointError, RunDirLocked, ShardError, SchemaError,
-               FileNotFoundError, ValueError)
 
 log = logging.getLogger("carla_wds.train")
 
@@ -374,16 +372,6 @@ def _run(run: Run) -> dict[str, float] | None:
     finally:
         for data in (run.train, run.val):
             data.close()   # persistent workers end with the run, not at interpreter exit
-
-
-def one_line(exc: BaseException) -> str:
-    """An error as one line. A DataLoader worker's error arrives re-raised with the worker's
-    traceback in its text; its last line is the original message."""
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()] or [type(exc).__name__]
-    if len(lines) > 1 and lines[0].startswith("Caught "):
-        head, sep, rest = lines[-1].partition(": ")
-        return rest if sep and head.replace(".", "").replace("_", "").isalnum() else lines[-1]
-    return " ".join(ln.strip() for ln in lines)
 
 
 def main(argv: list[str] | None = None) -> None:
