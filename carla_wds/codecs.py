@@ -227,6 +227,24 @@ class JsonCodec(Codec):
         return None
 
 
+class RecordCodec(NpyCodec):
+    """A structured 0-d .npy (named fields of fixed dtypes and shapes: the measurements
+    record). np.save keeps the field names, which NpyCodec's cached header would drop; read
+    with allow_pickle=False like every array."""
+    name: ClassVar[str] = "record"
+
+    def encode(self, value: Any) -> bytes:
+        arr = np.asarray(value)
+        if arr.dtype.names is None or arr.dtype.hasobject:
+            raise SchemaError(f"a record needs a structured dtype without objects, got {arr.dtype}")
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        return buf.getvalue()
+
+    def decode(self, data: Data) -> np.ndarray:
+        return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+
+
 CODECS: dict[str, Codec] = {}
 
 
@@ -240,7 +258,7 @@ def register(codec: Codec) -> Codec | None:
     return previous
 
 
-for _codec in (PngCodec(), JpegCodec(), NpyCodec(), JsonCodec()):
+for _codec in (PngCodec(), JpegCodec(), NpyCodec(), JsonCodec(), RecordCodec()):
     register(_codec)
 
 
@@ -266,5 +284,5 @@ def codec_for(member: str) -> Codec:
 
 
 __all__ = ["CODECS", "Codec", "ImageCodec", "ImageHeaderError", "JpegCodec", "JsonCodec",
-           "NpyCodec", "PICKLE_SUFFIXES", "PngCodec", "SchemaError", "codec_for", "codec_named",
+           "NpyCodec", "PICKLE_SUFFIXES", "PngCodec", "RecordCodec", "SchemaError", "codec_for", "codec_named",
            "register"]

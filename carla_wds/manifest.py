@@ -17,6 +17,7 @@ from urllib.parse import urljoin
 
 from .manifest_schema import MAX_MANIFEST_BYTES, ManifestError, validate_manifest
 from .remote import RemoteOptions, is_http, read_url
+from .extras import extras_from_doc
 from .schema import SampleSpec
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,12 @@ class Manifest:
         shards = tuple(ShardEntry(s["name"], s["samples"], s["bytes"], s.get("sha256"))
                        for s in doc["shards"])
         # packs made before codecs were recorded ("members") decode each member by suffix
+        extra = doc.get("spec") or {}
         spec = SampleSpec(tuple(doc["cameras"]), doc["pred_len"], doc.get("image_format", "png"),
-                          tuple(sorted((doc.get("members") or {}).items())))
+                          tuple(sorted((doc.get("members") or {}).items())),
+                          extras_from_doc(extra.get("extras", []), where),
+                          tuple(sorted(extra.get("frames", {}).items())),
+                          tuple(extra.get("transforms", [])))
         sizes = doc.get("image_sizes")
         return cls(where, doc, shards, spec,
                    {c: tuple(hw) for c, hw in sizes.items()} if sizes else None,

@@ -11,17 +11,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .extras import extras_from_doc
 from .schema import (
     CAMERAS,
     CODECS,
     IMAGE_FORMATS,
     LABEL_MEMBERS,
     MAX_PIXELS,
-    SCHEMA_VERSION,
+    READABLE_VERSIONS,
     SchemaError,
 )
 
 MAX_MANIFEST_BYTES = 256 << 20
+LOAD_TRANSFORMS = ("tcp_brake_override",)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -45,9 +47,10 @@ def validate_manifest(m: Any, where: str) -> None:
     """Raise ManifestError unless `m` is a manifest this carla-wds can trust."""
     _check(isinstance(m, dict), where, "the document", type(m).__name__, "a JSON object")
     version = m.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ManifestError(f"manifest {where}: schema_version {version!r}, this carla-wds "
-                            f"reads {SCHEMA_VERSION}. Fix: re-pack with this version")
+                            f"reads {list(READABLE_VERSIONS)}. Fix: re-pack with this version, "
+                            "or upgrade carla-wds to the one that packed it")
     cams = m.get("cameras")
     _check(isinstance(cams, list) and len(cams) > 0 and all(c in CAMERAS for c in cams)
            and len(set(cams)) == len(cams), where, "cameras", cams,
@@ -56,7 +59,10 @@ def validate_manifest(m: Any, where: str) -> None:
     fmt = m.get("image_format", "png")
     _check(fmt in IMAGE_FORMATS, where, "image_format", fmt, f"one of {list(IMAGE_FORMATS)}")
     _check_image_sizes(m.get("image_sizes"), cams, where)
-    _check_members(m.get("members"), [f"{c}.{fmt}" for c in cams] + list(LABEL_MEMBERS), where)
+    _check_spec(m.get("spec"), where)
+    extras = [e["member"] for e in (m.get("spec") or {}).get("extras", [])]
+    _check_members(m.get("members"), [f"{c}.{fmt}" for c in cams] + list(LABEL_MEMBERS) + extras,
+                   where)
     shards = m.get("shards")
     _check(isinstance(shards, list), where, "shards", shards, "a list")
     names: set[str] = set()
@@ -93,6 +99,24 @@ def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:
         _check(isinstance(hw, list) and len(hw) == 2 and all(_int(v, 1) for v in hw)
                and hw[0] * hw[1] <= MAX_PIXELS, where, f"image_sizes.{cam}", hw,
                f"[height, width] of positive integers, at most {MAX_PIXELS} pixels")
+
+
+def _check_spec(spec: Any, where: str) -> None:
+    """spec (version 2): extra members, label frames and load transforms, all plain data."""
+    if spec is None:
+        return
+    _check(isinstance(spec, dict), where, "spec", spec, "an object with extras, frames, "
+           "transforms")
+    try:
+        extras_from_doc(spec.get("extras", []), f"manifest {where}")
+    except SchemaError as exc:
+        raise ManifestError(f"{exc}. Fix: re-pack, or restore the manifest that `carla-wds "
+                            "pack` wrote") from None
+    frames, transforms = spec.get("frames", {}), spec.get("transforms", [])
+    _check(isinstance(frames, dict) and all(isinstance(v, str) for v in frames.values()),
+           where, "spec.frames", frames, "an object of label -> convention name")
+    _check(isinstance(transforms, list) and all(t in LOAD_TRANSFORMS for t in transforms),
+           where, "spec.transforms", transforms, f"a list from {list(LOAD_TRANSFORMS)}")
 
 
 def _check_members(members: Any, expected: list[str], where: str) -> None:

@@ -28,10 +28,12 @@ from .codecs import (
     codec_for,
     codec_named,
 )
+from .extras import Extra
 
-# "members" (each member's codec name) is an optional manifest field: readers of version 1
-# ignore it and manifests without it decode by suffix, so the version stays 1.
-SCHEMA_VERSION = 1
+# Version 2 adds the manifest's "spec" (extra members, label frames, load transforms); this
+# carla-wds reads both, a version-1 manifest being a spec with no extras.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 CAMERAS = ("front", "rear", "left", "right")
 IMAGE_FORMATS = ("png", "jpg")
 _KEY_OK = re.compile(r"^[A-Za-z0-9_\-~+=,@]+$")
@@ -133,6 +135,9 @@ class SampleSpec:
     pred_len: int
     image_format: str = "png"
     codecs: tuple[tuple[str, str], ...] = ()
+    extras: tuple[Extra, ...] = ()
+    frames: tuple[tuple[str, str], ...] = ()       # label -> coordinate convention
+    transforms: tuple[str, ...] = ()               # load-time transforms the layout asks for
 
     def __post_init__(self) -> None:
         bad = [c for c in self.cameras if c not in CAMERAS]
@@ -154,13 +159,33 @@ class SampleSpec:
 
     @property
     def members(self) -> tuple[str, ...]:
-        return self.image_members + LABEL_MEMBERS
+        return self.image_members + LABEL_MEMBERS + tuple(e.member for e in self.extras)
 
     @functools.cached_property
     def _names(self) -> dict[str, str]:   # looked up per member of every sample decoded
         given = dict(self.codecs)
+        given.update({e.member: e.codec for e in self.extras})
         return {m: given.get(m) or _LABEL_CODECS.get(m) or codec_for(m).name
                 for m in self.members}
+
+    def extra(self, name: str) -> Extra:
+        for e in self.extras:
+            if e.name == name:
+                return e
+        raise SchemaError(f"no field {name!r} in these shards; they hold "
+                          f"{[e.name for e in self.extras]}")
+
+    def with_extras(self, names: tuple[str, ...]) -> SampleSpec:
+        """The same spec decoding only the named extra fields (twins follow their field)."""
+        for n in names:
+            self.extra(n)
+        keep = tuple(e for e in self.extras if e.name in names or e.twin_of in names)
+        return replace(self, extras=keep)
+
+    def spec_doc(self) -> dict[str, Any]:
+        """What the manifest records under "spec"."""
+        return {"extras": [e.doc() for e in self.extras], "frames": dict(self.frames),
+                "transforms": list(self.transforms)}
 
     def codec_names(self) -> dict[str, str]:
         """member -> codec name, as the manifest records it."""

@@ -69,3 +69,32 @@ def non_finite_label(labels: dict) -> str | None:
             if name in labels and not np.isfinite(np.asarray(labels[name], np.float32)).all():
                 return name
     return None
+
+
+def matrix_waypoints(mats: list[np.ndarray], origin: tuple[float, float, float] = (0.0, 0.0, 0.0)
+                     ) -> np.ndarray:
+    """Waypoints from 4x4 ego matrices (mats[0] now, mats[1:] the future), as TransFuser 2022
+    and carla_garage compute them: R_t^T (p_{t+i} - p_t) with the full 3x3 rotation (pitch
+    and roll count), x forward and y right (CARLA's vehicle frame), less `origin` (TransFuser
+    2022's virtual LiDAR sits 1.3 m ahead of the vehicle)."""
+    now = np.asarray(mats[0], np.float64)
+    rot, pos = now[:3, :3], now[:3, 3]
+    future = np.stack([np.asarray(m, np.float64)[:3, 3] for m in mats[1:]])
+    return ((future - pos) @ rot)[:, :2] - np.asarray(origin[:2], np.float64)
+
+
+def layout_labels(xy: np.ndarray, theta: float, target: tuple[float, float], command: int,
+                  pred_len: int, mats: list[np.ndarray] | None = None,
+                  origin: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                  target_in_ego: bool = False) -> dict[str, np.ndarray]:
+    """frame_labels, with waypoints from ego matrices when `mats` is given and the target
+    point taken as saved when it is already in the ego frame (carla_garage)."""
+    labels = frame_labels(xy, theta, target, command, pred_len)
+    if mats is not None:
+        waypoints = matrix_waypoints(mats, origin)
+        labels["waypoints"] = waypoints.astype(np.float32)
+        labels["waypoints_diff"] = np.diff(np.concatenate([np.zeros((1, 2)), waypoints]),
+                                           axis=0).astype(np.float32)
+    if target_in_ego:
+        labels["target_point"] = np.asarray(target, np.float64).astype(np.float32)
+    return labels

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ..schema import CAMERAS
+from .layout_parts import (
+    TARGET_FROM,
+    WAYPOINTS_FROM,
+    Field,
+    RouteFilter,
+    Sensor,
+    Source,
+    fail,
+    parse_fields,
+    parse_filter,
+    parse_sensors,
+    parse_sources,
+)
 
 LAYOUT_DIR = Path(__file__).resolve().parent / "layouts"
 FIELD_NAMES = ("x", "y", "theta", "speed", "target_x", "target_y", "command")
+OPTIONAL_FIELDS = ("ego_matrix",)   # needed when waypoints come from the 4x4 ego matrix
+TRANSFORMS = ("tcp_brake_override",)
 
 
 @dataclass(frozen=True)
@@ -20,11 +36,29 @@ class Layout:
     fields: dict[str, str]         # our field name -> measurement JSON key
     measurements: str = "measurements"
     image_ext: str = "png"
+    measurements_ext: str = "json"
+    rate_hz: float = 2.0
+    horizon_s: float = 2.0
+    waypoints_from: str = "position"
+    waypoint_origin: tuple[float, float, float] = (0.0, 0.0, 0.0)   # ego-frame shift (TF2022)
+    target_from: str = "world"
+    frames: tuple[tuple[str, str], ...] = ()    # label -> coordinate convention
+    twins: tuple[tuple[str, str], ...] = ()     # camera -> folder of its augmented twin
+    sensors: tuple[Sensor, ...] = ()
+    sources: tuple[Source, ...] = ()
+    measurement_fields: tuple[Field, ...] = ()
+    route_filter: RouteFilter | None = None
+    transforms: tuple[str, ...] = ()
 
     @property
     def camera_names(self) -> tuple[str, ...]:
         # Schema order, so a layout's YAML order cannot change the shard bytes.
         return tuple(c for c in CAMERAS if c in self.cameras)
+
+    @property
+    def pred_len(self) -> int:
+        """Waypoints over horizon_s at this rate: 2 s is 4 points at 2 Hz, 8 at 4 Hz."""
+        return max(1, round(self.horizon_s * self.rate_hz))
 
 
 def builtin_layouts() -> list[str]:
@@ -58,7 +92,9 @@ def load_layout(name_or_path: str | Path) -> Layout:
 
 
 FIX = f"Fix: copy a file from {LAYOUT_DIR} and edit it"
-ALLOWED = ("name", "cameras", "fields", "measurements", "image_ext")
+ALLOWED = ("name", "cameras", "fields", "measurements", "image_ext", "rate_hz", "waypoints",
+           "target_point", "frames", "twins", "sensors", "sources", "measurement_fields",
+           "route_filter", "transforms")
 
 
 def _mapping(value: object, where: str, key: str, example: str) -> dict[str, str]:
@@ -91,15 +127,70 @@ def _layout_from_dict(data: object, where: str) -> Layout:
                          f"to folder names, e.g. `front: rgb`. {FIX}")
     fields = _mapping(data.get("fields"), where, "fields", "x: x")
     missing = [f for f in FIELD_NAMES if f not in fields]
-    extra = [f for f in fields if f not in FIELD_NAMES]
+    extra = [f for f in fields if f not in FIELD_NAMES + OPTIONAL_FIELDS]
     if missing or extra:
         raise ValueError(f"{where}: fields must map exactly {list(FIELD_NAMES)} to measurement "
                          f"keys; missing {missing}, unknown {extra}. {FIX}")
-    for key in ("name", "measurements", "image_ext"):
+    for key in ("name", "image_ext"):
         if key in data and not isinstance(data[key], str):
             raise ValueError(f"{where}: {key} is {data[key]!r}; expected a plain string. {FIX}")
     ext = data.get("image_ext", "png").lower()
     if ext not in ("png", "jpg"):
         raise ValueError(f"{where}: image_ext {ext!r}; expected png or jpg. {FIX}")
+    folder, meas_ext = _measurements(data.get("measurements", "measurements"), where)
     return Layout(name=data.get("name", Path(where).stem), cameras=cameras, fields=fields,
-                  measurements=data.get("measurements", "measurements"), image_ext=ext)
+                  measurements=folder, image_ext=ext, measurements_ext=meas_ext,
+                  **_derived(data, fields, where), **_parts(data, cameras, where))
+
+
+def _measurements(value: Any, where: str) -> tuple[str, str]:
+    """`measurements: folder`, or `{folder: measurements, ext: json.gz}`."""
+    if isinstance(value, str):
+        return value, "json"
+    if isinstance(value, dict) and set(value) <= {"folder", "ext"} and isinstance(
+            value.get("folder"), str) and value.get("ext", "json") in ("json", "json.gz"):
+        return value["folder"], value.get("ext", "json")
+    raise fail(where, "measurements", value, "a folder name, or {folder: NAME, ext: json|json.gz}")
+
+
+def _derived(data: dict, fields: dict[str, str], where: str) -> dict[str, Any]:
+    """rate_hz, the waypoint horizon in seconds and source, and the target point's frame."""
+    rate = data.get("rate_hz", 2.0)
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 < rate <= 100:
+        raise fail(where, "rate_hz", rate, "the frames per second of the saved data, e.g. 2 or 4")
+    wp = data.get("waypoints") or {}
+    if not isinstance(wp, dict) or set(wp) - {"horizon_s", "from", "origin"}:
+        raise fail(where, "waypoints", wp, "{horizon_s: 2.0, from: position|ego_matrix, "
+                   "origin: [x, y, z]}")
+    horizon = wp.get("horizon_s", 2.0)
+    if not isinstance(horizon, (int, float)) or isinstance(horizon, bool) or horizon <= 0:
+        raise fail(where, "waypoints.horizon_s", horizon, "seconds > 0, e.g. 2.0")
+    source = wp.get("from", "position")
+    if source not in WAYPOINTS_FROM or (source == "ego_matrix" and "ego_matrix" not in fields):
+        raise fail(where, "waypoints.from", source, f"one of {list(WAYPOINTS_FROM)}; "
+                   "ego_matrix needs fields.ego_matrix")
+    origin = wp.get("origin", [0.0, 0.0, 0.0])
+    if not (isinstance(origin, list) and len(origin) == 3
+            and all(isinstance(v, (int, float)) for v in origin)):
+        raise fail(where, "waypoints.origin", origin, "[x, y, z] in metres")
+    target = (data.get("target_point") or {}).get("from", "world")
+    if target not in TARGET_FROM:
+        raise fail(where, "target_point.from", target, f"one of {list(TARGET_FROM)}")
+    return {"rate_hz": float(rate), "horizon_s": float(horizon), "waypoints_from": source,
+            "waypoint_origin": tuple(float(v) for v in origin), "target_from": target}
+
+
+def _parts(data: dict, cameras: dict[str, str], where: str) -> dict[str, Any]:
+    sources = parse_sources(data.get("sources"), where)
+    frames = _mapping(data.get("frames"), where, "frames", "waypoints: tcp")
+    twins = _mapping(data.get("twins"), where, "twins", "front: rgb_augmented")
+    if set(twins) - set(cameras):
+        raise fail(where, "twins", sorted(twins), f"cameras of this layout ({sorted(cameras)})")
+    transforms = data.get("transforms") or []
+    if not isinstance(transforms, list) or set(transforms) - set(TRANSFORMS):
+        raise fail(where, "transforms", transforms, f"a list from {list(TRANSFORMS)}")
+    return {"frames": tuple(sorted(frames.items())), "twins": tuple(sorted(twins.items())),
+            "sensors": parse_sensors(data.get("sensors"), where), "sources": sources,
+            "measurement_fields": parse_fields(data.get("measurement_fields"), sources, where),
+            "route_filter": parse_filter(data.get("route_filter"), where),
+            "transforms": tuple(transforms)}

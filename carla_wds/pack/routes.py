@@ -6,7 +6,6 @@ enforces that invariant for every route.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -16,16 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from ..schema import N_COMMANDS, SchemaError, make_key
-from .labels import F32_MAX, frame_labels, non_finite_label
+from ..schema import SchemaError, make_key
+from .errors import PackError
+from .labels import layout_labels, non_finite_label
+from .layout_parts import RouteFilter, lookup
 from .layouts import Layout
+from .measure import read_measurement, read_source, record_values
+from .sources import read_json
 
 log = logging.getLogger(__name__)
 FIX_SKIP = "fix or remove the file, or pack with --on-error skip to record the frame and go on"
-
-
-class PackError(RuntimeError):
-    """A pack that cannot go on; the message names episode, frame, file, expectation and fix."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,8 @@ class FrameTask:
     key: str
     labels: dict[str, Any]
     image_paths: dict[str, str]    # camera -> absolute file path
+    sensor_paths: dict[str, str] = field(default_factory=dict)   # extra field -> file path
+    record: dict[str, Any] | None = None   # the measurements record's values
 
 
 @dataclass
@@ -64,6 +65,7 @@ class RoutePlan:
     skipped: list[Skip] = field(default_factory=list)
     nan_theta: int = 0
     void_command: int = 0
+    filtered: str = ""     # why the whole route was left out (the layout's route filter)
 
     def check(self) -> None:
         accounted = len(self.tasks) + self.tail + len(self.skipped)
@@ -101,51 +103,15 @@ def find_routes(input_dir: str | Path, layout: Layout) -> list[str]:
     return sorted(routes)
 
 
-def _read_measurement(path: Path, layout: Layout) -> tuple[dict[str, float] | None, str]:
-    """Our named fields from one measurement JSON, or (None, reason)."""
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return None, f"malformed JSON ({exc}); expected a JSON object of measurements"
-    if not isinstance(data, dict):
-        return None, f"expected a JSON object, found {type(data).__name__}"
-    values = {}
-    for ours, theirs in layout.fields.items():
-        if theirs not in data:
-            return None, (f"missing measurement field {theirs!r}; expected fields "
-                          f"{sorted(layout.fields.values())}")
-        value = data[theirs]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
-            return None, f"field {theirs!r} is {value!r}; expected a number"
-        values[ours] = math.nan if value is None else float(value)
-    # NaN or null theta is CARLA's "no compass reading", which TCP maps to 0 (counted as
-    # nan_theta by the planner); an infinite theta is no reading at all but a corrupt value,
-    # so it is a bad measurement like an infinite x.
-    bad = [layout.fields[k] for k in ("x", "y", "speed", "target_x", "target_y")
-           if not math.isfinite(values[k])] + (
-        [layout.fields["theta"]] if math.isinf(values["theta"]) else [])
-    if bad:
-        return None, f"non-finite value in {bad}; expected finite numbers"
-    # Labels are stored as float32: a value past its range would become an infinity there.
-    huge = [layout.fields[k] for k in ("x", "y", "speed", "target_x", "target_y")
-            if abs(values[k]) > F32_MAX]
-    if huge:
-        return None, (f"value beyond float32 range (|v| > {F32_MAX:.3g}) in {huge}; expected "
-                      "coordinates in metres and speeds in m/s")
-    if not math.isfinite(values["command"]) or values["command"] != int(values["command"]):
-        return None, f"command {values['command']} is not an integer RoadOption"
-    if not (values["command"] < 0 or 1 <= values["command"] <= N_COMMANDS):
-        return None, (f"field {layout.fields['command']!r} is {int(values['command'])}; expected a "
-                      f"CARLA RoadOption: -1 (VOID) or 1..{N_COMMANDS}")
-    return values, ""
-
-
-def _numbered(folder: Path, ext: str) -> tuple[dict[int, str], dict[int, str]]:
-    """Files `<digits>.<ext>` of a folder by frame number, and the numbers two files claim
-    (0005.json and 00005.json are both frame 5), each with a reason naming both files."""
+def _numbered(folder: Path, ext: str, prefix: str = "") -> tuple[dict[int, str], dict[int, str]]:
+    """Files `<prefix><digits>.<ext>` of a folder by frame number (%04d and %05d alike), and
+    the numbers two files claim (0005.json and 00005.json are both frame 5), each with a
+    reason naming both files."""
     files, clash = {}, {}
     for name in sorted(os.listdir(folder)):
-        stem, _, e = name.partition(".")
+        if not name.startswith(prefix):
+            continue
+        stem, _, e = name[len(prefix):].partition(".")
         if e != ext or not stem.isdigit():
             continue
         t = int(stem)
@@ -157,15 +123,63 @@ def _numbered(folder: Path, ext: str) -> tuple[dict[int, str], dict[int, str]]:
     return files, clash
 
 
-def _frame_numbers(meas_dir: Path, episode: str
+def _frame_numbers(meas_dir: Path, episode: str, ext: str = "json"
                    ) -> tuple[dict[int, Path], list[Skip], dict[int, str]]:
     """Measurement files by frame, those whose names are no frame number, and clashes."""
-    skipped = [Skip(episode, None, f"measurements/{name}",
-                    "file name is not a frame number; expected e.g. 0042.json")
+    skipped = [Skip(episode, None, f"{meas_dir.name}/{name}",
+                    f"file name is not a frame number; expected e.g. 0042.{ext}")
                for name in sorted(os.listdir(meas_dir))
-               if name.partition(".")[2] == "json" and not name.partition(".")[0].isdigit()]
-    files, clash = _numbered(meas_dir, "json")
+               if name.partition(".")[2] == ext and not name.partition(".")[0].isdigit()]
+    files, clash = _numbered(meas_dir, ext)
     return {t: meas_dir / n for t, n in files.items()}, skipped, clash
+
+
+def _sensor_files(route: Path, layout: Layout) -> dict[str, tuple[str, str, dict, dict]]:
+    """Per extra field (sensors and their twins, camera twins): (folder, pattern, files by
+    frame, clashes)."""
+    wanted = [(f"{cam}_augmented", folder, layout.image_ext, "")
+              for cam, folder in layout.twins]
+    for s in layout.sensors:
+        wanted.append((s.name, s.folder, s.ext, s.prefix))
+        if s.twin:
+            wanted.append((f"{s.name}_augmented", s.twin, s.ext, s.prefix))
+    out = {}
+    for name, folder, ext, prefix in wanted:
+        d = route / folder
+        files, clash = _numbered(d, ext, prefix) if d.is_dir() else ({}, {})
+        out[name] = (folder, f"{prefix}{{:04d}}.{ext}", files, clash)
+    return out
+
+
+def _sensors(t: int, route: Path, sensor_files: dict
+             ) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """Frame t's file per extra field, or (file, reason) of the first missing or doubled one."""
+    paths = {}
+    for name, (folder, pattern, files, clash) in sensor_files.items():
+        if t in clash:
+            return paths, (f"{folder}/{pattern.format(t)}", clash[t])
+        if t not in files:
+            return paths, (f"{folder}/{pattern.format(t)}", f"missing {name} file; expected "
+                           "one for every frame of measurements/")
+        paths[name] = str(route / folder / files[t])
+    return paths, None
+
+
+def route_filter_reason(route: Path, flt: RouteFilter) -> str:
+    """Why a route is left out by the layout's filter, or "" to keep it (carla_garage's
+    loader keeps only routes whose results file scores at least `min`)."""
+    path = route / flt.file
+    if not path.is_file():
+        return f"no {flt.file}; the layout keeps only routes whose {flt.key} >= {flt.min:g}"
+    try:
+        score = lookup(read_json(path), flt.key)
+    except (ValueError, OSError, KeyError) as exc:
+        return f"{flt.file}: {exc}; expected a JSON object with {flt.key}"
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return f"{flt.file}: {flt.key} is {score!r}; expected a number"
+    if not score >= flt.min:
+        return f"{flt.file}: {flt.key} is {score:g} < {flt.min:g}"
+    return ""
 
 
 def _camera_files(route: Path, layout: Layout) -> dict[str, tuple[dict[int, str], dict]]:
@@ -178,10 +192,15 @@ def _camera_files(route: Path, layout: Layout) -> dict[str, tuple[dict[int, str]
 
 
 def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: int,
-               dot_replacement: str | None = None) -> RoutePlan:
+               dot_replacement: str | None = None, allow_pickle: bool = False) -> RoutePlan:
     """Read one route's measurements and decide, for every frame, sample, tail or skip."""
     route = Path(input_dir) / episode
-    frames, skipped, clash = _frame_numbers(route / layout.measurements, episode)
+    if layout.route_filter is not None:
+        reason = route_filter_reason(route, layout.route_filter)
+        if reason:
+            return RoutePlan(episode, filtered=reason)
+    frames, skipped, clash = _frame_numbers(route / layout.measurements, episode,
+                                            layout.measurements_ext)
     plan = RoutePlan(episode, n_frames=len(frames) + len(skipped), skipped=skipped)
     try:
         key_of = lambda t: make_key(episode, t, dot_replacement)  # noqa: E731
@@ -197,19 +216,32 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
                               fix="remove the route, or pack with --on-error skip")
                          for t in sorted(frames)]
         return plan
-    good, bad = _read_all(frames, layout, episode, plan, clash)
+    good, bad = _read_all(frames, layout, episode, plan, clash, route, allow_pickle)
     _plan_frames(plan, frames, good, bad, route, layout, pred_len, key_of)
     plan.check()
     return plan
 
 
 def _read_all(frames: dict[int, Path], layout: Layout, episode: str, plan: RoutePlan,
-              clash: dict[int, str]) -> tuple[dict[int, dict[str, float]], dict[int, str]]:
+              clash: dict[int, str], route: Path, allow_pickle: bool
+              ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
     good, bad = {}, dict(clash)   # a frame with two files has no one measurement to trust
+    listed = {s.name: _numbered(route / s.folder, s.ext)[0] if (route / s.folder).is_dir()
+              else {} for s in layout.sources}
     for t, path in frames.items():
         if t in bad:
             continue
-        values, reason = _read_measurement(path, layout)
+        values, reason = read_measurement(path, layout)
+        for source in layout.sources if values is not None else ():
+            if t not in listed[source.name]:
+                values, reason = None, (f"no {source.folder}/{t:04d}.{source.ext}; expected "
+                                        f"one {source.name} file per measurement")
+                break
+            reason = read_source(route / source.folder / listed[source.name][t], layout,
+                                 source.name, values, allow_pickle)
+            if reason:
+                values, reason = None, f"{source.folder}/{listed[source.name][t]}: {reason}"
+                break
         if values is None:
             bad[t] = reason
             continue
@@ -226,6 +258,7 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
                  layout: Layout, pred_len: int, key_of) -> None:
     last = max(frames)
     cam_files = _camera_files(route, layout)
+    sensor_files = _sensor_files(route, layout)
     meas = layout.measurements
     for t in sorted(frames):
         if t in bad:
@@ -242,10 +275,11 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
                                      f"frames {t + 1}..{t + pred_len}", derived=True))
             continue
         images, problem = _images(t, route, layout, cam_files)
+        sensors, problem = _sensors(t, route, sensor_files) if not problem else ({}, problem)
         if problem:
             plan.skipped.append(Skip(plan.episode, t, *problem))
             continue
-        labels = _labels(good, t, pred_len, plan.episode)
+        labels = _labels(good, t, pred_len, plan.episode, layout)
         overflow = non_finite_label(labels)
         if overflow:
             plan.skipped.append(Skip(plan.episode, t, f"{meas}/{frames[t].name}",
@@ -253,7 +287,9 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
                                      f"frames {t}..{t + pred_len}, whose values are too far "
                                      "apart); expected coordinates in metres"))
             continue
-        plan.tasks.append(FrameTask(plan.episode, t, key_of(t), labels, images))
+        record = record_values([good[t + i] for i in range(pred_len + 1)], layout) \
+            if layout.measurement_fields else None
+        plan.tasks.append(FrameTask(plan.episode, t, key_of(t), labels, images, sensors, record))
 
 
 def _images(t: int, route: Path, layout: Layout, cam_files: dict
@@ -271,12 +307,16 @@ def _images(t: int, route: Path, layout: Layout, cam_files: dict
     return images, None
 
 
-def _labels(good: dict[int, dict[str, float]], t: int, pred_len: int, episode: str) -> dict:
+def _labels(good: dict[int, dict[str, Any]], t: int, pred_len: int, episode: str,
+            layout: Layout) -> dict:
     now = good[t]
     xy = [(good[t + i]["x"], good[t + i]["y"]) for i in range(pred_len + 1)]
+    mats = [good[t + i]["ego_matrix"] for i in range(pred_len + 1)] \
+        if layout.waypoints_from == "ego_matrix" else None
     with np.errstate(over="ignore", invalid="ignore"):   # overflow is checked on the result
-        labels = frame_labels(xy, now["theta"], (now["target_x"], now["target_y"]),
-                              int(now["command"]), pred_len)
+        labels = layout_labels(xy, now["theta"], (now["target_x"], now["target_y"]),
+                               int(now["command"]), pred_len, mats, layout.waypoint_origin,
+                               layout.target_from == "ego")
     labels["speed"] = now["speed"]
     labels["meta"] = {"episode": episode, "frame": t, "command": int(now["command"])}
     return labels

@@ -36,7 +36,7 @@ def test_manifest_agrees_with_tar_contents(packed_tcp, packed_tf4):
             assert len(names) == shard["samples"] * (len(m["cameras"]) + 6)
             total += len(keys)
         assert total == m["total_samples"] == m["counts"]["samples"]
-        assert m["schema_version"] == 1 and m["tool_version"]
+        assert m["schema_version"] == 2 and m["tool_version"]
 
 
 def test_verify_passes_on_a_good_pack(packed_tcp, packed_tf4, cli):

@@ -1,0 +1,139 @@
+"""Members beyond the cameras and the core labels: what a layout declares, the manifest records
+and the loader decodes by name (`CARLAWebData(fields=[...])`).
+
+An `Extra` is one member of every sample (a depth PNG, a LAZ cloud, a box array, the
+measurements record) with its codec and what it decodes to: dtype, shape (None for a
+variable dimension), units and coordinate frame. The measurements record is one typed member:
+a structured .npy (codec "record") whose fields are the layout's `MeasField`s, so a sample's
+named scalars and vectors travel as one member and decode without pickle.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .codecs import SchemaError
+
+MODALITIES = ("rgb", "depth", "semantics", "bev", "lidar", "boxes", "json", "measurements")
+MEASUREMENTS = "measurements"
+_DTYPES = ("float32", "uint8", "int32", "bool")
+
+
+@dataclass(frozen=True)
+class MeasField:
+    """One named value of the measurements record; `future`: the values of the next pred_len
+    frames (TCP's future_* lists), so its stored shape is (pred_len, *shape)."""
+    name: str
+    dtype: str = "float32"
+    shape: tuple[int, ...] = ()
+    units: str = ""
+    frame: str = ""
+
+    def doc(self) -> dict[str, Any]:
+        return {**asdict(self), "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class Extra:
+    """One extra member: `name` is the field a loader selects, `twin_of` the field it is the
+    augmented twin of (garage's *_augmented sensors), `lengths`: a variable first dimension
+    the loader pads, with a `<name>_len` count beside it."""
+    name: str
+    member: str
+    codec: str
+    modality: str
+    dtype: str
+    shape: tuple[int | None, ...]
+    units: str = ""
+    frame: str = ""
+    twin_of: str | None = None
+    fields: tuple[MeasField, ...] = ()
+
+    @property
+    def variable(self) -> bool:
+        return bool(self.shape) and self.shape[0] is None
+
+    def doc(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "fields"}
+        d["shape"] = list(self.shape)
+        if self.fields:
+            d["fields"] = [f.doc() for f in self.fields]
+        return d
+
+
+def record_dtype(fields: tuple[MeasField, ...]) -> np.dtype:
+    """The structured dtype of a measurements record (little-endian, packed, in field order)."""
+    return np.dtype([(f.name, "<" + np.dtype(f.dtype).str[1:] if f.dtype != "bool" else "?",
+                      f.shape) for f in fields])
+
+
+def make_record(fields: tuple[MeasField, ...], values: dict[str, Any]) -> np.ndarray:
+    """A 0-d structured array of the named values (checked for shape and finiteness)."""
+    rec = np.zeros((), record_dtype(fields))
+    for f in fields:
+        arr = np.asarray(values[f.name], dtype=f.dtype)
+        if arr.shape != f.shape:
+            raise SchemaError(f"measurement {f.name} has shape {arr.shape}; expected {f.shape}")
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise SchemaError(f"measurement {f.name} holds non-finite values; expected finite "
+                              f"{f.dtype}")
+        rec[f.name] = arr
+    return rec
+
+
+def record_values(rec: np.ndarray, extra: Extra, where: str) -> dict[str, np.ndarray]:
+    """A decoded record -> field name -> array, refused unless its dtype is the declared one."""
+    want = record_dtype(extra.fields)
+    if rec.dtype != want or rec.shape != ():
+        raise SchemaError(f"{where}: {extra.member} holds {rec.dtype} {rec.shape}; the manifest "
+                          f"declares {want} ()", fix="re-pack the shard")
+    return {f.name: np.array(rec[f.name]) for f in extra.fields}
+
+
+def _shape(value: Any, where: str, variable: bool) -> tuple[int | None, ...]:
+    ok = isinstance(value, list) and all(
+        (isinstance(d, int) and not isinstance(d, bool) and d >= 0) or (d is None and variable)
+        for d in value)
+    if not ok:
+        raise SchemaError(f"{where}: shape {value!r}; expected a list of whole numbers"
+                          + (" (null for a variable dimension)" if variable else ""))
+    return tuple(value)
+
+
+def extras_from_doc(docs: Any, where: str) -> tuple[Extra, ...]:
+    """The manifest's `spec.extras` list -> Extras, refusing anything malformed."""
+    if not isinstance(docs, list):
+        raise SchemaError(f"{where}: spec.extras is {type(docs).__name__}; expected a list")
+    out, seen = [], set()
+    for i, d in enumerate(docs):
+        at = f"{where}: spec.extras[{i}]"
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in
+                                              ("name", "member", "codec", "modality", "dtype")):
+            raise SchemaError(f"{at}: expected an object with string name, member, codec, "
+                              "modality and dtype")
+        if d["modality"] not in MODALITIES or d["name"] in seen:
+            raise SchemaError(f"{at}: modality {d['modality']!r} (one of {list(MODALITIES)}) "
+                              f"or name {d['name']!r} (each once) is wrong")
+        seen.add(d["name"])
+        fields = tuple(MeasField(f["name"], f.get("dtype", "float32"),
+                                 _shape(f.get("shape", []), at, False), f.get("units", ""),
+                                 f.get("frame", ""))
+                       for f in d.get("fields", []) if _field_ok(f, at))
+        out.append(Extra(d["name"], d["member"], d["codec"], d["modality"], d["dtype"],
+                         _shape(d.get("shape", []), at, True), str(d.get("units", "")),
+                         str(d.get("frame", "")), d.get("twin_of"), fields))
+    return tuple(out)
+
+
+def _field_ok(f: Any, at: str) -> bool:
+    if not (isinstance(f, dict) and isinstance(f.get("name"), str)
+            and f.get("dtype", "float32") in _DTYPES):
+        raise SchemaError(f"{at}: a measurement field is {f!r}; expected an object with a "
+                          f"name and a dtype from {list(_DTYPES)}")
+    return True
+
+
+__all__ = ["Extra", "MEASUREMENTS", "MODALITIES", "MeasField", "extras_from_doc",
+           "make_record", "record_dtype", "record_values"]

@@ -1,0 +1,173 @@
+"""One frame's measurements: the core fields every layout maps (x, y, theta, ...), the 4x4
+ego matrix where waypoints come from it, and the layout's named measurement fields, read from
+the measurement file or another per-frame source (TCP's supervision dicts).
+
+Each reader returns (values, "") or (None, reason): a bad frame is skipped or stops the pack
+with the reason, never read half.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..extras import MeasField
+from ..schema import N_COMMANDS
+from .labels import F32_MAX
+from .layout_parts import Field, lookup
+from .layouts import Layout
+from .sources import read_json, read_npy
+
+CORE_FINITE = ("x", "y", "speed", "target_x", "target_y")
+
+
+def record_fields(layout: Layout, pred_len: int) -> tuple[MeasField, ...]:
+    """The measurements record of this layout: its fields in YAML order, future ones with a
+    leading pred_len axis, padded ones followed by their <name>_len count."""
+    out = []
+    for f in layout.measurement_fields:
+        shape = (pred_len, *f.shape) if f.future else f.shape
+        out.append(MeasField(f.name, f.dtype, shape, f.units, f.frame))
+        if f.pad:
+            out.append(MeasField(f"{f.name}_len", "int32", (), "rows"))
+    return tuple(out)
+
+
+def read_measurement(path: Path, layout: Layout) -> tuple[dict[str, Any] | None, str]:
+    """Core fields (floats), `ego_matrix` (4x4 float64) and `m:<name>` measurement fields."""
+    try:
+        data = read_json(path)
+    except (ValueError, OSError) as exc:
+        return None, f"{exc}; expected a JSON object of measurements"
+    if not isinstance(data, dict):
+        return None, f"expected a JSON object, found {type(data).__name__}"
+    values, reason = _core(data, layout)
+    if values is None:
+        return None, reason
+    if "ego_matrix" in layout.fields:
+        m, reason = _matrix(data, layout.fields["ego_matrix"])
+        if m is None:
+            return None, reason
+        values["ego_matrix"] = m
+    reason = add_fields(values, data, layout, "measurements")
+    return (None, reason) if reason else (values, "")
+
+
+def read_source(path: Path, layout: Layout, source: str, values: dict[str, Any],
+                allow_pickle: bool) -> str:
+    """Add a per-frame source's fields (e.g. supervision) to `values`; "" or the reason."""
+    try:
+        data = read_npy(path, allow_pickle, "a dict of values per frame") \
+            if path.suffix == ".npy" else read_json(path)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    if not isinstance(data, dict):
+        return f"holds a {type(data).__name__}; expected a dict of named values"
+    return add_fields(values, data, layout, source)
+
+
+def add_fields(values: dict[str, Any], data: dict, layout: Layout, source: str) -> str:
+    for f in layout.measurement_fields:
+        if f.source != source:
+            continue
+        try:
+            raw = lookup(data, f.key)
+        except KeyError as exc:
+            return f"missing field {exc.args[0]}; expected the layout's field {f.name!r}"
+        value, reason = field_value(f, raw)
+        if value is None:
+            return f"field {f.key!r}: {reason}"
+        values[f"m:{f.name}"] = value
+    return ""
+
+
+def field_value(f: Field, raw: Any) -> tuple[np.ndarray | None, str]:
+    """A raw JSON or numpy value -> the field's array (a padded field also gives its count)."""
+    if raw is None:
+        return None, "is null; expected a value"
+    try:
+        arr = np.asarray(raw)
+        if arr.dtype.hasobject or arr.dtype.kind not in "biuf":
+            raise ValueError(arr.dtype)
+        if f.dtype == "bool" and not np.isin(arr, (0, 1)).all():
+            raise ValueError("not 0/1")
+        arr = arr.astype(f.dtype)
+    except (ValueError, TypeError):
+        return None, f"is {str(raw)[:60]}; expected {f.dtype} numbers of shape {list(f.shape)}"
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        return None, "holds NaN or infinite values; expected finite numbers"
+    if f.pad:
+        if arr.ndim != len(f.shape) or arr.shape[1:] != f.shape[1:] or len(arr) > f.shape[0]:
+            return None, f"has shape {list(arr.shape)}; expected at most {list(f.shape)}"
+        out = np.zeros(f.shape, f.dtype)
+        out[:len(arr)] = arr
+        return np.concatenate([out.reshape(-1), [len(arr)]]), ""   # split in `record_values`
+    if arr.shape != f.shape:
+        return None, f"has shape {list(arr.shape)}; expected {list(f.shape)}"
+    return arr, ""
+
+
+def record_values(values: list[dict[str, Any]], layout: Layout) -> dict[str, np.ndarray]:
+    """Frame t's record from values[0] and its pred_len futures values[1:]."""
+    out = {}
+    for f in layout.measurement_fields:
+        if f.future:
+            out[f.name] = np.stack([v[f"m:{f.name}"] for v in values[1:]])
+        elif f.pad:
+            flat = values[0][f"m:{f.name}"]
+            out[f.name] = flat[:-1].reshape(f.shape).astype(f.dtype)
+            out[f"{f.name}_len"] = np.int32(flat[-1])
+        else:
+            out[f.name] = values[0][f"m:{f.name}"]
+    return out
+
+
+def _core(data: dict, layout: Layout) -> tuple[dict[str, float] | None, str]:
+    values = {}
+    for ours, theirs in layout.fields.items():
+        if ours == "ego_matrix":
+            continue
+        try:
+            value = lookup(data, theirs)
+        except KeyError as exc:
+            return None, (f"missing measurement field {exc.args[0]}; expected fields "
+                          f"{sorted(layout.fields.values())}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
+            return None, f"field {theirs!r} is {value!r}; expected a number"
+        values[ours] = math.nan if value is None else float(value)
+    return _check_core(values, layout)
+
+
+def _check_core(values: dict[str, float], layout: Layout) -> tuple[dict | None, str]:
+    # NaN or null theta is CARLA's "no compass reading", which TCP maps to 0 (counted as
+    # nan_theta by the planner); an infinite theta is a corrupt value like an infinite x.
+    bad = [layout.fields[k] for k in CORE_FINITE if not math.isfinite(values[k])] + (
+        [layout.fields["theta"]] if math.isinf(values["theta"]) else [])
+    if bad:
+        return None, f"non-finite value in {bad}; expected finite numbers"
+    # Labels are stored as float32: a value past its range would become an infinity there.
+    huge = [layout.fields[k] for k in CORE_FINITE if abs(values[k]) > F32_MAX]
+    if huge:
+        return None, (f"value beyond float32 range (|v| > {F32_MAX:.3g}) in {huge}; expected "
+                      "coordinates in metres and speeds in m/s")
+    if not math.isfinite(values["command"]) or values["command"] != int(values["command"]):
+        return None, f"command {values['command']} is not an integer RoadOption"
+    if not (values["command"] < 0 or 1 <= values["command"] <= N_COMMANDS):
+        return None, (f"field {layout.fields['command']!r} is {int(values['command'])}; expected a "
+                      f"CARLA RoadOption: -1 (VOID) or 1..{N_COMMANDS}")
+    return values, ""
+
+
+def _matrix(data: dict, key: str) -> tuple[np.ndarray | None, str]:
+    try:
+        m = np.asarray(lookup(data, key), dtype=np.float64)
+    except KeyError as exc:
+        return None, f"missing measurement field {exc.args[0]}; expected a 4x4 ego matrix"
+    except (ValueError, TypeError):
+        return None, f"field {key!r} is not a 4x4 matrix of numbers"
+    if m.shape != (4, 4) or not np.isfinite(m).all():
+        return None, f"field {key!r} has shape {list(m.shape)} or non-finite values; " \
+                     "expected a finite 4x4 matrix"
+    return m, ""
