@@ -48,8 +48,10 @@ def main(verbose: bool) -> None:
 @main.command()
 @click.argument("input_dir", type=click.Path(file_okay=False))
 @click.argument("output_dir", type=click.Path(file_okay=False))
-@click.option("--layout", default="tcp", show_default=True, help="tcp, transfuser4 or a .yaml path")
-@click.option("--pred-len", default=4, show_default=True)
+@click.option("--layout", default="tcp", show_default=True,
+              help="tcp, tcp_roach, transfuser4, transfuser2022, garage or a .yaml path")
+@click.option("--pred-len", type=int, default=None,
+              help="Future waypoints; default the layout's 2 s horizon (4 at 2 Hz, 8 at 4 Hz).")
 @click.option("--max-samples", default=1000, show_default=True, help="Samples per shard.")
 @click.option("--max-bytes", type=int, default=None, help="Bytes per shard (approximate upper bound).")
 @click.option("--prefix", default="shard", show_default=True)
@@ -62,6 +64,9 @@ def main(verbose: bool) -> None:
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True)
 @click.option("--check-images", is_flag=True, help="Fully decode every image.")
 @click.option("--dot-replacement", default=None, help="Map dots in route names to this string.")
+@click.option("--allow-pickle-input", is_flag=True,
+              help="Read pickled raw .npy files (TCP supervision, TransFuser 2022 LiDAR) from "
+                   "a local source you trust; shards never hold pickles.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted pack in OUTPUT_DIR.")
 @click.option("--overwrite", is_flag=True, help="Replace what OUTPUT_DIR holds.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,

@@ -74,7 +74,8 @@ def validate_manifest(m: Any, where: str) -> None:
     total = m.get("total_samples")
     _check(_int(total) and total == sum(s["samples"] for s in shards), where, "total_samples",
            total, f"the sum of the shards' samples, {sum(s['samples'] for s in shards)}")
-    for field, kind in (("counts", dict), ("skipped", list), ("pack_args", dict)):
+    for field, kind in (("counts", dict), ("skipped", list), ("pack_args", dict),
+                        ("filtered_routes", list)):
         if field in m:
             _check(isinstance(m[field], kind), where, field, m[field], f"a JSON {kind.__name__}")
 

@@ -14,9 +14,16 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..codecs import ImageCodec, ImageHeaderError, codec_for
+from ..codecs import CODECS, ImageCodec, ImageHeaderError, codec_for, codec_named
+from ..extras import MEASUREMENTS, make_record
 from ..schema import MAX_PIXELS, SampleSpec, SchemaError, encode_sample
+from .layout_spec import Reader
 from .routes import FrameTask, Skip
+from .sources import decode_json, read_bytes, read_npy
+
+
+# Codecs whose cheap check cannot see a corrupt body (LAZ chunks): decoded once at pack time.
+FULL_CHECK = ("laz",)
 
 
 @dataclass
@@ -39,6 +46,8 @@ class FrameEncoder:
     quality: int
     resize: tuple[int, int] | None
     check_images: bool
+    readers: tuple[Reader, ...] = ()
+    allow_pickle: bool = False
 
     @property
     def passthrough(self) -> bool:
@@ -61,8 +70,49 @@ class FrameEncoder:
             if isinstance(got, str):
                 return Skip(task.episode, task.frame, files[cam], got)
             images[cam], source[cam], stored[cam] = got
-        return Encoded(encode_sample(self.spec, task.key, images, task.labels), task.episode,
-                       task.frame, files, source, stored)
+        sample = encode_sample(self.spec, task.key, images, task.labels)
+        for reader in self.readers:
+            path = task.sensor_paths[reader.name]
+            got = self._extra(reader, path)
+            if isinstance(got, str):
+                return Skip(task.episode, task.frame, "/".join(Path(path).parts[-2:]), got)
+            sample.update(got)
+        if task.record is not None:
+            extra = self.spec.extra(MEASUREMENTS)
+            sample[extra.member] = CODECS["record"].encode(make_record(extra.fields, task.record))
+        return Encoded(sample, task.episode, task.frame, files, source, stored)
+
+    def _extra(self, r: Reader, path: str) -> dict[str, bytes] | str:
+        """One raw file -> its member(s), or the problem that makes the frame bad. A pickle
+        without --allow-pickle-input raises (sources.PickleRefused): never a skip."""
+        try:
+            if r.read == "pickled_tuple":
+                got = read_npy(Path(path), self.allow_pickle, "a (frame, points) tuple")
+                points = got[1] if getattr(got, "dtype", None) == object and len(got) == 2 \
+                    else got
+                return {r.member: codec_named(r.codec).encode(points)}
+            data = read_bytes(Path(path))
+            if r.read.startswith("boxes_"):
+                return self._boxes(r, decode_json(data, r.gz))
+            if r.read == "camera":
+                got = self._camera(data, r.member)
+                return got if isinstance(got, str) else {r.member: got[0]}
+            codec = codec_named(r.codec)
+            problem = codec.check(data)
+            if problem is None and r.codec in FULL_CHECK:
+                codec.decode(data)
+            return problem if problem else {r.member: data}
+        except (ValueError, OSError) as exc:   # SchemaError is a ValueError
+            return str(exc)
+
+    @staticmethod
+    def _boxes(r: Reader, entries: object) -> dict[str, bytes]:
+        from ..boxes import garage_boxes, tf2022_boxes   # the raw JSON's own conventions
+        typed = (tf2022_boxes if r.read == "boxes_tf2022" else garage_boxes)(entries)
+        out = {r.member: codec_named("npy").encode(typed)}
+        if r.raw_member:
+            out[r.raw_member] = codec_named("json").encode(entries)
+        return out
 
     def _camera(self, data: bytes, member: str
                 ) -> tuple[bytes, tuple[int, int], tuple[int, int]] | str:

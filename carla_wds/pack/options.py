@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..schema import IMAGE_FORMATS
-from .routes import PackError
+from .errors import PackError
 
 # A shard name must stay a plain file name in OUTPUT_DIR that a manifest may list: no path
 # separator or "..", and no leading dot (hidden, and the pack's temporary files start with one).
@@ -30,7 +30,7 @@ def _whole(option: str, value: Any, low: int, high: int | None, fix: str) -> Non
 @dataclass
 class PackOptions:
     layout: str = "tcp"
-    pred_len: int = 4
+    pred_len: int | None = None            # None: the layout's horizon_s x rate_hz
     max_samples: int = 1000
     max_bytes: int | None = None
     prefix: str = "shard"
@@ -48,16 +48,20 @@ class PackOptions:
     # fsync each shard before its rename: durable against power loss, not only against a killed
     # process. Off, a pack runs at page-cache speed; the kernel writes the shards out later.
     fsync: bool = True
+    # Unpickle raw inputs (TCP supervision, TransFuser 2022 LiDAR) from a source the user
+    # trusts; what they hold is stored as typed members, never as a pickle.
+    allow_pickle_input: bool = False
 
     def identity(self) -> dict[str, Any]:
         """The options that change the output bytes; a resume must match them exactly."""
-        skip = {"workers", "resume", "overwrite", "progress", "fsync"}
+        skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input"}
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def validate(self) -> None:
         """Raise PackError naming the first bad option, what it expects and the fix."""
-        _whole("--pred-len", self.pred_len, 1, None, "pass the number of future waypoints, "
-               "e.g. --pred-len 4 (TCP's)")
+        if self.pred_len is not None:
+            _whole("--pred-len", self.pred_len, 1, None, "pass the number of future waypoints, "
+                   "e.g. --pred-len 4 (TCP's), or leave it out for the layout's 2 s horizon")
         _whole("--max-samples", self.max_samples, 1, None, "pass samples per shard, e.g. "
                "--max-samples 1000")
         if self.max_bytes is not None:

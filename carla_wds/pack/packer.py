@@ -14,6 +14,7 @@ import os
 import queue
 import shutil
 from collections import Counter
+from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,6 +25,7 @@ from .. import __version__
 from ..fileio import atomic_write_json
 from ..manifest import MANIFEST
 from ..schema import SampleSpec, SchemaError, make_key
+from .layout_spec import layout_spec, readers
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .journal import committed_shards, read_journal, write_header
 from .layouts import Layout, load_layout
@@ -144,7 +146,9 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
         layout = load_layout(opts.layout)
     except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
         raise PackError(f"--layout {opts.layout}: {exc}") from None
-    spec = SampleSpec(layout.camera_names, opts.pred_len, opts.image_format or layout.image_ext)
+    if opts.pred_len is None:
+        opts = replace(opts, pred_len=layout.pred_len)
+    spec = layout_spec(layout, opts.pred_len, opts.image_format or layout.image_ext)
     all_routes = find_routes(input_dir, layout)
     _check_key_collisions(all_routes, opts.dot_replacement)
     routes = _select_part(all_routes, opts.part)
@@ -163,7 +167,8 @@ def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: Sa
     if not done:
         _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
         wrote.append(out / JOURNAL)
-    encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images)
+    encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
+                           readers(layout, spec), opts.allow_pickle_input)
     sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
     sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
@@ -215,7 +220,8 @@ def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions,
          encoder: FrameEncoder, sink: ShardSink, report: PackReport, sizes: ImageSizes,
          start: tuple[int, str]) -> None:
     plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
-    total = sum(n.endswith(".json") for r in routes
+    ext = "." + layout.measurements_ext
+    total = sum(n.endswith(ext) for r in routes
                 for n in os.listdir(Path(input_dir) / r / layout.measurements))
     bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
     seen: queue.SimpleQueue = queue.SimpleQueue()
@@ -263,7 +269,10 @@ def _take(item: Encoded | Skip, opts: PackOptions, sink: ShardSink, report: Pack
 
 
 def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> RoutePlan:
-    plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement)
+    plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement,
+                      opts.allow_pickle_input)
+    if plan.filtered:
+        log.info("route %s left out by the layout's route filter: %s", route, plan.filtered)
     if plan.skipped and opts.on_error == "fail":
         # Name the bad file's own frame rather than an earlier frame it makes unusable.
         cause = [s for s in plan.skipped if not s.derived] or plan.skipped

@@ -63,7 +63,8 @@ def test_every_frame_accounted_for_clean(raw_tcp, packed_tcp, samples_of):
     manifest = check_accounting(raw_tcp, packed_tcp, samples_of)
     assert manifest["skipped"] == []
     assert manifest["counts"] == {"routes": 3, "frames": 90, "samples": 78, "tail_frames": 12,
-                                  "skipped": 0, "nan_theta": 0, "void_command": 0}
+                                  "skipped": 0, "nan_theta": 0, "void_command": 0,
+                                  "filtered_routes": 0}
 
 
 def test_every_frame_accounted_for_tf4(raw_tf4, packed_tf4, samples_of):
