@@ -37,13 +37,30 @@ class CARLABatch:
     keys: list[str]
     valid: torch.Tensor           # (B,) bool
     errors: list[str] = field(default_factory=list)   # why samples were skipped, if any
+    # Present when selected with CARLAWebData(fields=[...]); see load/fields.py.
+    depth: torch.Tensor | None = None        # (B, 1, H, W) float32 metres, camera size
+    semantics: torch.Tensor | None = None    # (B, 1, H, W) uint8 class ids (nearest resize)
+    bev: torch.Tensor | None = None          # (B, C, Hb, Wb) uint8
+    lidar: torch.Tensor | None = None        # (B, Nmax, C) float32, or (B, C, H, W) histogram
+    lidar_len: torch.Tensor | None = None    # (B,) points per sample; rows past it are padding
+    boxes: torch.Tensor | None = None        # (B, Kmax, D) float32, columns boxes.BOX_COLUMNS
+    boxes_len: torch.Tensor | None = None    # (B,)
+    route: torch.Tensor | None = None        # (B, R, 2), measurements["route_len"] rows real
+    measurements: dict[str, torch.Tensor] | None = None   # name -> (B, ...)
+    extras: dict[str, object] | None = None  # other selected fields (raw JSON: lists)
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def _map(self, fn) -> "CARLABatch":
-        return replace(self, **{f.name: fn(getattr(self, f.name)) for f in fields(self)
-                                if isinstance(getattr(self, f.name), torch.Tensor)})
+        def each(value):
+            if isinstance(value, torch.Tensor):
+                return fn(value)
+            if isinstance(value, dict):
+                return {k: each(v) for k, v in value.items()}
+            return value
+        return replace(self, **{f.name: each(getattr(self, f.name)) for f in fields(self)
+                                if isinstance(getattr(self, f.name), (torch.Tensor, dict))})
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> "CARLABatch":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
@@ -104,11 +121,13 @@ class BatchBuffer:
                        "waypoints": np.zeros((size, pred_len, 2), np.float32),
                        "waypoints_diff": np.zeros((size, pred_len, 2), np.float32)}
         self.keys, self.valid, self.errors = [""] * size, np.zeros(size, bool), []
+        self.fields: list[dict | None] = [None] * size   # selected extra fields per slot
 
     def set(self, i: int, key: str, labels: dict) -> None:
         """Slot i holds a real sample whose images are already in hwc[i]."""
         for name, arr in self.labels.items():
             arr[i] = labels[name]
+        self.fields[i] = labels.get("fields")
         self.keys[i], self.valid[i] = key, True
 
     def put(self, i: int, done: tuple[str, dict] | str | None) -> None:
@@ -131,7 +150,28 @@ class BatchBuffer:
                           target_point=t["target_point"], command=t["target_command"],
                           waypoints=t["waypoints"], waypoints_diff=t["waypoints_diff"],
                           keys=self.keys, valid=torch.from_numpy(self.valid),
-                          errors=self.errors)
+                          errors=self.errors, **self._fields())
+
+    def _fields(self) -> dict:
+        """The selected extra fields, batched (load/fields.py), as CARLABatch keywords."""
+        real = next((f for f in self.fields if f is not None), None)
+        if real is None:
+            return {}
+        from .fields import BATCH_FIELDS, collate_fields
+        batched = {k: _tensors(v) for k, v in collate_fields(self.fields, tuple(real)).items()}
+        named = {k: batched.pop(k) for k in list(batched)
+                 if k in BATCH_FIELDS or k in ("lidar_len", "boxes_len", "measurements")}
+        if "measurements" in named and "route" in named["measurements"]:
+            named["route"] = named["measurements"]["route"]
+        return {**named, "extras": batched or None}
+
+
+def _tensors(value):
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, dict):
+        return {k: _tensors(v) for k, v in value.items()}
+    return value
 
 
 def collate(samples: list[CARLASample], errors: list[str] | None = None) -> CARLABatch:

@@ -27,6 +27,7 @@ from ..remote import RemoteOptions
 from ..schema import SampleSpec
 from ..shardread import ShardRef
 from .batch import CARLABatch
+from .fields import FieldOptions, check_fields
 from .plan import batches_per_rank
 from .workers import Epoch, Workers
 
@@ -57,6 +58,20 @@ def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
     return replace(spec, cameras=tuple(cameras))   # keeps the recorded codecs
 
 
+def _field_options(spec: SampleSpec, brake_override: bool | None, lidar_histogram: str | None,
+                   fields: tuple[str, ...]) -> FieldOptions:
+    """brake_override None: the layout's choice (tcp_roach asks for TCP's, recorded in the
+    manifest's spec.transforms); a histogram needs the lidar field and a known preset."""
+    if brake_override is None:
+        brake_override = "tcp_brake_override" in spec.transforms
+    if lidar_histogram is not None:
+        from ..lidar import PRESETS
+        if lidar_histogram not in PRESETS or "lidar" not in fields:
+            raise ValueError(f"lidar_histogram {lidar_histogram!r}: expected one of "
+                             f"{sorted(PRESETS)}, with 'lidar' in fields (got {list(fields)})")
+    return FieldOptions(bool(brake_override), lidar_histogram)
+
+
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
@@ -68,7 +83,9 @@ class CARLAWebData:
                  world_size: int | None = None, batches_per_epoch: int | None = None,
                  verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2,
                  persistent_workers: bool = False, shard_urls: list[str] | None = None,
-                 remote: RemoteOptions | None = None) -> None:
+                 remote: RemoteOptions | None = None, fields: list[str] | None = None,
+                 brake_override: bool | None = None, lidar_histogram: str | None = None
+                 ) -> None:
         if mode not in ("train", "eval"):
             raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
         if on_error not in ("raise", "skip"):
@@ -79,7 +96,11 @@ class CARLAWebData:
             raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
         self.manifest = read_manifest(source, remote)
         self.where, self.remote = self.manifest.where, remote
-        self.spec = _select_cameras(self.manifest.spec, cameras)
+        spec = _select_cameras(self.manifest.spec, cameras)
+        # extra members decoded: only those selected (default none, as before extras existed)
+        self.fields = check_fields(spec, fields)
+        self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
+        self.field_opts = _field_options(spec, brake_override, lidar_histogram, self.fields)
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size = tuple(image_size)
@@ -159,7 +180,7 @@ class CARLAWebData:
                      shuffle_buffer=self.shuffle_buffer, augment=self.augment,
                      per_camera_augment=self.per_camera_augment,
                      step_at_epoch_start=self.step_at_epoch_start, cache_dir=self.cache_dir,
-                     on_error=self.on_error)
+                     on_error=self.on_error, field_opts=self.field_opts)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those

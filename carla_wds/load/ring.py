@@ -62,7 +62,15 @@ class RingItem:
 
 
 def _as_numpy(value: Any) -> Any:
+    if isinstance(value, dict):   # the measurements record: name -> tensor
+        return {k: _as_numpy(v) for k, v in value.items()}
     return value.numpy() if isinstance(value, torch.Tensor) else value
+
+
+def _as_torch(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _as_torch(v) for k, v in value.items()}
+    return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
 
 
 class BatchRing:
@@ -139,8 +147,7 @@ class BatchRing:
             weakref.finalize(view, self._free, item.slot)
             images = torch.from_numpy(view.reshape(self.shape))
         batch = CARLABatch(images=images.permute(0, 1, 4, 2, 3),
-                           **{name: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                              for name, v in item.parts.items()})
+                           **{name: _as_torch(v) for name, v in item.parts.items()})
         return batch.pin_memory() if pin_memory else batch
 
     def reclaim(self) -> bool:

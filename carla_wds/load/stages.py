@@ -17,6 +17,7 @@ from ..manifest_schema import MAX_PIXELS
 from ..schema import SampleSpec, SchemaError, check_members, decode_labels
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
+from .fields import FieldOptions, decode_fields
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -89,11 +90,15 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str | ImageCodec
 
 def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: np.ndarray,
                  augment: Callable[[str, list[np.ndarray]], list[np.ndarray]] | None,
-                 sizes: Sizes = None) -> dict[str, Any]:
-    """Decode one raw sample's cameras into `hwc` (n, H, W, 3) and return its labels."""
+                 sizes: Sizes = None, field_opts: FieldOptions | None = None) -> dict[str, Any]:
+    """Decode one raw sample's cameras into `hwc` (n, H, W, 3) and return its labels (with
+    the selected extra fields under "fields")."""
     where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
     check_members(spec, raw, where)
     labels = decode_labels(spec, raw, where)
+    if spec.extras:
+        labels["fields"] = decode_fields(raw, spec, image_size, field_opts or FieldOptions(),
+                                         where)
     try:
         for i, member in enumerate(spec.image_members):
             decode_image(raw[member], image_size, spec.codec(member), out=hwc[i],
@@ -134,34 +139,37 @@ def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
                    image_size: tuple[int, int], on_error: str = "raise",
                    augment_at: Callable[[int], Any] | None = None,
                    first_position: int = 0, alloc: Alloc = private_block,
-                   sizes: Sizes = None) -> Iterator[CARLABatch]:
+                   sizes: Sizes = None, field_opts: FieldOptions | None = None
+                   ) -> Iterator[CARLABatch]:
     pos, first = first_position, np.empty((len(spec.cameras), *image_size, 3), np.uint8)
     for raws in groups:
         # Sample 0 is decoded into `first`, and the batch's image block taken (alloc) only
         # after it: by then the main process has dropped the batch before, so ring workers
         # cycle through warm slots instead of faulting in a fresh 50 MB one (ring.py).
-        done = _decode_row(raws[0], first, spec, image_size, on_error, augment_at, pos, sizes)
+        done = _decode_row(raws[0], first, spec, image_size, on_error, augment_at, pos, sizes,
+                           field_opts)
         out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len, alloc)
         out.hwc[0] = first
         out.put(0, done)
         for i, raw in enumerate(raws[1:], 1):
             out.put(i, _decode_row(raw, out.hwc[i], spec, image_size, on_error, augment_at,
-                                   pos + i, sizes))
+                                   pos + i, sizes, field_opts))
         pos += len(raws)
         yield out.batch()
 
 
 def _decode_row(raw: Raw | None, row: np.ndarray, spec: SampleSpec,
                 image_size: tuple[int, int], on_error: str,
-                augment_at: Callable[[int], Any] | None, pos: int, sizes: Sizes = None
-                ) -> tuple[str, dict] | str | None:
+                augment_at: Callable[[int], Any] | None, pos: int, sizes: Sizes = None,
+                field_opts: FieldOptions | None = None) -> tuple[str, dict] | str | None:
     """One grouped sample's cameras into `row`: (key, labels), or why it was skipped (str),
     or None for padding (see BatchBuffer.put)."""
     if raw is None or "__error__" in raw:
         return raw["__error__"] if raw else None
     try:
         return raw["__key__"], _decode_into(raw, spec, image_size, row,
-                                            augment_at(pos) if augment_at else None, sizes)
+                                            augment_at(pos) if augment_at else None, sizes,
+                                            field_opts)
     except (SchemaError, ValueError, KeyError) as exc:
         if on_error == "raise":
             raise

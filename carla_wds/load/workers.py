@@ -28,6 +28,7 @@ from ..shardread import ShardRef
 from . import shardio, stages
 from .augment import image_iteration
 from .batch import Alloc, CARLABatch, private_block, shared_block
+from .fields import FieldOptions
 from .plan import plan_worker, resampled_shards
 from .ring import BatchRing, RingItem
 
@@ -58,6 +59,7 @@ class Epoch:
     step_at_epoch_start: int
     cache_dir: str | None
     on_error: str
+    field_opts: FieldOptions = FieldOptions()
     ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
@@ -122,7 +124,7 @@ class EpochStream(IterableDataset):
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(e, w), first_position=skipped,
                                         alloc=self._alloc(ring, info is not None),
-                                        sizes=e.image_sizes)
+                                        sizes=e.image_sizes, field_opts=e.field_opts)
         # a batch decoded into a ring slot travels as a RingItem (the images stay there)
         yield from batches if ring is None else map(ring.item, batches)
 

@@ -1,0 +1,139 @@
+"""The loader's extra fields: decoding the members `fields=[...]` selects, load-time
+transforms, and padding them into a batch.
+
+Only the selected members are decoded (the spec passed in holds only those); a member that
+is not selected is never touched, so a sample's 40k-point cloud costs nothing to a model that
+only wants its cameras. Variable-length fields (LiDAR points, boxes) are zero-padded to the
+batch's longest with a `<name>_len` count beside them, so padding is never mistaken for data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+
+from ..extras import MEASUREMENTS, Extra, record_values
+from ..schema import SampleSpec, SchemaError, decode_member
+
+# Fields a CARLABatch names; any other selected field goes into batch.extras.
+BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes")
+# TCP/data.py: "the average value of roach braking action", set where only the rule-based
+# detector braked (only_ap_brake); index 0 is the acceleration Beta's (alpha, beta).
+TCP_BRAKE_MU, TCP_BRAKE_SIGMA = 0.8, 5.5
+
+
+@dataclass(frozen=True)
+class FieldOptions:
+    """What the loader does with the extra fields besides decoding them (picklable)."""
+    brake_override: bool = False          # TCP's, on the measurements record
+    lidar_histogram: str | None = None    # a carla_wds.lidar preset: BEV histogram in workers
+
+
+def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
+    """The extra fields a caller selects, each one the shards hold (ValueError otherwise)."""
+    if fields is None:
+        return ()
+    names = [e.name for e in spec.extras if e.twin_of is None]
+    extra_ok = ("route",) if any(f.name == "route" for e in spec.extras for f in e.fields) else ()
+    bad = [f for f in fields if f not in names + list(extra_ok)]
+    if bad or not all(isinstance(f, str) for f in fields):
+        raise ValueError(f"fields {bad}: not in these shards; they hold {names + list(extra_ok)} "
+                         "besides the cameras and core labels")
+    wanted = set(fields) | ({MEASUREMENTS} if "route" in fields else set())
+    return tuple(n for n in names if n in wanted)
+
+
+def brake_override(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """TCP's override on copies: mu/sigma[..., 0] = 0.8/5.5 where only_ap_brake, for the
+    current action and each future step."""
+    out = dict(values)
+    for prefix in ("", "future_"):
+        flag, mu, sigma = (values.get(f"{prefix}{n}") for n in
+                           ("only_ap_brake", "action_mu", "action_sigma"))
+        if flag is None or mu is None or sigma is None:
+            continue
+        mu, sigma, flag = mu.copy(), sigma.copy(), np.asarray(flag, bool)
+        mu[..., 0] = np.where(flag, TCP_BRAKE_MU, mu[..., 0])
+        sigma[..., 0] = np.where(flag, TCP_BRAKE_SIGMA, sigma[..., 0])
+        out[f"{prefix}action_mu"], out[f"{prefix}action_sigma"] = mu, sigma
+    return out
+
+
+def _image_like(e: Extra, value: np.ndarray, image_size: tuple[int, int], codec) -> np.ndarray:
+    """depth/semantics: (1, H, W) at the camera's output size; semantics and other class ids
+    nearest-neighbour only, so a class id is never interpolated."""
+    h, w = image_size
+    if value.shape[:2] != (h, w):
+        interp = getattr(codec, "interpolation", cv2.INTER_NEAREST)
+        value = cv2.resize(value, (w, h), interpolation=interp)
+    return value[None]
+
+
+def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, int],
+                  opts: FieldOptions, where: str) -> dict[str, Any]:
+    """The selected extra members of one raw sample -> field name -> value."""
+    out: dict[str, Any] = {}
+    for e in spec.extras:
+        if e.twin_of is not None:
+            continue
+        value = decode_member(spec, raw, e.member, where)
+        if e.modality == MEASUREMENTS:
+            value = record_values(value, e, where)
+            value = brake_override(value) if opts.brake_override else value
+        elif e.modality in ("depth", "semantics"):
+            value = _image_like(e, value, image_size, spec.codec(e.member))
+        elif e.modality == "bev" and value.ndim == 2:
+            value = value[None]
+        elif e.modality in ("lidar", "boxes"):
+            value = _checked_rows(value, e, where)
+            if e.modality == "lidar" and opts.lidar_histogram:
+                from ..lidar import lidar_to_histogram_features   # only when asked for
+                value = lidar_to_histogram_features(value, opts.lidar_histogram)
+        out[e.name] = value
+    return out
+
+
+def _checked_rows(value: Any, e: Extra, where: str) -> np.ndarray:
+    if not isinstance(value, np.ndarray) or value.ndim != 2 or value.dtype != np.float32 or (
+            e.shape[1] is not None and value.shape[1] != e.shape[1]):
+        raise SchemaError(f"{where}: {e.member} decodes to {getattr(value, 'shape', value)}; "
+                          f"the manifest declares float32 {list(e.shape)}", fix="re-pack the shard")
+    return value
+
+
+def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...]) -> dict[str, Any]:
+    """Per-sample field values (None for padding) -> batched arrays; variable first
+    dimensions padded with a <name>_len count, measurements a dict of stacked arrays."""
+    out: dict[str, Any] = {}
+    real = next((r for r in rows if r is not None), None)
+    if real is None:
+        return out
+    for name in names:
+        first = real[name]
+        if isinstance(first, dict):
+            out[name] = {k: np.stack([(r[name][k] if r else np.zeros_like(v)) for r in rows])
+                         for k, v in first.items()}
+        elif isinstance(first, np.ndarray) and first.ndim == 2 and name in ("lidar", "boxes") \
+                or _varies(rows, name):
+            out[name], out[f"{name}_len"] = _pad(rows, name, first)
+        elif isinstance(first, np.ndarray):
+            out[name] = np.stack([(r[name] if r else np.zeros_like(first)) for r in rows])
+        else:
+            out[name] = [r[name] if r else None for r in rows]
+    return out
+
+
+def _varies(rows: list, name: str) -> bool:
+    shapes = {np.shape(r[name]) for r in rows if r is not None}
+    return len(shapes) > 1
+
+
+def _pad(rows: list, name: str, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.array([len(r[name]) if r else 0 for r in rows], np.int64)
+    out = np.zeros((len(rows), int(lens.max(initial=0)), *first.shape[1:]), first.dtype)
+    for i, r in enumerate(rows):
+        if r is not None:
+            out[i, :lens[i]] = r[name]
+    return out, lens
