@@ -27,7 +27,7 @@ from ..remote import RemoteOptions
 from ..schema import SampleSpec
 from ..shardread import ShardRef
 from .batch import CARLABatch
-from .fields import FieldOptions, check_fields
+from .fields import FieldOptions, check_fields, twin_options
 from .plan import batches_per_rank
 from .workers import Epoch, Workers
 
@@ -84,8 +84,8 @@ class CARLAWebData:
                  verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2,
                  persistent_workers: bool = False, shard_urls: list[str] | None = None,
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
-                 brake_override: bool | None = None, lidar_histogram: str | None = None
-                 ) -> None:
+                 brake_override: bool | None = None, lidar_histogram: str | None = None,
+                 twin_p: float = 0.0) -> None:
         if mode not in ("train", "eval"):
             raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
         if on_error not in ("raise", "skip"):
@@ -100,7 +100,8 @@ class CARLAWebData:
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
-        self.field_opts = _field_options(spec, brake_override, lidar_histogram, self.fields)
+        self.field_opts = replace(_field_options(spec, brake_override, lidar_histogram,
+                                                 self.fields), **twin_options(spec, twin_p))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size = tuple(image_size)

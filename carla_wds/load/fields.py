@@ -14,11 +14,13 @@ from typing import Any
 import cv2
 import numpy as np
 
+from ..codecs import codec_named
 from ..extras import MEASUREMENTS, Extra, record_values
+from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec, SchemaError, decode_member
 
 # Fields a CARLABatch names; any other selected field goes into batch.extras.
-BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes")
+BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes", "camera_set")
 # TCP/data.py: "the average value of roach braking action", set where only the rule-based
 # detector braked (only_ap_brake); index 0 is the acceleration Beta's (alpha, beta).
 TCP_BRAKE_MU, TCP_BRAKE_SIGMA = 0.8, 5.5
@@ -29,6 +31,66 @@ class FieldOptions:
     """What the loader does with the extra fields besides decoding them (picklable)."""
     brake_override: bool = False          # TCP's, on the measurements record
     lidar_histogram: str | None = None    # a carla_wds.lidar preset: BEV histogram in workers
+    # carla_garage's camera twin: with probability twin_p a sample's *_augmented members
+    # stand in for the originals and its labels move with the camera (train mode only).
+    twin_p: float = 0.0
+    twins: tuple[tuple[str, str], ...] = ()   # member -> its twin member
+    record: str | None = None                 # the measurements member (augmentation values)
+    seed: int = 0
+    epoch: int = 0
+
+
+def twin_options(spec: SampleSpec, p: float) -> dict[str, Any]:
+    """FieldOptions keywords for the camera twin of a layout that has one (garage)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"twin_p {p}: expected a probability in [0, 1]")
+    by_name = {e.name: e for e in spec.extras}
+    twins = tuple((f"{e.twin_of}.{spec.image_format}" if e.twin_of in spec.cameras
+                   else by_name[e.twin_of].member, e.member)
+                  for e in spec.extras if e.twin_of)
+    if p > 0 and (not twins or MEASUREMENTS not in by_name):
+        raise ValueError(f"twin_p {p}: these shards have no augmented camera twin and its "
+                         "measurements (pack a layout with twins, such as garage)")
+    return {"twin_p": p, "twins": twins,
+            "record": by_name[MEASUREMENTS].member if p > 0 else None}
+
+
+def twin_swap(raw: dict[str, Any], opts: FieldOptions
+              ) -> tuple[dict[str, Any], bool, float, float]:
+    """The sample with its twin members in the originals' places when the (seed, epoch, key)
+    draw picks the augmented set: (raw, True, y shift m, yaw deg); else (raw, False, 0, 0)."""
+    if opts.twin_p <= 0:
+        return raw, False, 0.0, 0.0
+    rng = numpy_rng(derive_seed(opts.seed, opts.epoch, raw["__key__"], "twin"))
+    if rng.random() >= opts.twin_p:
+        return raw, False, 0.0, 0.0
+    rec = codec_named("record").decode(raw[opts.record])
+    y, yaw = float(rec["augmentation_translation"]), float(rec["augmentation_rotation"])
+    swapped = dict(raw)
+    for member, twin in opts.twins:
+        swapped[member] = raw[twin]
+    return swapped, True, y, yaw
+
+
+def augment_points(points: np.ndarray, y: float, yaw_deg: float) -> np.ndarray:
+    """carla_garage's augment_target_point / augment_route: R(yaw).T @ (p - (0, y)), in its
+    vehicle frame (x forward, y right; yaw in degrees)."""
+    a = np.deg2rad(yaw_deg)
+    rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+    return ((np.asarray(points, np.float64) - np.array([0.0, y])) @ rot).astype(np.float32)
+
+
+def move_labels(labels: dict[str, Any], y: float, yaw_deg: float) -> None:
+    """The labels of the augmented camera set, as carla_garage's loader moves them."""
+    labels["target_point"] = augment_points(labels["target_point"], y, yaw_deg)
+    wp = augment_points(labels["waypoints"], y, yaw_deg)
+    labels["waypoints"] = wp
+    labels["waypoints_diff"] = np.diff(np.concatenate([np.zeros((1, 2), np.float32), wp]),
+                                       axis=0).astype(np.float32)
+    m = (labels.get("fields") or {}).get(MEASUREMENTS)
+    for name in ("route", "aim_wp"):
+        if m is not None and name in m:
+            m[name] = augment_points(m[name], y, yaw_deg).reshape(m[name].shape)
 
 
 def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:

@@ -124,9 +124,16 @@ class EpochStream(IterableDataset):
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(e, w), first_position=skipped,
                                         alloc=self._alloc(ring, info is not None),
-                                        sizes=e.image_sizes, field_opts=e.field_opts)
+                                        sizes=e.image_sizes, field_opts=self._field_opts(e))
         # a batch decoded into a ring slot travels as a RingItem (the images stay there)
         yield from batches if ring is None else map(ring.item, batches)
+
+    @staticmethod
+    def _field_opts(e: Epoch) -> FieldOptions:
+        """The twin draw is per (seed, epoch, key), and in train mode only."""
+        if e.mode != "train":
+            return replace(e.field_opts, twin_p=0.0)
+        return replace(e.field_opts, seed=e.seed, epoch=e.epoch)
 
     @staticmethod
     def _alloc(ring: BatchRing | None, in_worker: bool) -> Alloc:
