@@ -32,6 +32,10 @@ LAYOUT_CAMERAS: dict[str, dict[str, str]] = {
                     "right": "rgb_right"},
 }
 DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (900, 256), "transfuser4": (400, 300)}
+# Layouts written by their own modules (synth_garage, synth_tf2022, synth_roach), with their
+# default image sizes there: garage 1024x256, transfuser2022 960x160, tcp_roach 900x256.
+MODULE_LAYOUTS: dict[str, str] = {"garage": "synth_garage", "transfuser2022": "synth_tf2022",
+                                  "tcp_roach": "synth_roach"}
 # Yaw offset of each camera from the ego heading; +pi/2 is the ego's right (see module doc).
 CAMERA_YAW: dict[str, float] = {"front": 0.0, "right": math.pi / 2, "left": -math.pi / 2,
                                 "rear": math.pi}
@@ -351,8 +355,9 @@ def _write_episode(route: Path, layout: str, episode: int, seed: int, frames: in
 
 def _check_args(layout: str, episodes: int, frames: int, seed: int,
                 image_size: tuple[int, int] | None) -> None:
-    if layout not in LAYOUT_CAMERAS:
-        raise ValueError(f"unknown layout {layout!r}; valid layouts are {sorted(LAYOUT_CAMERAS)}")
+    if layout not in LAYOUT_CAMERAS and layout not in MODULE_LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; valid layouts are "
+                         f"{sorted(LAYOUT_CAMERAS)} and {sorted(MODULE_LAYOUTS)}")
     for name, value in (("episodes", episodes), ("frames", frames)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -374,8 +379,15 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
     (width, height), default the real sensor size (DEFAULT_IMAGE_SIZE). Output is byte-identical
     for the same arguments. Raises ValueError for bad arguments and FileExistsError if a route
     folder to be written already holds files (nothing is overwritten or deleted).
+    "garage", "transfuser2022" and "tcp_roach" are written by synth_garage, synth_tf2022 and
+    synth_roach (their own folder layouts, rates and default sizes; see their docstrings).
     """
     _check_args(layout, episodes, frames, seed, image_size)
+    if layout in MODULE_LAYOUTS:
+        import importlib
+        module = importlib.import_module(f"{__package__}.{MODULE_LAYOUTS[layout]}")
+        return module.synth_dataset(out_dir, layout=layout, episodes=episodes, frames=frames,
+                                    seed=seed, image_size=image_size, progress=progress)
     size = tuple(int(v) for v in (image_size or DEFAULT_IMAGE_SIZE[layout]))
     routes = [_route_dir(Path(out_dir), layout, ep) for ep in range(int(episodes))]
     busy = [str(r) for r in routes if r.is_dir() and any(r.iterdir())]
