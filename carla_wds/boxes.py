@@ -1,0 +1,120 @@
+"""Bounding-box files of both projects as one float32 table, each in its project's own frame.
+
+Row layout (`BOX_COLUMNS`): class, x, y, z, extent_x, extent_y, extent_z, yaw, speed, brake,
+num_points, id. Extents are HALF sizes along the box's own length, width and height axes
+(CARLA's `bounding_box.extent` convention). A field an entry lacks (speed and brake of lights
+and signs, brake of walkers, num_points of lights) is FILL. Positions are not moved between
+frames: TF2022's are its "virtual LiDAR" frame as saved, garage's the ego frame.
+
+- TransFuser 2022 `label_raw/NNNN.json` (transfuser@22b3ccd team_code_autopilot/data_agent.py
+  get_bev_cars): a list whose entry 0 is the ego, every entry `class: "Car"`, `extent` =
+  FULL size stored [height, length, width] ("height stored in first dimension"; data.py's
+  get_bbox_label unpacks it as `dz, dx, dy`).
+- carla_garage `boxes/NNNN.json.gz` (carla_garage@1448bed team_code/data_agent.py
+  get_bounding_boxes): classes ego_car, car, walker, traffic_light, stop_sign; `extent` is the
+  CARLA half extent [x, y, z].
+
+`id` is stored as float32, exact for actor ids below 2^24.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from .codecs import SchemaError
+
+BOX_COLUMNS: tuple[str, ...] = ("class", "x", "y", "z", "extent_x", "extent_y", "extent_z",
+                                "yaw", "speed", "brake", "num_points", "id")
+BOX_CLASSES: dict[str, int] = {"car": 0, "walker": 1, "traffic_light": 2, "stop_sign": 3,
+                               "ego": 4}
+FILL = -1.0
+_COL = {name: i for i, name in enumerate(BOX_COLUMNS)}
+_GARAGE_CLASSES = {"ego_car": "ego", "car": "car", "walker": "walker",
+                   "traffic_light": "traffic_light", "stop_sign": "stop_sign"}
+_TF2022_CLASSES = {"Car": "car"}   # data_agent.py writes "Car" for every entry, the ego too
+_OPTIONAL = ("speed", "brake", "num_points", "id")
+
+
+def _number(entry: dict, index: int, key: str) -> float:
+    value = entry[key]
+    # bool is a number to Python; brake is a float in both projects, but accept a flag
+    if not isinstance(value, (int, float)):
+        raise SchemaError(f"box entry {index}: {key!r} is {type(value).__name__} {value!r}; "
+                          "expected a number")
+    if not math.isfinite(value):
+        raise SchemaError(f"box entry {index}: {key!r} is {value}; expected a finite number")
+    return float(value)
+
+
+def _triple(entry: dict, index: int, key: str) -> list[float]:
+    value = entry.get(key)
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise SchemaError(f"box entry {index}: {key!r} is {value!r}; expected a list of 3 numbers")
+    return [_number({key: v}, index, key) for v in value]
+
+
+def _entries(boxes: Any, what: str) -> list[dict]:
+    if not isinstance(boxes, list):
+        raise SchemaError(f"{what} boxes file holds a {type(boxes).__name__}; "
+                          "expected a list of box objects")
+    for index, entry in enumerate(boxes):
+        if not isinstance(entry, dict):
+            raise SchemaError(f"box entry {index} is a {type(entry).__name__}; "
+                              "expected an object with position, extent and yaw")
+        for key in ("class", "position", "extent", "yaw"):
+            if key not in entry:
+                raise SchemaError(f"box entry {index} has no {key!r}; expected class, "
+                                  "position, extent and yaw")
+    return boxes
+
+
+def _row(entry: dict, index: int, cls: str, half_extent: list[float]) -> np.ndarray:
+    row = np.full(len(BOX_COLUMNS), FILL, np.float64)
+    row[_COL["class"]] = BOX_CLASSES[cls]
+    row[_COL["x"]:_COL["z"] + 1] = _triple(entry, index, "position")
+    row[_COL["extent_x"]:_COL["extent_z"] + 1] = half_extent
+    row[_COL["yaw"]] = _number(entry, index, "yaw")
+    for key in _OPTIONAL:
+        if entry.get(key) is not None:
+            row[_COL[key]] = _number(entry, index, key)
+    return row
+
+
+def _table(boxes: Any, what: str, class_of: Callable[[int, dict], str],
+           half_of: Callable[[list[float]], list[float]]) -> np.ndarray:
+    rows = [_row(e, i, class_of(i, e), half_of(_triple(e, i, "extent")))
+            for i, e in enumerate(_entries(boxes, what))]
+    if not rows:
+        return np.zeros((0, len(BOX_COLUMNS)), np.float32)
+    return np.stack(rows).astype(np.float32)
+
+
+def _known(mapping: dict[str, str], index: int, entry: dict, what: str) -> str:
+    name = entry["class"]
+    if not isinstance(name, str) or name not in mapping:
+        raise SchemaError(f"box entry {index}: unknown {what} class {name!r}; "
+                          f"expected one of {sorted(mapping)}")
+    return mapping[name]
+
+
+def tf2022_boxes(label_raw: list) -> np.ndarray:
+    """TransFuser 2022 label_raw list -> (K, 12) float32; entry 0 (the ego) gets class ego."""
+    def class_of(index: int, entry: dict) -> str:
+        cls = _known(_TF2022_CLASSES, index, entry, "TransFuser 2022")
+        return "ego" if index == 0 else cls
+
+    def half_of(hlw: list[float]) -> list[float]:   # [h, l, w] full -> half [l, w, h]
+        return [hlw[1] / 2, hlw[2] / 2, hlw[0] / 2]
+
+    return _table(label_raw, "TransFuser 2022 label_raw", class_of, half_of)
+
+
+def garage_boxes(boxes: list) -> np.ndarray:
+    """carla_garage boxes list -> (K, 12) float32; extents are already half [x, y, z]."""
+    return _table(boxes, "carla_garage",
+                  lambda i, e: _known(_GARAGE_CLASSES, i, e, "carla_garage"), list)
+
+
+__all__ = ["BOX_CLASSES", "BOX_COLUMNS", "FILL", "garage_boxes", "tf2022_boxes"]
