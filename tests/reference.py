@@ -4,11 +4,15 @@ Each function is a transcription of the named project's code (plain numpy, float
 decoded JSON dicts as they are on disk. Nothing here imports carla_wds: the packer's tests
 compare its stored labels against these, so a mistake in the packer cannot hide in both.
 
-Sources (snapshots read, default branches unless named):
-- OpenDriveLab/TCP@main 73cc1dd: tools/gen_data.py, TCP/data.py
-- autonomousvision/transfuser@2022 (default branch): team_code_transfuser/data.py, utils.py, config.py
-- autonomousvision/transfuser@cvpr2021: transfuser/data.py
-- autonomousvision/carla_garage@main: team_code/data.py, transfuser_utils.py, config.py
+Sources (snapshots read with `git show <commit>:<path>`; default branches unless named):
+- OpenDriveLab/TCP@main 73cc1dd: tools/gen_data.py, TCP/data.py, leaderboard/team_code/
+  roach_ap_agent.py (save: theta = compass), planner.py (GNSS mean/scale)
+- autonomousvision/transfuser@2022 22b3ccd (default branch): team_code_transfuser/data.py,
+  utils.py, config.py, model.py; team_code_autopilot/autopilot.py, data_agent.py
+- autonomousvision/transfuser@cvpr2021 9a90951: transfuser/data.py, train.py
+- autonomousvision/carla_garage@main 1448bed: team_code/data.py, transfuser_utils.py, config.py,
+  autopilot.py, docs/coordinate_systems.md
+- Thinklab-SJTU/Bench2DriveZoo@uniad/vad 10a2e5d: mmcv/datasets/prepare_B2D.py (left2right)
 
 Ego frames (2D, metres; see docs/coordinates.md, and `convert` below):
 - "tcp":            x = right, y = backward (forward is -y), origin at the vehicle (GNSS at 0,0,0).
@@ -18,7 +22,8 @@ Ego frames (2D, metres; see docs/coordinates.md, and `convert` below):
 - "garage":         x = forward, y = right (CARLA's left-handed vehicle frame), origin at the
                     vehicle. carla_garage's ego_waypoints, target_point, aim_wp, route.
 - "b2d":            x = forward, y = left (right-handed, nuScenes/Bench2Drive ego), origin at the
-                    vehicle. For reference only.
+                    vehicle (prepare_B2D.py: world2ego = left2right @ world2ego @ left2right,
+                    left2right = diag(1, -1, 1, 1)). For reference only.
 """
 from __future__ import annotations
 
@@ -62,6 +67,7 @@ TCP_INPUT_FRAMES = 1    # tools/gen_data.py INPUT_FRAMES
 def tcp_labels(meas: list[dict], t: int, pred_len: int = TCP_FUTURE_FRAMES) -> dict:
     """TCP's waypoints (pred_len, 2), target_point (2,) and target_command one-hot (6,) for frame t.
 
+    Checked against OpenDriveLab/TCP@main 73cc1dd.
     OpenDriveLab/TCP@main:tools/gen_data.py:gen_single_route stores the positions swapped:
       input_x = meas['y'], input_y = meas['x'], future_x/y likewise for t+1..t+4,
       x_target <- meas['y_target'], y_target <- meas['x_target'].
@@ -73,6 +79,10 @@ def tcp_labels(meas: list[dict], t: int, pred_len: int = TCP_FUTURE_FRAMES) -> d
       command < 0 -> 4 (LANEFOLLOW), then command - 1 is the one-hot index (asserted in 0..5).
     Net effect, in the measurement fields: waypoint i = R.T @ (p[t+i] - p[t]) with p = (x, y),
     target = R.T @ ((x_target, y_target) - p[t]). This is transcribed literally (swap included).
+    p = (x, y) is the scaled GNSS (latitude, longitude) ~ (north, east) = (-y_world, x_world)
+    (planner.py: scale 111324.6/111319.5, mean 0) and theta the IMU compass (0 = north, +pi/2 =
+    east, so CARLA yaw = theta - pi/2); R.T then gives (right, backward): the "tcp" frame.
+    Only the current theta is NaN-fixed (future thetas are not used).
 
     TCP calls np.isnan(theta), which raises on a JSON null; so does this (ValueError).
     """
@@ -109,7 +119,7 @@ def tcp_labels(meas: list[dict], t: int, pred_len: int = TCP_FUTURE_FRAMES) -> d
 def tcp_brake_override(action_mu, action_sigma, only_ap_brake):
     """The (mu, sigma) TCP/data.py returns after its "only the rule-based detector braked" override.
 
-    OpenDriveLab/TCP@main:TCP/data.py:CARLA_Data.__getitem__:
+    OpenDriveLab/TCP@main 73cc1dd:TCP/data.py:CARLA_Data.__getitem__:
       current:  if only_ap_brake:        action_mu[0] = 0.8; action_sigma[0] = 5.5
       future:   for i: if future_only_ap_brake[i]: future_action_mu[i][0] = 0.8; ...sigma = 5.5
     ("the average value of roach braking action"). Index 0 is the acceleration Beta's (alpha, beta).
@@ -167,9 +177,12 @@ def transfuser2022_waypoints(label_raw_or_meas: Sequence, t: int, pred_len: int 
                              aug_deg: float = 0.0, meas: Sequence[dict] | None = None) -> dict:
     """TF-2022's `ego_waypoint` (pred_len, 2) and `target_point` (2,) for frame t (seq_len = 1).
 
+    Checked against autonomousvision/transfuser@2022 22b3ccd.
     autonomousvision/transfuser@2022:team_code_transfuser/data.py:CARLA_Data.__getitem__,
     get_waypoints, transform_waypoints; utils.py:get_vehicle_to_virtual_lidar_transform:
-      the loader reads `ego_matrix` from label_raw/NNNN.json (entry 0 = ego, matched by id);
+      the loader reads `ego_matrix` (carla.Transform.get_matrix() of the vehicle, world frame,
+      team_code_autopilot/data_agent.py:get_bev_cars) from label_raw/NNNN.json for frames
+      t..t+pred_len (entry 0 = ego, matched by id; data.py loads seq_len + pred_len label files);
       T = inv(virtual_lidar_to_vehicle) = translation (-1.3, 0, -2.5);
       ego_waypoint[i-1] = (T @ inv(M_t) @ M_{t+i})[:2, 3], i = 1..pred_len
         = (R_t^T (p_{t+i} - p_t))[:2] - (1.3, 0): CARLA axes (x forward, y right), full 3x3
@@ -179,8 +192,11 @@ def transfuser2022_waypoints(label_raw_or_meas: Sequence, t: int, pred_len: int 
     target_point, from measurements/NNNN.json (x, y = scaled GNSS, theta = compass):
       ego_theta = theta + rad;  R = rot(pi/2 + ego_theta);
       target_point = R.T @ [x_command - x, y_command - y]   -> the TCP frame (x right, y back),
-      NOT the ego_waypoint frame; the model flips target_point[:, 1] (model.py forward_gru).
-    No NaN fix on theta here (the autopilot already wrote 0 for a NaN compass).
+      NOT the ego_waypoint frame, and NOT shifted by the 1.3 m (only draw_target_point adds 1.3
+      to its y for target_point_image); model.py forward_gru flips target_point[:, 1], which
+      gives (right, forward), still not ego_waypoint's (forward - 1.3, right).
+    No NaN fix on theta here (team_code_autopilot/autopilot.py tick already wrote 0 for a NaN
+    compass).
 
     label_raw_or_meas: label_raw frames (lists of dicts) or measurement dicts (both carry the
     ego's `ego_matrix`). target_point needs measurement dicts: `meas`, or the frames themselves
@@ -212,9 +228,11 @@ def transfuser2022_waypoints(label_raw_or_meas: Sequence, t: int, pred_len: int 
 def transfuser2021_waypoints(meas: list[dict], t: int, pred_len: int = 4) -> dict:
     """TF-2021's waypoints[seq_len:] (pred_len, 2) and target_point for frame t (seq_len = 1).
 
+    Checked against autonomousvision/transfuser@cvpr2021 9a90951.
     autonomousvision/transfuser@cvpr2021:transfuser/data.py:CARLA_Data.__getitem__,
     transform_2d_points: waypoint = transform_2d_points(origin, pi/2 - theta_i, -x_i, -y_i,
-    pi/2 - theta_t, -x_t, -y_t), theta 0 where NaN (input frames only); train.py uses
+    pi/2 - theta_t, -x_t, -y_t), theta 0 where NaN (input frames in __getitem__, future frames
+    in __init__ while preloading; a NaN left in would make 0 * nan = nan); train.py uses
     waypoints[seq_len:]. Algebraically -rot(pi/2 - theta) = rot(pi/2 + theta).T, i.e. TCP's frame;
     target_point = rot(pi/2 + theta).T @ [x_command - x, y_command - y].
     """
@@ -229,7 +247,8 @@ def transfuser2021_waypoints(meas: list[dict], t: int, pred_len: int = 4) -> dic
     wps = []
     for i in range(1, pred_len + 1):
         m = meas[t + i]
-        theta_i = float(m["theta"])   # future thetas are not NaN-fixed; unused for the origin
+        theta_i = float(m["theta"])
+        theta_i = 0.0 if np.isnan(theta_i) else theta_i   # data.py __init__ fixes future NaNs
         world = to_world(np.pi / 2 - theta_i, -float(m["x"]), -float(m["y"])) @ np.array([0.0, 0.0, 1.0])
         wps.append((world_to_r2 @ world)[:2])
     R = rot2(np.pi / 2 + theta_t)
@@ -252,7 +271,7 @@ def _garage_aug_rotation(yaw_aug_deg: float) -> np.ndarray:
 
 
 def garage_augment_target_point(tp, y_aug: float = 0.0, yaw_aug_deg: float = 0.0) -> np.ndarray:
-    """autonomousvision/carla_garage@main:team_code/data.py:CARLA_Data.augment_target_point:
+    """autonomousvision/carla_garage@main 1448bed:team_code/data.py:CARLA_Data.augment_target_point:
     tp' = rot(deg2rad(yaw_aug_deg)).T @ (tp - (0, y_aug)). yaw is in DEGREES (the measurement's
     `augmentation_rotation`, U[-5, 5]); y_aug in metres (`augmentation_translation`, U[-1, 1]).
     A +y (right) camera shift moves points left (-y); a +yaw (right) turn rotates them to the left.
@@ -263,7 +282,7 @@ def garage_augment_target_point(tp, y_aug: float = 0.0, yaw_aug_deg: float = 0.0
 
 
 def garage_augment_route(route, y_aug: float = 0.0, yaw_aug_deg: float = 0.0) -> np.ndarray:
-    """autonomousvision/carla_garage@main:team_code/data.py:CARLA_Data.augment_route:
+    """autonomousvision/carla_garage@main 1448bed:team_code/data.py:CARLA_Data.augment_route:
     route' = (rot(deg2rad(yaw)).T @ (route - [[0, y_aug]]).T).T, row by row the same map as
     augment_target_point. Returns (N, 2)."""
     R = _garage_aug_rotation(yaw_aug_deg)
@@ -276,11 +295,14 @@ def garage_waypoints(meas: list[dict], t: int, pred_len: int = 8, y_aug: float =
     """carla_garage's `ego_waypoints` (pred_len, 2) for frame t (emitted only with use_wp_gru,
     default False; wp_dilation = 1, seq_len = 1).
 
-    autonomousvision/carla_garage@main:team_code/data.py:CARLA_Data.get_waypoints:
+    autonomousvision/carla_garage@main 1448bed:team_code/data.py:CARLA_Data.get_waypoints
+    (called with loaded_measurements[seq_len - 1:], the current and the pred_len future ones):
       O = ego_matrix_t[:3]; wp_i = (O[:, :3].T @ (ego_matrix_{t+i}[:3, 3] - O[:, 3]))[:2],
       i = 1..pred_len (full 3x3 rotation: pitch and roll count);
       then wp_i' = rot(deg2rad(yaw_aug_deg)).T @ (wp_i - (0, y_aug)).
     CARLA vehicle frame: x forward, y right, origin at the vehicle; pred_len = int(2.0*20)//5 = 8.
+    Unlike TF-2022 there is no virtual-LiDAR shift (config.py lidar_pos = [0, 0, 2.5], and
+    docs/coordinate_systems.md: everything in the ego vehicle's CARLA frame).
     """
     origin = np.array(meas[t]["ego_matrix"], dtype=np.float64)[:3]
     origin_translation = origin[:, 3:4]
@@ -295,7 +317,7 @@ def garage_waypoints(meas: list[dict], t: int, pred_len: int = 8, y_aug: float =
 
 def _circle_line_segment_intersection(circle_center, circle_radius, pt1, pt2, full_line=True,
                                       tangent_tol=1e-9):
-    """carla_garage@main:team_code/transfuser_utils.py:circle_line_segment_intersection, verbatim
+    """carla_garage@main 1448bed:team_code/transfuser_utils.py:circle_line_segment_intersection, verbatim
     in arithmetic (intersection order, segment filter and tangent rule included)."""
     (p1x, p1y), (p2x, p2y), (cx, cy) = pt1, pt2, circle_center
     (x1, y1), (x2, y2) = (p1x - cx, p1y - cy), (p2x - cx, p2y - cy)
@@ -318,7 +340,7 @@ def _circle_line_segment_intersection(circle_center, circle_radius, pt1, pt2, fu
 
 def _garage_iterative_line_interpolation(route: np.ndarray, num_route_points: int,
                                          min_distance_first: float, max_steps: int = 100_000) -> np.ndarray:
-    """carla_garage@main:team_code/data.py:CARLA_Data.iterative_line_interpolation.
+    """carla_garage@main 1448bed:team_code/data.py:CARLA_Data.iterative_line_interpolation.
 
     Walks the polyline from (0, 0): the first point where a circle of radius
     dense_route_planner_min_distance - 1 = 2.5 m around the origin cuts the route, then each next
@@ -371,7 +393,7 @@ def garage_route(route_points, y_aug: float = 0.0, yaw_aug_deg: float = 0.0,
                  dense_route_planner_min_distance: float = GARAGE_DENSE_ROUTE_MIN_DISTANCE) -> np.ndarray:
     """carla_garage's `route` (num_route_points, 2) ("checkpoints" target) from measurement['route'].
 
-    autonomousvision/carla_garage@main:team_code/data.py:CARLA_Data.__getitem__ (use_plant_labels
+    autonomousvision/carla_garage@main 1448bed:team_code/data.py:CARLA_Data.__getitem__ (use_plant_labels
     False), augment_route, smooth_path, iterative_line_interpolation:
       1. fewer than 20 points: pad by repeating the last one; else keep the first 20;
       2. augment_route (y shift, yaw in degrees);
@@ -402,8 +424,13 @@ def garage_route(route_points, y_aug: float = 0.0, yaw_aug_deg: float = 0.0,
 
 
 def garage_command_one_hot(command: int) -> np.ndarray:
-    """carla_garage@main:team_code/transfuser_utils.py:command_to_one_hot: < 0 -> 4, minus 1, and
-    anything outside 0..5 becomes 3 (LANEFOLLOW), unlike TCP, which asserts."""
+    """carla_garage@main 1448bed:team_code/transfuser_utils.py:command_to_one_hot: < 0 -> 4, minus 1,
+    and anything outside 0..5 becomes 3 (LANEFOLLOW), unlike TCP, which asserts.
+
+    The loader reads `command` / `next_command` as saved. The one-step lag is the collector's:
+    team_code/autopilot.py run_step appends far_command to a deque(maxlen=2) only when the
+    target point changes, and save() writes self.commands[-2], i.e. the command of the previous
+    target point (4 = LANEFOLLOW until two targets have been seen). Nothing to redo here."""
     command = int(command)
     if command < 0:
         command = 4
@@ -528,9 +555,10 @@ def convert(points, src: str, dst: str) -> np.ndarray:
     return _from_garage(_to_garage(p, _frame(src)), _frame(dst))
 
 
-# A gentle right turn, 2 m apart ahead of the car, in the garage frame (y = x^2 / 40, right > 0).
-# docs/coordinates.md and tools/plot_frames.py draw these; tests/test_reference.py pins the numbers.
-EXAMPLE_GARAGE = np.array([[2.0, 0.1], [4.0, 0.4], [6.0, 0.9], [8.0, 1.6]], dtype=np.float64)
+# A left curve, 3 waypoints 3 m apart ahead of the car, in the garage frame (y = -x^2 / 30;
+# left is y < 0 there). docs/coordinates.md and tools/plot_frames.py draw these;
+# tests/test_reference.py pins the numbers in every frame.
+EXAMPLE_GARAGE = np.array([[3.0, -0.3], [6.0, -1.2], [9.0, -2.7]], dtype=np.float64)
 
 
 def example_points(frame: str) -> np.ndarray:
