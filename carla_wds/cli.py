@@ -150,7 +150,8 @@ def inspect(directory, as_json) -> None:
 
 @main.command()
 @click.argument("out_dir")
-@click.option("--layout", type=click.Choice(["tcp", "transfuser4"]), default="tcp", show_default=True)
+@click.option("--layout", default="tcp", show_default=True,
+              help="tcp, tcp_roach, transfuser4, transfuser2022 or garage.")
 @click.option("--episodes", default=4, show_default=True)
 @click.option("--frames", default=40, show_default=True)
 @click.option("--seed", default=0, show_default=True)
@@ -159,8 +160,11 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
     from .pack.synth import synth_dataset
     size = _pair(image_size, "WxH", "400x300")   # synth takes (width, height)
-    routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
-                           image_size=size)
+    try:
+        routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
+                               image_size=size)
+    except (ValueError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")
 
 

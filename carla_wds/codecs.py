@@ -286,3 +286,9 @@ def codec_for(member: str) -> Codec:
 __all__ = ["CODECS", "Codec", "ImageCodec", "ImageHeaderError", "JpegCodec", "JsonCodec",
            "NpyCodec", "PICKLE_SUFFIXES", "PngCodec", "RecordCodec", "SchemaError", "codec_for", "codec_named",
            "register"]
+
+# The modality codecs (depth, semantics, BEV, LiDAR points, LAZ) live in their own module; it
+# imports this one, so it is imported last. Every reader and writer gets the full registry by
+# importing carla_wds.codecs, and a shard's recorded codec is never "unknown" for want of an
+# import somewhere else.
+from . import modalities as _modalities  # noqa: E402,F401

@@ -168,8 +168,8 @@ def test_verify_deep_compares_decoded_and_recorded_image_sizes(shards):
 
 
 def test_an_unknown_recorded_codec_is_refused_with_the_fix(shards):
-    record_codec(shards, "waypoints.npy", "laz")
-    with pytest.raises(ManifestError, match="members.waypoints.npy is 'laz'.*upgrade carla-wds"):
+    record_codec(shards, "waypoints.npy", "zarr")
+    with pytest.raises(ManifestError, match="members.waypoints.npy is 'zarr'.*upgrade carla-wds"):
         epoch(shards)
     with pytest.raises(ManifestError, match="members.waypoints.npy"):
         verify(shards, progress=False)
@@ -217,3 +217,16 @@ def test_validate_sample_checks_sizes_it_is_given():
     validate_sample(spec, sample, "s:k__0000")   # packs made before sizes were recorded
     with pytest.raises(SchemaError, match="s:k__0000: front.png.*the manifest records 9x6"):
         validate_sample(spec, sample, "s:k__0000", sizes=((9, 6),))
+
+
+def test_a_fresh_process_has_every_modality_codec():
+    """Importing carla_wds.codecs alone registers the modality codecs (a pack or a loader must
+    never meet 'no codec named depth_garage8' because nothing imported carla_wds.modalities)."""
+    import subprocess
+    import sys
+    code = ("from carla_wds.codecs import CODECS; print(' '.join(sorted(CODECS)))")
+    names = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.split()
+    for name in ("png", "jpg", "npy", "json", "record", "depth_carla24", "depth_garage8",
+                 "semantics", "bev_tf2022", "bev_classes", "points", "laz"):
+        assert name in names

@@ -228,25 +228,27 @@ def refuse_busy(routes: list[Path]) -> None:
                               "choose an empty out_dir or remove them")
 
 
-def bev_semantics(road, pose: tuple[float, float, float], car_boxes: list[tuple]) -> np.ndarray:
+def bev_semantics(road, pose: tuple[float, float, float], car_boxes: list[tuple],
+                  size: int = BEV_SIZE, ppm: float = BEV_PPM) -> np.ndarray:
     """garage-style 256x256 BEV classes (4 px/m, ego-centred, forward = up, right = +column):
     1 road, 2 sidewalk, 3 lane marking, 4 broken lane marking, 9 vehicle."""
-    img = np.zeros((BEV_SIZE, BEV_SIZE), np.uint8)
+    img = np.zeros((size, size), np.uint8)
     x, y, theta = pose
     d2 = (road.x - x) ** 2 + (road.y - y) ** 2
     near = int(np.argmin(d2))
-    idx = np.arange(max(near - 120, 0), min(near + 121, len(road.x)))
+    reach = int(size / ppm / base.DS) + 20
+    idx = np.arange(max(near - reach, 0), min(near + reach + 1, len(road.x)))
 
     def line(offset: float) -> np.ndarray:
         px = road.x[idx] - offset * np.sin(road.heading[idx])
         py = road.y[idx] + offset * np.cos(road.heading[idx])
         fx, ry = to_ego(px, py, x, y, theta)
-        uv = np.stack([BEV_SIZE / 2 + BEV_PPM * ry, BEV_SIZE / 2 - BEV_PPM * fx], axis=1)
+        uv = np.stack([size / 2 + ppm * ry, size / 2 - ppm * fx], axis=1)
         return np.round(np.clip(uv, -1e4, 1e4) * 16).astype(np.int32)
 
     mid = -base.LANE / 2
-    cv2.polylines(img, [line(mid)], False, 2, int(11.0 * BEV_PPM), cv2.LINE_8, shift=4)
-    cv2.polylines(img, [line(mid)], False, 1, int(7.0 * BEV_PPM), cv2.LINE_8, shift=4)
+    cv2.polylines(img, [line(mid)], False, 2, int(11.0 * ppm), cv2.LINE_8, shift=4)
+    cv2.polylines(img, [line(mid)], False, 1, int(7.0 * ppm), cv2.LINE_8, shift=4)
     for off in (1.5, -5.0):
         cv2.polylines(img, [line(off)], False, 3, 1, cv2.LINE_8, shift=4)
     dashed = line(mid)
@@ -259,7 +261,7 @@ def bev_semantics(road, pose: tuple[float, float, float], car_boxes: list[tuple]
         corners = np.array([[hx, hy], [hx, -hy], [-hx, -hy], [-hx, hy]])
         fx = bx + c * corners[:, 0] - s * corners[:, 1]
         ry = by + s * corners[:, 0] + c * corners[:, 1]
-        poly = np.stack([BEV_SIZE / 2 + BEV_PPM * ry, BEV_SIZE / 2 - BEV_PPM * fx], axis=1)
+        poly = np.stack([size / 2 + ppm * ry, size / 2 - ppm * fx], axis=1)
         cv2.fillPoly(img, [np.round(poly * 16).astype(np.int32)], 9, cv2.LINE_8, shift=4)
     return img
 
