@@ -17,7 +17,7 @@ import numpy as np
 from ..codecs import codec_named
 from ..extras import MEASUREMENTS, Extra, record_values
 from ..rng import derive_seed, numpy_rng
-from ..schema import SampleSpec, SchemaError, decode_member
+from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
 
 # Fields a CARLABatch names; any other selected field goes into batch.extras.
 BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes", "camera_set")
@@ -74,23 +74,76 @@ def twin_swap(raw: dict[str, Any], opts: FieldOptions
 
 def augment_points(points: np.ndarray, y: float, yaw_deg: float) -> np.ndarray:
     """carla_garage's augment_target_point / augment_route: R(yaw).T @ (p - (0, y)), in its
-    vehicle frame (x forward, y right; yaw in degrees)."""
+    vehicle frame (x forward, y right; yaw in degrees). Works on the first two columns of
+    (..., 2+) arrays; any further columns (LiDAR z) are returned unchanged, as its `align`
+    leaves z alone (rotation about z, shift along y)."""
+    p = np.asarray(points, np.float64)
     a = np.deg2rad(yaw_deg)
     rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
-    return ((np.asarray(points, np.float64) - np.array([0.0, y])) @ rot).astype(np.float32)
+    out = p.copy()
+    out[..., :2] = (p[..., :2] - np.array([0.0, y])) @ rot
+    return out.astype(np.float32)
+
+
+def _normalize_angle(x: np.ndarray) -> np.ndarray:
+    """carla_garage transfuser_utils.normalize_angle, elementwise: x mod 2pi, minus 2pi above pi."""
+    a = np.mod(x, 2 * np.pi)
+    return np.where(a > np.pi, a - 2 * np.pi, a)
+
+
+def _move_boxes(boxes: np.ndarray, y: float, yaw_deg: float) -> np.ndarray:
+    """Box rows (boxes.BOX_COLUMNS) as carla_garage's get_bbox_label moves them: position
+    R(yaw).T @ (p - (0, y)), yaw - yaw_rad normalised; z, extents and the rest unchanged.
+    Every row moves, the ego's too (garage drops its ego box; here it stays, in the same
+    frame as the others, so class 4 is where the ego is seen from the augmented camera)."""
+    out = boxes.copy()
+    if len(out):
+        out[:, 1:3] = augment_points(boxes[:, 1:3], y, yaw_deg)
+        out[:, 7] = _normalize_angle(boxes[:, 7].astype(np.float64) - np.deg2rad(yaw_deg))
+    return out
 
 
 def move_labels(labels: dict[str, Any], y: float, yaw_deg: float) -> None:
-    """The labels of the augmented camera set, as carla_garage's loader moves them."""
+    """The labels of the augmented camera set, as carla_garage's loader moves them
+    (team_code/data.py __getitem__: augment_target_point, augment_route, get_waypoints, align
+    for the LiDAR, get_bbox_label for the boxes). `boxes_raw` JSON stays as saved."""
     labels["target_point"] = augment_points(labels["target_point"], y, yaw_deg)
     wp = augment_points(labels["waypoints"], y, yaw_deg)
     labels["waypoints"] = wp
     labels["waypoints_diff"] = np.diff(np.concatenate([np.zeros((1, 2), np.float32), wp]),
                                        axis=0).astype(np.float32)
-    m = (labels.get("fields") or {}).get(MEASUREMENTS)
-    for name in ("route", "aim_wp"):
+    fields = labels.get("fields") or {}
+    m = fields.get(MEASUREMENTS)
+    for name in ("target_point", "aim_wp", "route"):
         if m is not None and name in m:
             m[name] = augment_points(m[name], y, yaw_deg).reshape(m[name].shape)
+    if m is not None and "route" in m and "route_len" in m:
+        # rows past route_len are the packer's zero padding, not points: keep them zero
+        m["route"][int(m["route_len"]):] = 0
+    if isinstance(fields.get("lidar"), np.ndarray):
+        fields["lidar"] = augment_points(fields["lidar"], y, yaw_deg)
+    if isinstance(fields.get("boxes"), np.ndarray):
+        fields["boxes"] = _move_boxes(fields["boxes"], y, yaw_deg)
+
+
+def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, int],
+                  opts: FieldOptions, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One raw sample's camera set and labels: (raw with the chosen set's members, labels
+    with the selected extra fields under "fields"). The labels move with the twin before
+    the LiDAR histogram is taken, so the histogram is of the moved cloud, as garage's is."""
+    raw, twin, shift, yaw = twin_swap(raw, opts)
+    labels = decode_labels(spec, raw, where)
+    if spec.extras or opts.twin_p > 0:
+        labels["fields"] = decode_fields(raw, spec, image_size, opts, where)
+    if opts.twin_p > 0:
+        labels["fields"]["camera_set"] = np.array(twin, np.int8)   # 1: the augmented twin's
+        if twin:
+            move_labels(labels, shift, yaw)
+    fields = labels.get("fields")
+    if opts.lidar_histogram and fields is not None and "lidar" in fields:
+        from ..lidar import lidar_to_histogram_features   # only when asked for
+        fields["lidar"] = lidar_to_histogram_features(fields["lidar"], opts.lidar_histogram)
+    return raw, labels
 
 
 def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
@@ -150,9 +203,6 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
             value = value[None]
         elif e.modality in ("lidar", "boxes"):
             value = _checked_rows(value, e, where)
-            if e.modality == "lidar" and opts.lidar_histogram:
-                from ..lidar import lidar_to_histogram_features   # only when asked for
-                value = lidar_to_histogram_features(value, opts.lidar_histogram)
         out[e.name] = value
     return out
 
@@ -180,7 +230,7 @@ def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...]) ->
         elif isinstance(first, np.ndarray) and first.ndim == 2 and name in ("lidar", "boxes") \
                 or _varies(rows, name):
             out[name], out[f"{name}_len"] = _pad(rows, name, first)
-        elif isinstance(first, np.ndarray):
+        elif isinstance(first, (np.ndarray, np.generic)):   # 0-d values too (camera_set)
             out[name] = np.stack([(r[name] if r else np.zeros_like(first)) for r in rows])
         else:
             out[name] = [r[name] if r else None for r in rows]

@@ -14,10 +14,10 @@ import numpy as np
 
 from ..codecs import ImageCodec, ImageHeaderError, codec_named
 from ..manifest_schema import MAX_PIXELS
-from ..schema import SampleSpec, SchemaError, check_members, decode_labels
+from ..schema import SampleSpec, SchemaError, check_members
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
-from .fields import FieldOptions, decode_fields, move_labels, twin_swap
+from .fields import FieldOptions, sample_fields
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -95,15 +95,7 @@ def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: n
     the selected extra fields under "fields")."""
     where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
     check_members(spec, raw, where)
-    opts = field_opts or FieldOptions()
-    raw, twin, shift, yaw = twin_swap(raw, opts)
-    labels = decode_labels(spec, raw, where)
-    if spec.extras or opts.twin_p > 0:
-        labels["fields"] = decode_fields(raw, spec, image_size, opts, where)
-    if opts.twin_p > 0:
-        labels["fields"]["camera_set"] = np.int8(twin)   # 1: the augmented twin's
-        if twin:
-            move_labels(labels, shift, yaw)
+    raw, labels = sample_fields(raw, spec, image_size, field_opts or FieldOptions(), where)
     try:
         for i, member in enumerate(spec.image_members):
             decode_image(raw[member], image_size, spec.codec(member), out=hwc[i],
