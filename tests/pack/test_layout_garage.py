@@ -1,0 +1,222 @@
+"""The garage (carla_garage / TransFuser++) layout end to end: synthetic routes in the real
+on-disk format, packed, and every member compared with the raw file it came from, read the
+way carla_garage reads it (gzip JSON, laspy, cv2), and the labels with tests/reference.py's
+independent transcription of its loader's formulas."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import cv2
+import laspy
+import numpy as np
+import pytest
+
+from carla_wds.codecs import codec_named
+from tests import reference
+from tests.conftest import make_raw, read_pack, run_pack
+
+EPISODES, FRAMES, PRED_LEN = 4, 18, 8     # route 3 scores 60 in synth: left out
+# what carla_garage's loader reads from a frame's measurements (team_code/data.py
+# __getitem__), as the layout names them, plus the counts of padded fields
+RECORD_FIELDS = {
+    "target_point": ((2,), "float32"), "aim_wp": ((2,), "float32"),
+    "route": ((20, 2), "float32"), "route_len": ((), "int32"),
+    "command": ((), "int32"), "next_command": ((), "int32"),
+    "steer": ((), "float32"), "throttle": ((), "float32"), "brake": ((), "bool"),
+    "junction": ((), "bool"), "vehicle_hazard": ((), "bool"), "light_hazard": ((), "bool"),
+    "walker_hazard": ((), "bool"), "stop_sign_hazard": ((), "bool"), "angle": ((), "float32"),
+    "speed": ((), "float32"), "target_speed": ((), "float32"), "theta": ((), "float32"),
+    "augmentation_translation": ((), "float32"), "augmentation_rotation": ((), "float32"),
+}
+# sample member -> the raw folder it is copied from, byte for byte
+SENSOR_FOLDERS = {"front.jpg": "rgb", "front_augmented.jpg": "rgb_augmented",
+                  "depth.png": "depth", "depth_augmented.png": "depth_augmented",
+                  "semantics.png": "semantics", "semantics_augmented.png": "semantics_augmented",
+                  "bev.png": "bev_semantics", "bev_augmented.png": "bev_semantics_augmented",
+                  "lidar.laz": "lidar"}
+GARAGE_CLASS = {"car": 0, "walker": 1, "traffic_light": 2, "stop_sign": 3, "ego_car": 4}
+
+
+@pytest.fixture(scope="session")
+def raw_garage(tmp_path_factory) -> Path:
+    return make_raw(tmp_path_factory.mktemp("raw_garage"), "garage", episodes=EPISODES,
+                    frames=FRAMES, seed=3)
+
+
+@pytest.fixture(scope="session")
+def packed_garage(raw_garage, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("packed_garage") / "shards"
+    run_pack(raw_garage, out, layout="garage", max_samples=7)
+    return out
+
+
+def gz_json(path: Path):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def route_measurements(route: Path) -> list[dict]:
+    return [gz_json(p) for p in sorted((route / "measurements").glob("*.json.gz"))]
+
+
+def decoded(manifest: dict, sample: dict[str, bytes], member: str):
+    """A member decoded by the codec the manifest records for it."""
+    return codec_named(manifest["members"][member]).decode(sample[member])
+
+
+@pytest.fixture(scope="module")
+def packed(packed_garage, raw_garage):
+    """(manifest, [(sample members, its raw route folder, frame index)])."""
+    manifest = json.loads((packed_garage / "manifest.json").read_text())
+    rows = []
+    for sample in read_pack(packed_garage).values():
+        meta = json.loads(sample["meta.json"])
+        rows.append((sample, raw_garage / meta["episode"], int(meta["frame"])))
+    return manifest, rows
+
+
+def test_low_score_routes_are_left_out_and_listed(packed, raw_garage):
+    manifest, rows = packed
+    scores = {r.parent: gz_json(r)["scores"]["score_composed"]
+              for r in raw_garage.rglob("results.json.gz")}
+    low = sorted(str(r.relative_to(raw_garage)) for r, s in scores.items() if s < 100)
+    assert low, "synth should write at least one route scoring below 100"
+    listed = manifest["filtered_routes"]
+    assert sorted(f["episode"] for f in listed) == low
+    assert all("score_composed" in f["reason"] and "< 100" in f["reason"] for f in listed)
+    packed_routes = {str(route.relative_to(raw_garage)) for _, route, _ in rows}
+    assert packed_routes == {str(r.relative_to(raw_garage)) for r, s in scores.items()
+                             if s >= 100}
+    # every frame of a kept route is a sample, except the last pred_len (their labels need
+    # pred_len future frames)
+    for route in packed_routes:
+        frames = sorted(t for _, r, t in rows if str(r.relative_to(raw_garage)) == route)
+        assert frames == list(range(FRAMES - PRED_LEN))
+    assert manifest["total_samples"] == len(rows) == (EPISODES - len(low)) * (FRAMES - PRED_LEN)
+
+
+def test_waypoints_at_4hz_from_ego_matrix_and_target_point_as_saved(packed):
+    manifest, rows = packed
+    assert manifest["pred_len"] == PRED_LEN and manifest["spec"]["rate_hz"] == 4.0
+    cache: dict[Path, list[dict]] = {}
+    for sample, route, t in rows:
+        meas = cache.setdefault(route, route_measurements(route))
+        want = reference.garage_waypoints(meas, t, pred_len=PRED_LEN)
+        wp = decoded(manifest, sample, "waypoints.npy")
+        assert wp.shape == (PRED_LEN, 2) and wp.dtype == np.float32
+        np.testing.assert_allclose(wp, want, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(decoded(manifest, sample, "target_point.npy"),
+                                      np.float32(meas[t]["target_point"]))
+        assert json.loads(sample["speed.json"]) == pytest.approx(meas[t]["speed"], rel=1e-6)
+
+
+def test_the_record_holds_every_field_garage_reads_as_saved(packed):
+    manifest, rows = packed
+    (extra,) = [e for e in manifest["spec"]["extras"] if e["name"] == "measurements"]
+    declared = {f["name"]: (tuple(f["shape"]), f["dtype"]) for f in extra["fields"]}
+    assert declared == RECORD_FIELDS
+    units = {f["name"]: f["units"] for f in extra["fields"]}
+    assert units["speed"] == "m/s" and units["theta"] == "rad"
+    assert units["augmentation_rotation"] == "deg" and units["augmentation_translation"] == "m"
+    frames = {f["name"]: f["frame"] for f in extra["fields"]}
+    assert frames["route"] == frames["aim_wp"] == frames["target_point"] == "garage"
+    for sample, route, t in rows:
+        rec = decoded(manifest, sample, "measurements.npy")
+        src = gz_json(route / "measurements" / f"{t:04d}.json.gz")
+        for name, (shape, dtype) in RECORD_FIELDS.items():
+            assert rec[name].shape == shape and rec[name].dtype == np.dtype(dtype), name
+            if name == "route_len":
+                assert int(rec[name]) == len(src["route"])
+            elif name == "route":
+                n = len(src["route"])
+                np.testing.assert_array_equal(rec[name][:n], np.float32(src["route"]))
+                assert not rec[name][n:].any()
+            else:
+                np.testing.assert_array_equal(rec[name], np.asarray(src[name], dtype), name)
+
+
+def _boxes_of(entries: list[dict]) -> np.ndarray:
+    """carla_garage's boxes json -> the (K, 12) columns carla_wds.boxes.BOX_COLUMNS documents,
+    written here from the column list, not from the packer's code."""
+    rows = []
+    for e in entries:
+        rows.append([GARAGE_CLASS[e["class"]], *e["position"], *e["extent"], e["yaw"],
+                     *(float(e[k]) if e.get(k) is not None else -1.0
+                       for k in ("speed", "brake", "num_points", "id"))])
+    return np.float32(rows).reshape(-1, 12)
+
+
+def test_boxes_table_and_raw_json_equal_the_boxes_file(packed):
+    manifest, rows = packed
+    classes = set()
+    for sample, route, t in rows:
+        src = gz_json(route / "boxes" / f"{t:04d}.json.gz")
+        table = decoded(manifest, sample, "boxes.npy")
+        assert table.dtype == np.float32 and table.shape == (len(src), 12)
+        np.testing.assert_array_equal(table, _boxes_of(src))
+        assert decoded(manifest, sample, "boxes_raw.json") == src
+        classes |= {e["class"] for e in src}
+    assert {"ego_car", "car"} <= classes   # the comparison covered real cars, not only the ego
+
+
+def test_sensors_and_twins_are_the_raw_files(packed):
+    manifest, rows = packed
+    for sample, route, t in rows:
+        ext = {"lidar.laz": "laz"}
+        for member, folder in SENSOR_FOLDERS.items():
+            name = f"{t:04d}.{ext.get(member, member.rsplit('.', 1)[1])}"
+            assert sample[member] == (route / folder / name).read_bytes(), member
+        las = laspy.read(str(route / "lidar" / f"{t:04d}.laz"))
+        points = decoded(manifest, sample, "lidar.laz")
+        assert points.shape == (len(las.points), 3) and len(points) > 100
+        np.testing.assert_array_equal(points, np.float32(las.xyz))
+        depth8 = cv2.imread(str(route / "depth" / f"{t:04d}.png"), cv2.IMREAD_UNCHANGED)
+        np.testing.assert_allclose(decoded(manifest, sample, "depth.png"),
+                                   depth8.astype(np.float32) / 255.0 * 50.0, rtol=1e-6)
+        sem = cv2.imread(str(route / "semantics_augmented" / f"{t:04d}.png"),
+                         cv2.IMREAD_UNCHANGED)
+        np.testing.assert_array_equal(decoded(manifest, sample, "semantics_augmented.png"), sem)
+        bev = cv2.imread(str(route / "bev_semantics" / f"{t:04d}.png"), cv2.IMREAD_UNCHANGED)
+        np.testing.assert_array_equal(decoded(manifest, sample, "bev.png"), bev[None])
+
+
+def test_manifest_records_members_codecs_dtypes_shapes_units_frames(packed):
+    manifest, _ = packed
+    assert manifest["layout"] == "garage" and manifest["image_format"] == "jpg"
+    assert manifest["members"] == {
+        "front.jpg": "jpg", "front_augmented.jpg": "jpg", "speed.json": "json",
+        "target_point.npy": "npy", "target_command.npy": "npy", "waypoints.npy": "npy",
+        "waypoints_diff.npy": "npy", "meta.json": "json",
+        "depth.png": "depth_garage8", "depth_augmented.png": "depth_garage8",
+        "semantics.png": "semantics", "semantics_augmented.png": "semantics",
+        "bev.png": "bev_classes", "bev_augmented.png": "bev_classes", "lidar.laz": "laz",
+        "boxes.npy": "npy", "boxes_raw.json": "json", "measurements.npy": "record"}
+    extras = {e["name"]: e for e in manifest["spec"]["extras"]}
+    want = {"depth": ("float32", [], "m", None), "semantics": ("uint8", [], "class id", None),
+            "bev": ("uint8", [], "class id", None), "lidar": ("float32", [None, 3], "m", None),
+            "boxes": ("float32", [None, None], "see carla_wds.boxes.BOX_COLUMNS", None)}
+    for name, (dtype, shape, units, twin_of) in want.items():
+        e = extras[name]
+        assert (e["dtype"], e["shape"], e["units"], e["twin_of"]) == (dtype, shape, units,
+                                                                      twin_of), name
+    for twin, of in (("front_augmented", "front"), ("depth_augmented", "depth"),
+                     ("semantics_augmented", "semantics"), ("bev_augmented", "bev")):
+        assert extras[twin]["twin_of"] == of
+    assert extras["lidar"]["frame"] == extras["boxes"]["frame"] == "garage"
+    assert manifest["spec"]["frames"] == {k: "garage" for k in
+                                          ("waypoints", "target_point", "route", "boxes", "lidar")}
+
+
+def test_augmentation_values_move_the_twin_camera(packed):
+    """The twin's recorded shift is that frame's: frame 0 has none (garage's collector), the
+    others some, within the collector's ranges (|y| <= 1 m, |yaw| <= 5 deg)."""
+    manifest, rows = packed
+    for sample, _, t in rows:
+        rec = decoded(manifest, sample, "measurements.npy")
+        y, yaw = float(rec["augmentation_translation"]), float(rec["augmentation_rotation"])
+        assert abs(y) <= 1.0 and abs(yaw) <= 5.0
+        assert (t == 0) == (y == 0.0 and yaw == 0.0)
+        assert math.isfinite(y) and math.isfinite(yaw)
