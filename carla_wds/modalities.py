@@ -222,6 +222,19 @@ def points_array(value: Any) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def points_problem(points: np.ndarray, columns: int | None = None) -> str | None:
+    """Why decoded points cannot be stored (non-finite values, another column count than
+    the layout declares), or None."""
+    try:
+        arr = points_array(points)
+    except SchemaError as exc:
+        return exc.reason
+    if columns is not None and arr.shape[1] != columns:
+        return (f"points have {arr.shape[1]} columns; the layout declares (N,{columns})"
+                + (" xyzi" if columns == 4 else " xyz"))
+    return None
+
+
 class PointsCodec(NpyCodec):
     """Point clouds as float32 .npy (N,3|4), read with allow_pickle=False like every array."""
     name: ClassVar[str] = "points"
@@ -250,6 +263,14 @@ class PointsCodec(NpyCodec):
         if dtype != np.float32 or len(shape) != 2 or shape[1] not in (3, 4):
             return f"points .npy is {dtype} {shape}; expected float32 (N,3) or (N,4)"
         return None
+
+    def check_full(self, data: Data, columns: int | None = None) -> str | None:
+        """check() plus what only the values show: NaN or infinite points (the header cannot
+        see them), and the column count the layout declares (the loader refuses others)."""
+        problem = self.check(data)
+        if problem is None:
+            problem = points_problem(self.decode(data), columns)
+        return problem
 
 
 # LAS 1.x public header: fixed offsets (ASPRS LAS 1.4 R15, table 3)
@@ -290,6 +311,16 @@ class LazCodec(Codec):
             raise SchemaError(f"LAZ does not decode ({type(exc).__name__}: {exc})",
                               fix="re-pack from the source .laz (laspy + lazrs installed)") from exc
 
+    def check_full(self, data: Data, columns: int | None = None) -> str | None:
+        """check() plus a full decode: a corrupt LASzip chunk shows only when decompressed."""
+        problem = self.check(data)
+        if problem is None:
+            try:
+                problem = points_problem(self.decode(data), columns)
+            except SchemaError as exc:
+                problem = exc.reason
+        return problem
+
     def check(self, data: Data) -> str | None:
         head = bytes(data[:_LAS_MIN_HEADER])
         if not head.startswith(b"LASF"):
@@ -320,4 +351,4 @@ for _codec in (DepthCarla24Codec(), DepthGarage8Codec(), SemanticsCodec(), BevTf
 
 __all__ = ["BevClassesCodec", "BevTf2022Codec", "DepthCarla24Codec", "DepthGarage8Codec",
            "LazCodec", "PointsCodec", "SemanticsCodec", "encode_laz", "pack_bev_tf2022",
-           "points_array"]
+           "points_array", "points_problem"]

@@ -16,14 +16,13 @@ import numpy as np
 
 from ..codecs import CODECS, ImageCodec, ImageHeaderError, codec_for, codec_named
 from ..extras import MEASUREMENTS, make_record
+from ..modalities import points_problem
 from ..schema import MAX_PIXELS, SampleSpec, SchemaError, encode_sample
 from .layout_spec import Reader
 from .routes import FrameTask, Skip
 from .sources import decode_json, read_bytes, read_npy
 
 
-# Codecs whose cheap check cannot see a corrupt body (LAZ chunks): decoded once at pack time.
-FULL_CHECK = ("laz",)
 
 
 @dataclass
@@ -90,7 +89,8 @@ class FrameEncoder:
                 got = read_npy(Path(path), self.allow_pickle, "a (frame, points) tuple")
                 points = got[1] if getattr(got, "dtype", None) == object and len(got) == 2 \
                     else got
-                return {r.member: codec_named(r.codec).encode(points)}
+                problem = points_problem(points, self._columns(r))
+                return problem or {r.member: codec_named(r.codec).encode(points)}
             data = read_bytes(Path(path))
             if r.read.startswith("boxes_"):
                 return self._boxes(r, decode_json(data, r.gz))
@@ -98,12 +98,20 @@ class FrameEncoder:
                 got = self._camera(data, r.member)
                 return got if isinstance(got, str) else {r.member: got[0]}
             codec = codec_named(r.codec)
-            problem = codec.check(data)
-            if problem is None and r.codec in FULL_CHECK:
-                codec.decode(data)
+            # point clouds are decoded once here: a corrupt LAZ chunk or a NaN point is
+            # invisible to the header check, and the loader would meet it mid-epoch
+            full = getattr(codec, "check_full", None)
+            problem = full(data, self._columns(r)) if full else codec.check(data)
             return problem if problem else {r.member: data}
-        except (ValueError, OSError) as exc:   # SchemaError is a ValueError
+        except SchemaError as exc:   # its reason only: the Skip adds the pack's own fix
+            return exc.reason
+        except (ValueError, OSError) as exc:
             return str(exc)
+
+    def _columns(self, r: Reader) -> int | None:
+        """The column count the spec declares for a point-cloud member (None: any)."""
+        shape = self.spec.extra(r.name).shape
+        return shape[1] if len(shape) == 2 else None
 
     @staticmethod
     def _boxes(r: Reader, entries: object) -> dict[str, bytes]:

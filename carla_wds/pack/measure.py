@@ -39,8 +39,8 @@ def read_measurement(path: Path, layout: Layout) -> tuple[dict[str, Any] | None,
     """Core fields (floats), `ego_matrix` (4x4 float64) and `m:<name>` measurement fields."""
     try:
         data = read_json(path)
-    except (ValueError, OSError) as exc:
-        return None, f"{exc}; expected a JSON object of measurements"
+    except (ValueError, OSError) as exc:   # its text already says what was expected
+        return None, str(exc)
     if not isinstance(data, dict):
         return None, f"expected a JSON object, found {type(data).__name__}"
     values, reason = _core(data, layout)

@@ -25,6 +25,15 @@ from .sources import read_json
 
 log = logging.getLogger(__name__)
 FIX_SKIP = "fix or remove the file, or pack with --on-error skip to record the frame and go on"
+FIX_MISSING = ("restore the file (or remove the frame's measurement file), or pack with "
+               "--on-error skip to record the frame and go on")
+
+
+def frame_file(like: Path | str, t: int, ext: str, prefix: str = "") -> str:
+    """Frame t's file name written as `like` (a measurement file) writes its number: the
+    same digit count (%04d, %05d), so a message names the file the dataset would hold."""
+    width = len(Path(like).name.partition(".")[0])
+    return f"{prefix}{t:0{width}d}.{ext}"
 
 
 @dataclass(frozen=True)
@@ -134,9 +143,10 @@ def _frame_numbers(meas_dir: Path, episode: str, ext: str = "json"
     return {t: meas_dir / n for t, n in files.items()}, skipped, clash
 
 
-def _sensor_files(route: Path, layout: Layout) -> dict[str, tuple[str, str, dict, dict]]:
-    """Per extra field (sensors and their twins, camera twins): (folder, pattern, files by
-    frame, clashes)."""
+def _sensor_files(route: Path, layout: Layout
+                  ) -> dict[str, tuple[str, tuple[str, str], dict, dict]]:
+    """Per extra field (sensors and their twins, camera twins): (folder, (prefix, ext), files
+    by frame, clashes)."""
     wanted = [(f"{cam}_augmented", folder, layout.image_ext, "")
               for cam, folder in layout.twins]
     for s in layout.sensors:
@@ -147,20 +157,22 @@ def _sensor_files(route: Path, layout: Layout) -> dict[str, tuple[str, str, dict
     for name, folder, ext, prefix in wanted:
         d = route / folder
         files, clash = _numbered(d, ext, prefix) if d.is_dir() else ({}, {})
-        out[name] = (folder, f"{prefix}{{:04d}}.{ext}", files, clash)
+        out[name] = (folder, (prefix, ext), files, clash)
     return out
 
 
-def _sensors(t: int, route: Path, sensor_files: dict
-             ) -> tuple[dict[str, str], tuple[str, str] | None]:
-    """Frame t's file per extra field, or (file, reason) of the first missing or doubled one."""
+def _sensors(t: int, like: Path, route: Path, sensor_files: dict
+             ) -> tuple[dict[str, str], tuple[str, ...] | None]:
+    """Frame t's file per extra field, or (file, reason[, fix]) of the first missing or
+    doubled one; `like` is frame t's measurement file, whose digit count names the file."""
     paths = {}
-    for name, (folder, pattern, files, clash) in sensor_files.items():
+    for name, (folder, (prefix, ext), files, clash) in sensor_files.items():
         if t in clash:
-            return paths, (f"{folder}/{pattern.format(t)}", clash[t])
+            return paths, (f"{folder}/{frame_file(like, t, ext, prefix)}", clash[t])
         if t not in files:
-            return paths, (f"{folder}/{pattern.format(t)}", f"missing {name} file; expected "
-                           "one for every frame of measurements/")
+            return paths, (f"{folder}/{frame_file(like, t, ext, prefix)}",
+                           f"missing {name} file ({folder}/ has {len(files)} files); "
+                           f"expected one for every frame of {like.parent.name}/", FIX_MISSING)
         paths[name] = str(route / folder / files[t])
     return paths, None
 
@@ -234,7 +246,8 @@ def _read_all(frames: dict[int, Path], layout: Layout, episode: str, plan: Route
         values, reason = read_measurement(path, layout)
         for source in layout.sources if values is not None else ():
             if t not in listed[source.name]:
-                values, reason = None, (f"no {source.folder}/{t:04d}.{source.ext}; expected "
+                values, reason = None, (f"no {source.folder}/"
+                                        f"{frame_file(path, t, source.ext)}; expected "
                                         f"one {source.name} file per measurement")
                 break
             reason = read_source(route / source.folder / listed[source.name][t], layout,
@@ -270,12 +283,15 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
         future = [t + i for i in range(1, pred_len + 1) if t + i not in good]
         if future:
             what = "missing" if future[0] not in frames else f"unusable ({bad[future[0]]})"
-            plan.skipped.append(Skip(plan.episode, t, f"{meas}/{future[0]:04d}.json",
+            name = frames[future[0]].name if future[0] in frames else \
+                frame_file(frames[t], future[0], layout.measurements_ext)
+            plan.skipped.append(Skip(plan.episode, t, f"{meas}/{name}",
                                      f"future frame {future[0]:04d} is {what}; waypoints need "
                                      f"frames {t + 1}..{t + pred_len}", derived=True))
             continue
-        images, problem = _images(t, route, layout, cam_files)
-        sensors, problem = _sensors(t, route, sensor_files) if not problem else ({}, problem)
+        images, problem = _images(t, frames[t], route, layout, cam_files)
+        sensors, problem = _sensors(t, frames[t], route, sensor_files) if not problem \
+            else ({}, problem)
         if problem:
             plan.skipped.append(Skip(plan.episode, t, *problem))
             continue
@@ -292,17 +308,19 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
         plan.tasks.append(FrameTask(plan.episode, t, key_of(t), labels, images, sensors, record))
 
 
-def _images(t: int, route: Path, layout: Layout, cam_files: dict
-            ) -> tuple[dict[str, str], tuple[str, str] | None]:
-    """Frame t's image path per camera, or (file, reason) of the first missing or doubled one."""
+def _images(t: int, like: Path, route: Path, layout: Layout, cam_files: dict
+            ) -> tuple[dict[str, str], tuple[str, ...] | None]:
+    """Frame t's image path per camera, or (file, reason[, fix]) of the first missing or
+    doubled one; `like` is frame t's measurement file, whose digit count names the file."""
     images = {}
     for cam, folder in layout.cameras.items():
         files, clash = cam_files[cam]
         if t in clash:
-            return images, (f"{folder}/{t:04d}.{layout.image_ext}", clash[t])
+            return images, (f"{folder}/{frame_file(like, t, layout.image_ext)}", clash[t])
         if t not in files:
-            return images, (f"{folder}/{t:04d}.{layout.image_ext}", "missing camera file; "
-                            f"expected a {layout.image_ext} image for every camera")
+            return images, (f"{folder}/{frame_file(like, t, layout.image_ext)}",
+                            "missing camera file; expected a "
+                            f"{layout.image_ext} image for every camera", FIX_MISSING)
         images[cam] = str(route / folder / files[t])
     return images, None
 
