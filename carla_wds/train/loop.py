@@ -12,7 +12,7 @@ One process:
     carla-wds train --config tiny epochs=2 optim.lr=3e-4
 
 Reads top to bottom: setup, data, model, optimizer, resume, then `train_one_epoch` and
-`evaluate` per epoch, with one checkpoint dict written atomically by rank 0.
+`evaluate` (evaluate.py) per epoch, with one checkpoint dict written atomically by rank 0.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from tqdm import tqdm
 from .. import dist
 from ..fileio import atomic_write_json
 from ..load import CARLAWebData, RemoteOptions
+from ..manifest import read_manifest
 from ..rng import derive_seed, rng_state, seed_everything, set_rng_state
 from .checkpoint import (
     CHECKPOINT,
@@ -45,7 +45,8 @@ from .checkpoint import (
 )
 from .config import TrainConfig, check_runtime, load_config, to_dict
 from .errors import USER_ERRORS, one_line
-from .model import build_model
+from .evaluate import evaluate
+from .inputs import autocast_for, loader_options, model_for, predict
 from .runlock import hold_run_dir
 
 # Errors about the user's config, data or run directory: one line, never a traceback. The
@@ -75,9 +76,7 @@ class Run:
         return self.rank == 0
 
     def autocast(self):
-        if self.device.startswith("cuda") and self.cfg.bf16:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
+        return autocast_for(self.device, self.cfg.bf16)
 
     def log_metrics(self, record: dict[str, Any]) -> None:
         if self.main:
@@ -87,15 +86,18 @@ class Run:
 
 def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARLAWebData, CARLAWebData]:
     d = cfg.data
+    remote = RemoteOptions(read_timeout=d.read_timeout, retries=d.retries)
     common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
                   seed=cfg.seed, image_size=tuple(d.image_size),
                   cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
-                  pin_memory=pin, verify=d.verify, on_error=d.on_error,
-                  remote=RemoteOptions(read_timeout=d.read_timeout, retries=d.retries))
+                  pin_memory=pin, verify=d.verify, on_error=d.on_error, remote=remote)
     train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
                          per_camera_augment=d.per_camera_augment,
-                         shuffle_buffer=d.shuffle_buffer, **common)
-    val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common)
+                         shuffle_buffer=d.shuffle_buffer, **common, **loader_options(cfg.model))
+    # the val spec first: where it carries the expert's controls, eval decodes them too
+    val_spec = read_manifest(d.val, remote).spec
+    val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common,
+                       **loader_options(cfg.model, val_spec))
     return train, val
 
 
@@ -115,7 +117,7 @@ def lr_lambda(cfg: TrainConfig, total_steps: int):
 def setup_run(cfg: TrainConfig, device: str, rank: int, world: int) -> Run:
     seed_everything(cfg.seed)   # identical initial weights on every rank
     train, val = build_data(cfg, rank, world, pin=device.startswith("cuda"))
-    model = build_model(cfg.model, len(train.camera_names), train.pred_len).to(device)
+    model = model_for(cfg, train).to(device)
     if device.startswith("cuda") and cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ddp = DistributedDataParallel(model, device_ids=[device] if device != "cpu" else None) \
@@ -195,12 +197,6 @@ def masked_l1(pred: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) -> 
     return (per_sample * valid).sum() / valid.sum().clamp(min=1)
 
 
-def forward(run: Run, batch, model: torch.nn.Module | None = None) -> torch.Tensor:
-    with run.autocast():
-        return (model or run.model)(batch.normalized_images(), batch.speed,
-                                    batch.target_point, batch.command)
-
-
 def _log_window(run: Run, window: list[torch.Tensor], wait: float, started: float) -> float:
     """One metrics line per log window: loss, lr, throughput and the time spent waiting for data."""
     if run.device.startswith("cuda"):
@@ -226,7 +222,8 @@ def train_one_epoch(run: Run) -> None:
         for batch in run.train:
             wait += time.perf_counter() - t0
             batch = batch.to(run.device)
-            loss = masked_l1(forward(run, batch), batch.waypoints, batch.valid)
+            loss = masked_l1(predict(run.model, batch, run.autocast()), batch.waypoints,
+                             batch.valid)
             run.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.optim.grad_clip)
@@ -246,35 +243,8 @@ def train_one_epoch(run: Run) -> None:
             t0 = time.perf_counter()
 
 
-def straight_baseline(speed: torch.Tensor, pred_len: int, dt: float) -> torch.Tensor:
-    """The ego continuing straight at its current speed: (0, -v*dt*i), forward being -y."""
-    steps = torch.arange(1, pred_len + 1, device=speed.device, dtype=torch.float32) * dt
-    wp = torch.zeros(speed.shape[0], pred_len, 2, device=speed.device)
-    wp[:, :, 1] = -speed[:, None] * steps
-    return wp
-
-
-@torch.no_grad()
-def evaluate(run: Run, model: torch.nn.Module | None = None) -> dict[str, float]:
-    """ADE/FDE of the model and the straight-line baseline, each val sample counted once."""
-    model = model or run.raw_model
-    model.eval()
-    sums = torch.zeros(5, dtype=torch.float64, device=run.device)
-    for batch in run.val:
-        batch = batch.to(run.device)
-        valid = batch.valid.double()
-        base = straight_baseline(batch.speed, run.val.pred_len, run.cfg.data.frame_dt)
-        for i, pred in enumerate((forward(run, batch, model).float(), base)):
-            err = (pred - batch.waypoints).norm(dim=-1).double()
-            sums[2 * i] += (err.mean(dim=1) * valid).sum()
-            sums[2 * i + 1] += (err[:, -1] * valid).sum()
-        sums[4] += valid.sum()
-    if run.world > 1:
-        tdist.all_reduce(sums)
-    n = max(sums[4].item(), 1.0)
-    return {"ade": sums[0].item() / n, "fde": sums[1].item() / n,
-            "baseline_ade": sums[2].item() / n, "baseline_fde": sums[3].item() / n,
-            "n": int(sums[4].item())}
+def run_eval(run: Run) -> dict[str, Any]:
+    return evaluate(run.raw_model, run.val, run.cfg, run.device, run.world)
 
 
 def rank_consistency(run: Run) -> list[list[float]]:
@@ -321,6 +291,11 @@ def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]
         log.info("val ADE %.3f m, FDE %.3f m on %d samples; straight-line baseline ADE %.3f m, "
                  "FDE %.3f m: the model %s the baseline", last_eval["ade"], last_eval["fde"],
                  last_eval["n"], last_eval["baseline_ade"], last_eval["baseline_fde"], verdict)
+        if "steer_mae" in last_eval:
+            log.info("TCP's PID controller vs the expert's controls, MAE (baseline's): steer "
+                     "%.3f (%.3f), throttle %.3f (%.3f), brake %.3f (%.3f)",
+                     *(last_eval[f"{p}{c}_mae"] for c in ("steer", "throttle", "brake")
+                       for p in ("", "baseline_")))
 
 
 def run_training(cfg: TrainConfig) -> dict[str, float] | None:
@@ -350,7 +325,7 @@ def _run(run: Run) -> dict[str, float] | None:
     try:
         restore(run)
         if cfg.eval_only:
-            result = evaluate(run)
+            result = run_eval(run)
             if run.main:
                 atomic_write_json(Path(cfg.run_dir) / "eval.json", {**result, "step": run.step})
                 log.info("eval of step %d: %s", run.step, result)
@@ -359,12 +334,12 @@ def _run(run: Run) -> dict[str, float] | None:
         while run.epoch < cfg.epochs and not (cfg.max_steps and run.step >= cfg.max_steps):
             train_one_epoch(run)
             if (run.epoch + 1) % cfg.eval_every == 0 or run.epoch + 1 == cfg.epochs:
-                last_eval = evaluate(run)
+                last_eval = run_eval(run)
                 run.log_metrics({"kind": "eval", "step": run.step, "epoch": run.epoch, **last_eval})
             save(run)
             run.epoch += 1
         if last_eval is None:   # resumed after the last epoch: every rank joins the reduce
-            last_eval = evaluate(run)
+            last_eval = run_eval(run)
         ranks, skipped = rank_consistency(run), skipped_samples(run)
         if run.main:
             finish(run, last_eval, ranks, skipped)

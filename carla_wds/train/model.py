@@ -5,7 +5,15 @@ of cameras and any prediction horizon: a shared image encoder, a small
 measurement MLP, a join MLP that initialises a GRU hidden state, and a GRUCell
 that emits one waypoint delta per step.
 
-Ego-frame convention (TCP's): x is lateral and forward is -y.
+With `prior: constant_velocity` (the default) those deltas are residuals on top of the
+straight-line, current-speed extrapolation (frames.straight_ahead, the baseline eval reports).
+The residual head starts at zero, so an untrained model predicts exactly the baseline and
+training only has to learn the corrections; `prior: none` is TCP's original formulation.
+Optional inputs, off by default: a LiDAR BEV histogram through a small CNN whose features join
+the cameras', and extra measurement values joining speed, target point and command.
+
+Waypoints are in the frame of the shards' labels (TCP's: x lateral, forward -y; garage's:
+x forward), which the prior needs to know which way is ahead.
 """
 
 from __future__ import annotations
@@ -19,11 +27,14 @@ import torch
 from torch import Tensor, nn
 
 from ..schema import N_COMMANDS
+from .frames import DEFAULT_FRAME, canonical, straight_ahead
 from .settings import setting
 
 logger = logging.getLogger(__name__)
 
 VALID_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18", "tiny")
+PRIORS: tuple[str, ...] = ("constant_velocity", "none")
+LIDAR_PRESETS: tuple[str, ...] = ("garage", "transfuser2022")   # carla_wds.lidar.PRESETS
 RESNET_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18")
 
 # CARLA speeds in urban driving rarely exceed ~12 m/s; TCP divides by 12 so the
@@ -47,6 +58,13 @@ class ModelConfig:
     pretrained: str | None = setting(None, nonempty=True)
     feature_dim: int = setting(256, ge=1, doc="fused feature size, the GRU's hidden size")
     dropout: float = setting(0.0, ge=0, lt=1)
+    prior: str = setting("constant_velocity", choices=PRIORS,
+                         doc="constant_velocity: residuals on the straight-line baseline; "
+                             "none: TCP's plain deltas")
+    lidar: str | None = setting(None, choices=LIDAR_PRESETS,
+                                doc="a LiDAR BEV branch on that project's histogram; null: off")
+    measurements: list[str] = setting(default_factory=list, unique=True,
+                                      doc="extra inputs: names in the shards' measurements")
 
     def cross_checks(self) -> list[tuple[str, str]]:
         if self.pretrained is not None and self.backbone not in RESNET_BACKBONES:
@@ -59,10 +77,10 @@ class ModelConfig:
 class TinyEncoder(nn.Module):
     """~100k-parameter CNN so tests and CPU smoke runs stay fast."""
 
-    def __init__(self, widths: tuple[int, ...] = (16, 32, 64, 128)) -> None:
+    def __init__(self, widths: tuple[int, ...] = (16, 32, 64, 128), in_channels: int = 3) -> None:
         super().__init__()
         layers: list[nn.Module] = []
-        c_in = 3
+        c_in = in_channels
         for c_out in widths:
             # bias is redundant before BatchNorm
             layers += [
@@ -138,16 +156,34 @@ def load_pretrained_backbone(encoder: nn.Module, path: str | Path, backbone: str
     logger.info("loaded pretrained %s backbone from %s", backbone, path)
 
 
-class WaypointModel(nn.Module):
-    """Multi-camera images + (speed, target point, command) -> ego-frame waypoints."""
+@dataclass(frozen=True)
+class ModelIO:
+    """What the data decides about the model besides cameras and horizon: the waypoints'
+    frame and frame interval (for the prior), extra measurement values, LiDAR channels."""
+    frame: str = DEFAULT_FRAME
+    frame_dt: float = 0.5
+    extra_dim: int = 0
+    lidar_channels: int = 0
+    extra_scales: tuple[float, ...] = ()   # one divisor per model.measurements name
 
-    def __init__(self, cfg: ModelConfig, n_cameras: int, pred_len: int) -> None:
+    def __post_init__(self) -> None:
+        canonical(self.frame)
+        if self.frame_dt <= 0 or self.extra_dim < 0 or self.lidar_channels < 0:
+            raise ValueError(f"bad model inputs: {self}")
+
+
+class WaypointModel(nn.Module):
+    """Multi-camera images + (speed, target point, command[, LiDAR, extras]) -> waypoints."""
+
+    def __init__(self, cfg: ModelConfig, n_cameras: int, pred_len: int,
+                 io: ModelIO | None = None) -> None:
         super().__init__()
         if n_cameras < 1 or pred_len < 1:
             raise ValueError(f"n_cameras and pred_len must be >= 1, got {n_cameras}, {pred_len}")
         if cfg.feature_dim < 1 or not 0.0 <= cfg.dropout < 1.0:
             raise ValueError(f"bad feature_dim/dropout: {cfg.feature_dim}, {cfg.dropout}")
         self.cfg = cfg
+        self.io = io or ModelIO()
         self.n_cameras = n_cameras
         self.pred_len = pred_len
 
@@ -160,18 +196,23 @@ class WaypointModel(nn.Module):
                 )
             load_pretrained_backbone(self.encoder, cfg.pretrained, cfg.backbone)
         enc_dim: int = self.encoder.out_dim
+        # TransFuser-style BEV input, but a small CNN of its own: the histogram is 1-2 planes
+        # of counts, nothing an ImageNet stem was trained on.
+        self.lidar_encoder = (TinyEncoder(in_channels=self.io.lidar_channels)
+                              if self.io.lidar_channels else None)
+        lidar_dim = self.lidar_encoder.out_dim if self.lidar_encoder is not None else 0
 
         # Fusion by concatenation: camera slots are fixed (front/left/right/...),
         # so the position in the concatenated vector already identifies the
         # camera; a Linear over it learns per-camera weighting with no extra
         # embedding machinery and keeps the 1-camera case a plain projection.
         self.fuse = nn.Sequential(
-            nn.Linear(n_cameras * enc_dim, cfg.feature_dim),
+            nn.Linear(n_cameras * enc_dim + lidar_dim, cfg.feature_dim),
             nn.ReLU(inplace=True),
             nn.Dropout(cfg.dropout),
         )
         self.measurements = nn.Sequential(
-            nn.Linear(MEASUREMENT_DIM, _MEAS_HIDDEN),
+            nn.Linear(MEASUREMENT_DIM + self.io.extra_dim, _MEAS_HIDDEN),
             nn.ReLU(inplace=True),
             nn.Linear(_MEAS_HIDDEN, _MEAS_HIDDEN),
             nn.ReLU(inplace=True),
@@ -187,8 +228,14 @@ class WaypointModel(nn.Module):
         )
         self.decoder = nn.GRUCell(input_size=4, hidden_size=cfg.feature_dim)
         self.output = nn.Linear(cfg.feature_dim, 2)
+        if cfg.prior != "none":
+            # zero residuals: the untrained model is the prior, so small data starts from the
+            # baseline's error instead of a random trajectory's
+            nn.init.zeros_(self.output.weight)
+            nn.init.zeros_(self.output.bias)
 
-    def _check_inputs(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor) -> None:
+    def _check_inputs(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor,
+                      lidar: Tensor | None, extra: Tensor | None) -> None:
         if images.dim() != 5 or images.shape[1] != self.n_cameras or images.shape[2] != 3:
             raise ValueError(
                 f"images must be (B, {self.n_cameras}, 3, H, W), got {tuple(images.shape)}"
@@ -200,47 +247,74 @@ class WaypointModel(nn.Module):
             raise ValueError(f"target_point must be ({b}, 2), got {tuple(target_point.shape)}")
         if tuple(command.shape) != (b, N_COMMANDS):
             raise ValueError(f"command must be ({b}, {N_COMMANDS}) one-hot, got {tuple(command.shape)}")
+        c = self.io.lidar_channels
+        if (lidar is None) != (c == 0) or (lidar is not None and (
+                lidar.dim() != 4 or tuple(lidar.shape[:2]) != (b, c))):
+            raise ValueError(f"lidar must be a ({b}, {c}, H, W) histogram" if c else
+                             "this model has no LiDAR branch (model.lidar=null); got lidar")
+        e = self.io.extra_dim
+        if (extra is None) != (e == 0) or (extra is not None and tuple(extra.shape) != (b, e)):
+            raise ValueError(f"extra measurements must be ({b}, {e}), got "
+                             f"{None if extra is None else tuple(extra.shape)}")
 
     def encode_images(self, images: Tensor) -> Tensor:
-        """(B, N, 3, H, W) -> fused (B, feature_dim); one encoder shared by all cameras."""
+        """(B, N, 3, H, W) -> (B, N * enc_dim); one encoder shared by all cameras."""
         b, n = images.shape[:2]
         x = images.flatten(0, 1)
         stem = next(self.encoder.parameters())
         if stem.is_contiguous(memory_format=torch.channels_last) and not stem.is_contiguous():
             # Match the weights' layout so convs don't convert on every call.
             x = x.contiguous(memory_format=torch.channels_last)
-        feats = self.encoder(x).reshape(b, n * self.encoder.out_dim)
-        return self.fuse(feats)
+        return self.encoder(x).reshape(b, n * self.encoder.out_dim)
 
-    def forward(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor) -> Tensor:
+    def forward(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor,
+                lidar: Tensor | None = None, extra: Tensor | None = None) -> Tensor:
         """images: (B, n_cameras, 3, H, W) float, already ImageNet-normalised; speed (B,) m/s;
-        target_point (B, 2); command (B, 6) one-hot. Returns waypoints (B, pred_len, 2) in the ego frame."""
-        self._check_inputs(images, speed, target_point, command)
+        target_point (B, 2); command (B, 6) one-hot; lidar (B, C, H, W) histogram and extra
+        (B, extra_dim) scaled measurements when the model has them. Returns waypoints
+        (B, pred_len, 2) in the labels' ego frame."""
+        self._check_inputs(images, speed, target_point, command, lidar, extra)
         b = images.shape[0]
         dtype = self.output.weight.dtype
-        tp = target_point.to(dtype)
-        tp_in = tp / POSITION_SCALE
-        meas = torch.cat([speed.reshape(b, 1).to(dtype) / SPEED_SCALE, tp_in, command.to(dtype)],
-                         dim=1)
-        h = self.join(torch.cat([self.encode_images(images), self.measurements(meas)], dim=1))
+        tp_in = target_point.to(dtype) / POSITION_SCALE
+        meas = [speed.reshape(b, 1).to(dtype) / SPEED_SCALE, tp_in, command.to(dtype)]
+        feats = [self.encode_images(images)]
+        if self.lidar_encoder is not None:
+            feats.append(self.lidar_encoder(lidar.to(dtype)))
+        if extra is not None:
+            meas.append(extra.to(dtype))
+        h = self.join(torch.cat([self.fuse(torch.cat(feats, dim=1)),
+                                 self.measurements(torch.cat(meas, dim=1))], dim=1))
+        return self._decode(h, speed, tp_in)
 
+    def _decode(self, h: Tensor, speed: Tensor, tp_in: Tensor) -> Tensor:
         # Accumulate waypoints in at least fp32: under bf16 autocast a running
         # sum of deltas would lose ~0.1 m of precision at 20 m range.
-        wp_dtype = torch.promote_types(dtype, torch.float32)
-        wp = torch.zeros(b, 2, dtype=wp_dtype, device=images.device)
+        b = h.shape[0]
+        wp_dtype = torch.promote_types(self.output.weight.dtype, torch.float32)
+        if self.cfg.prior == "none":
+            prior = torch.zeros(b, self.pred_len, 2, dtype=wp_dtype, device=h.device)
+        else:
+            prior = straight_ahead(speed, self.pred_len, self.io.frame_dt, self.io.frame).to(wp_dtype)
+        wp = torch.zeros(b, 2, dtype=wp_dtype, device=h.device)
+        residual = torch.zeros_like(wp)
         out: list[Tensor] = []
-        for _ in range(self.pred_len):
+        for t in range(self.pred_len):
+            # autoregressive on the full estimate (prior + residual so far), as TCP is on its own
             h = self.decoder(torch.cat([wp / POSITION_SCALE, tp_in.to(wp_dtype)], dim=1), h)
-            wp = wp + self.output(h).to(wp_dtype)
+            residual = residual + self.output(h).to(wp_dtype)
+            wp = prior[:, t] + residual
             out.append(wp)
         return torch.stack(out, dim=1)
 
 
-def build_model(cfg: ModelConfig, n_cameras: int, pred_len: int) -> WaypointModel:
-    model = WaypointModel(cfg, n_cameras=n_cameras, pred_len=pred_len)
+def build_model(cfg: ModelConfig, n_cameras: int, pred_len: int,
+                io: ModelIO | None = None) -> WaypointModel:
+    model = WaypointModel(cfg, n_cameras=n_cameras, pred_len=pred_len, io=io)
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(
-        "built WaypointModel(backbone=%s, cameras=%d, pred_len=%d): %.2fM params",
-        cfg.backbone, n_cameras, pred_len, n_params / 1e6,
+        "built WaypointModel(backbone=%s, cameras=%d, pred_len=%d, prior=%s, lidar=%s, "
+        "extra inputs=%d): %.2fM params", cfg.backbone, n_cameras, pred_len, cfg.prior,
+        cfg.lidar, model.io.extra_dim, n_params / 1e6,
     )
     return model

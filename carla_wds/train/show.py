@@ -10,7 +10,8 @@ from ..load import CARLAWebData
 from ..manifest import read_manifest
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import ConfigError, TrainConfig, config_from_dict
-from .model import WaypointModel, build_model
+from .inputs import loader_options, model_for, predict
+from .model import WaypointModel
 
 _FIX = "Fix: pass --checkpoint the checkpoint.pt that `carla-wds train` wrote into its run_dir"
 
@@ -24,16 +25,17 @@ def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = No
     """Write a PNG of the first n samples of `shards` (eval order) with their waypoints;
     with on_error="skip", bad samples are left out of it."""
     from .viz import montage
-    model, cameras, ckpt = None, None, None
+    model, cameras, ckpt, inputs = None, None, None, {}
     if checkpoint is not None:
         ckpt, cfg = _read(checkpoint)
         image_size, cameras = tuple(cfg.data.image_size), cfg.data.cameras
-    data = _shards(shards, n, image_size, cameras, checkpoint, on_error)
+        inputs = loader_options(cfg.model)
+    data = _shards(shards, n, image_size, cameras, checkpoint, on_error, inputs)
     batch = next(iter(data))
     if ckpt is not None:
         model = _model(checkpoint, ckpt, cfg, data)
         with torch.no_grad():
-            pred = model(batch.normalized_images(), batch.speed, batch.target_point, batch.command)
+            pred = predict(model, batch)
     rows = []
     for i in range(len(batch)):
         if not batch.valid[i]:
@@ -63,7 +65,7 @@ def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:
 
 
 def _shards(shards: str | Path, n: int, image_size: tuple[int, int], cameras: list[str] | None,
-            checkpoint: str | Path | None, on_error: str) -> CARLAWebData:
+            checkpoint: str | Path | None, on_error: str, inputs: dict[str, Any]) -> CARLAWebData:
     if checkpoint is not None and cameras is not None:
         held = read_manifest(str(shards)).spec.cameras
         if missing := [c for c in cameras if c not in held]:
@@ -72,13 +74,17 @@ def _shards(shards: str | Path, n: int, image_size: tuple[int, int], cameras: li
                             "shards with those cameras, or a checkpoint trained on these "
                             "shards' cameras")
     return CARLAWebData(str(shards), batch_size=max(1, n), mode="eval", image_size=image_size,
-                        cameras=cameras, rank=0, world_size=1, on_error=on_error)
+                        cameras=cameras, rank=0, world_size=1, on_error=on_error, **inputs)
 
 
 def _model(checkpoint: str | Path, ckpt: dict[str, Any], cfg: TrainConfig,
            data: CARLAWebData) -> WaypointModel:
     """The model the checkpoint's config describes for these shards, with its weights."""
-    model = build_model(cfg.model, len(data.camera_names), data.pred_len)
+    try:
+        model = model_for(cfg, data)
+    except ConfigError as exc:
+        raise ShowError(f"--checkpoint {checkpoint}: its model's inputs are not in {data.where}: "
+                        f"{exc}") from None
     mismatch = _mismatch(model.state_dict(), ckpt["model"])
     if mismatch:
         raise ShowError(f"--checkpoint {checkpoint}: its weights do not match the model its "

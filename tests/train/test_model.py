@@ -6,9 +6,12 @@ import pytest
 import torch
 import torchvision
 
+from carla_wds.train.frames import straight_ahead
 from carla_wds.train.model import (
+    PRIORS,
     VALID_BACKBONES,
     ModelConfig,
+    ModelIO,
     WaypointModel,
     build_model,
 )
@@ -47,9 +50,16 @@ def test_tiny_is_small() -> None:
     assert 50_000 < n < 150_000
 
 
-def test_decoder_is_autoregressive_on_target_point() -> None:
+def trained_like(model: WaypointModel) -> WaypointModel:
+    """The residual head as training leaves it: not zero (constant_velocity starts at zero)."""
+    torch.nn.init.normal_(model.output.weight, std=0.1, generator=torch.Generator().manual_seed(3))
+    return model
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_decoder_is_autoregressive_on_target_point(prior: str) -> None:
     torch.manual_seed(0)
-    model = tiny(pred_len=6).eval()
+    model = trained_like(tiny(pred_len=6, prior=prior)).eval()
     images, speed, target, command = make_batch(3, 1)
     with torch.no_grad():
         a = model(images, speed, target, command)
@@ -59,26 +69,79 @@ def test_decoder_is_autoregressive_on_target_point() -> None:
     assert (per_step > 1e-6).all(), per_step
 
 
-def test_waypoints_are_cumulative_deltas() -> None:
+@pytest.mark.parametrize("prior", PRIORS)
+def test_waypoints_are_the_prior_plus_cumulative_deltas(prior: str) -> None:
     torch.manual_seed(0)
-    model = tiny(pred_len=5).eval()
+    model = trained_like(tiny(pred_len=5, prior=prior)).eval()
     batch = make_batch(2, 1)
     deltas: list[torch.Tensor] = []
     hook = model.output.register_forward_hook(lambda _m, _i, o: deltas.append(o.detach()))
     with torch.no_grad():
         out = model(*batch)
     hook.remove()
-    assert torch.allclose(out, torch.cumsum(torch.stack(deltas, dim=1), dim=1), atol=1e-6)
+    base = straight_ahead(batch[1], 5, 0.5) if prior == "constant_velocity" else 0.0
+    residual = torch.cumsum(torch.stack(deltas, dim=1), dim=1)
+    assert residual.abs().max() > 0.1
+    assert torch.allclose(out, base + residual, atol=1e-5)
 
 
-def test_gradient_reaches_encoder() -> None:
+@pytest.mark.parametrize("frame,dt,ahead", [("tcp", 0.5, (0.0, -1.0)), ("garage", 0.25, (1.0, 0.0)),
+                                            ("transfuser2022", 0.5, (1.0, 0.0))])
+def test_untrained_constant_velocity_model_is_the_straight_line_baseline(frame, dt, ahead) -> None:
     torch.manual_seed(0)
-    model = tiny(n_cameras=2)
-    out = model(*make_batch(2, 2))
-    out.square().mean().backward()
+    model = build_model(ModelConfig(backbone="tiny", feature_dim=32), 2, 4,
+                        ModelIO(frame=frame, frame_dt=dt)).eval()
+    images, speed, target, command = make_batch(3, 2)
+    with torch.no_grad():
+        out = model(images, speed, target, command)
+    assert torch.equal(out, straight_ahead(speed, 4, dt, frame))
+    # 4 waypoints dt apart straight ahead: the last one is speed * 4 dt along `ahead`
+    offset = torch.tensor([-1.3, 0.0]) if frame == "transfuser2022" else torch.zeros(2)
+    expect = speed[:, None] * 4 * dt * torch.tensor(ahead) + offset
+    assert torch.allclose(out[:, -1], expect, atol=1e-5)
+    # the plain formulation starts elsewhere: the equality above is the prior, not chance
+    plain = build_model(ModelConfig(backbone="tiny", feature_dim=32, prior="none"), 2, 4,
+                        ModelIO(frame=frame, frame_dt=dt)).eval()
+    with torch.no_grad():
+        assert not torch.allclose(plain(images, speed, target, command), out, atol=0.1)
+
+
+@pytest.mark.parametrize("prior", PRIORS)
+def test_gradient_reaches_encoder(prior: str) -> None:
+    torch.manual_seed(0)
+    model = tiny(n_cameras=2, prior=prior)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):   # the zero residual head lets gradients through from the 2nd step on
+        opt.zero_grad()
+        out = model(*make_batch(2, 2))
+        (out - 1.0).square().mean().backward()
+        opt.step()
     first_conv = model.encoder.features[0].weight
     assert first_conv.grad is not None and first_conv.grad.abs().sum() > 0
     assert model.measurements[0].weight.grad.abs().sum() > 0
+
+
+def test_lidar_branch_and_extra_measurements_feed_the_prediction() -> None:
+    torch.manual_seed(0)
+    io = ModelIO(frame="garage", frame_dt=0.25, extra_dim=5, lidar_channels=1)
+    model = trained_like(build_model(ModelConfig(backbone="tiny", feature_dim=32), 1, 8, io))
+    images, speed, target, command = make_batch(2, 1)
+    lidar, extra = torch.rand(2, 1, 64, 64), torch.randn(2, 5)
+    out = model(images, speed, target, command, lidar=lidar, extra=extra)
+    assert out.shape == (2, 8, 2)
+    with torch.no_grad():
+        assert not torch.allclose(model(images, speed, target, command, lidar=lidar * 0,
+                                        extra=extra), out)
+        assert not torch.allclose(model(images, speed, target, command, lidar=lidar,
+                                        extra=extra + 1), out)
+    out.square().mean().backward()
+    assert model.lidar_encoder.features[0].weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"lidar must be a \(2, 1, H, W\) histogram"):
+        model(images, speed, target, command, extra=extra)
+    with pytest.raises(ValueError, match=r"extra measurements must be \(2, 5\)"):
+        model(images, speed, target, command, lidar=lidar, extra=extra[:, :3])
+    with pytest.raises(ValueError, match="no LiDAR branch"):
+        tiny()(images, speed, target, command, lidar=lidar)
 
 
 def test_tiny_model_overfits_small_batch() -> None:

@@ -1,0 +1,116 @@
+"""From a batch to the model's inputs, and what the loader must decode for them.
+
+The model config picks its inputs (cameras always; `model.lidar` a LiDAR histogram preset,
+`model.measurements` extra values from the shards' measurements record). This module asks the
+loader for those fields, checks them against the shards' manifest before anything trains, and
+turns a CARLABatch into the model's tensors, in one place for training, eval and `show`.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..extras import MEASUREMENTS, MeasField
+from ..lidar import PRESETS
+from ..load import CARLABatch, CARLAWebData
+from ..schema import SampleSpec
+from .config import ConfigError, TrainConfig
+from .control import has_expert_controls
+from .frames import label_frames
+from .model import POSITION_SCALE, SPEED_SCALE, ModelConfig, ModelIO, WaypointModel, build_model
+
+# Extra measurement inputs are scaled by their declared units, as speed and positions are,
+# so every input the MLP sees is O(1).
+_UNIT_SCALE = {"m": POSITION_SCALE, "m/s": SPEED_SCALE, "deg": 90.0}
+
+
+def record_fields(spec: SampleSpec) -> dict[str, MeasField]:
+    """The fields of the shards' measurements record by name ({} when they have none)."""
+    extra = next((e for e in spec.extras if e.name == MEASUREMENTS), None)
+    return {f.name: f for f in extra.fields} if extra is not None else {}
+
+
+def check_inputs(cfg: ModelConfig, spec: SampleSpec, where: str) -> None:
+    """ConfigError naming the key and what the shards hold, for inputs they do not have."""
+    fields = record_fields(spec)
+    missing = [m for m in cfg.measurements if m not in fields]
+    if missing:
+        raise ConfigError(f"model.measurements: {missing} not in the measurements of {where}; "
+                          f"they hold {sorted(fields) or 'no measurements record'}. Fix: "
+                          "model.measurements=[...] with names from that list, or []")
+    lidar = [e for e in spec.extras if e.modality == "lidar" and e.twin_of is None]
+    if cfg.lidar is not None and not lidar:
+        raise ConfigError(f"model.lidar={cfg.lidar}: {where} holds no LiDAR (its extras: "
+                          f"{[e.name for e in spec.extras] or 'none'}). Fix: model.lidar=null, "
+                          "or shards packed with a layout that has LiDAR (garage, "
+                          "transfuser2022)")
+
+
+def loader_options(cfg: ModelConfig, spec: SampleSpec | None = None) -> dict[str, Any]:
+    """CARLAWebData keywords for the fields the model reads; with the val shards' spec, also
+    the measurements that carry the expert's controls (eval's steer/throttle/brake MAE)."""
+    fields = ["lidar"] if cfg.lidar is not None else []
+    controls = spec is not None and has_expert_controls(list(record_fields(spec)))
+    if cfg.measurements or controls:
+        fields.append(MEASUREMENTS)
+    return {"fields": fields or None, "lidar_histogram": cfg.lidar}
+
+
+def model_io(cfg: TrainConfig, spec: SampleSpec) -> ModelIO:
+    """What the data decides about the model: frame, interval, input sizes."""
+    fields = record_fields(spec)
+    chosen = [fields[m] for m in cfg.model.measurements]
+    channels = len(PRESETS[cfg.model.lidar].channels) if cfg.model.lidar else 0
+    return ModelIO(frame=label_frames(dict(spec.frames))[0], frame_dt=cfg.data.frame_dt,
+                   extra_dim=sum(math.prod(f.shape) for f in chosen), lidar_channels=channels,
+                   extra_scales=tuple(_UNIT_SCALE.get(f.units, 1.0) for f in chosen))
+
+
+def model_for(cfg: TrainConfig, data: CARLAWebData) -> WaypointModel:
+    """The model the config describes for these shards (inputs checked against them)."""
+    check_inputs(cfg.model, data.spec, data.where)
+    return build_model(cfg.model, len(data.camera_names), data.pred_len,
+                       model_io(cfg, data.spec))
+
+
+def extra_inputs(model: WaypointModel, batch: CARLABatch) -> Tensor | None:
+    """(B, extra_dim) selected measurement values, flattened and scaled by their units; zeros
+    for a batch of padding only (the loader then has no record to give)."""
+    names, b = model.cfg.measurements, batch.speed.shape[0]
+    if not names:
+        return None
+    if not batch.measurements:
+        return torch.zeros(b, model.io.extra_dim, device=batch.speed.device)
+    return torch.cat([batch.measurements[m].reshape(b, -1).float() / scale
+                      for m, scale in zip(names, model.io.extra_scales)], dim=1)
+
+
+def predict(model: WaypointModel | torch.nn.Module, batch: CARLABatch,
+            autocast: Any = None) -> Tensor:
+    """The model's waypoints for a batch (model may be the DDP wrapper)."""
+    raw: WaypointModel = getattr(model, "module", model)
+    b = batch.speed.shape[0]
+    lidar = None
+    if raw.io.lidar_channels:
+        lidar = batch.lidar
+        if lidar is None:   # padding only: no sample had a cloud to histogram
+            lidar = torch.zeros(b, raw.io.lidar_channels, 8, 8, device=batch.speed.device)
+    extra = extra_inputs(raw, batch)
+    with autocast or nullcontext():
+        return model(batch.normalized_images(), batch.speed, batch.target_point, batch.command,
+                     lidar=lidar, extra=extra)
+
+
+def autocast_for(device: str, bf16: bool):
+    """bf16 autocast on CUDA when configured; nothing on the CPU."""
+    if device.startswith("cuda") and bf16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+__all__ = ["autocast_for", "check_inputs", "loader_options", "model_for", "model_io",
+           "predict", "record_fields"]
