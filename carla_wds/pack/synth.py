@@ -35,6 +35,7 @@ DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (900, 256), "transfuser
 # Layouts written by their own modules (synth_garage, synth_tf2022, synth_roach), with their
 # default image sizes there: garage 1024x256, transfuser2022 960x160, tcp_roach 900x256.
 MODULE_LAYOUTS: dict[str, str] = {"garage": "synth_garage", "transfuser2022": "synth_tf2022",
+                                  "bench2drive": "synth_b2d",
                                   "tcp_roach": "synth_roach"}
 # Yaw offset of each camera from the ego heading; +pi/2 is the ego's right (see module doc).
 CAMERA_YAW: dict[str, float] = {"front": 0.0, "right": math.pi / 2, "left": -math.pi / 2,
@@ -274,10 +275,11 @@ class _Renderer:
         self.rng = rng
 
     def render(self, road: _Road, s: float, pose: tuple[float, float, float],
-               camera: str) -> np.ndarray:
-        """BGR image seen by `camera` of an ego at arc length s and pose (x, y, theta)."""
+               camera: str, view: tuple[float, float] | None = None) -> np.ndarray:
+        """BGR image seen by `camera` of an ego at arc length s and pose (x, y, theta); `view`
+        (m of road behind, ahead) overrides the camera's own, for rigs other than these four."""
         yaw = pose[2] + CAMERA_YAW[camera]
-        behind, ahead = VIEW[camera]
+        behind, ahead = view or VIEW[camera]
         idx = np.arange(road.index(s - behind), road.index(s + ahead) + 1)
         dx, dy = road.x[idx] - pose[0], road.y[idx] - pose[1]
         geo = (dx * math.cos(yaw) + dy * math.sin(yaw),       # depth along the optical axis
