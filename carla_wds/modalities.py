@@ -59,11 +59,15 @@ def _png_problem(data: Data, colour_type: int, expected: str) -> str | None:
     return None
 
 
-def _imdecode(data: Data, what: str, want_ndim: int) -> np.ndarray:
+def _imdecode(data: Data, what: str, channels: int) -> np.ndarray:
+    """8-bit pixels of exactly `channels` channels: a BGRA file where BGR is expected is
+    refused, not read with its alpha silently dropped."""
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    if img is None or img.dtype != np.uint8 or img.ndim != want_ndim:
-        shape = None if img is None else (img.shape, img.dtype)
-        raise SchemaError(f"{what} PNG does not decode to 8-bit {want_ndim}-D pixels ({shape})",
+    have = None if img is None else (1 if img.ndim == 2 else img.shape[2])
+    if img is None or img.dtype != np.uint8 or have != channels:
+        shape = None if img is None else f"{img.dtype} {img.shape}"
+        raise SchemaError(f"{what} PNG does not decode to 8-bit pixels of {channels} "
+                          f"channel{'s' if channels > 1 else ''} ({shape})",
                           fix="re-pack from the source PNG")
     return img
 
@@ -131,7 +135,7 @@ class DepthGarage8Codec(Codec):
         return _imencode(v, "depth")
 
     def decode(self, data: Data) -> np.ndarray:
-        v = _imdecode(data, "depth", 2)
+        v = _imdecode(data, "depth", 1)
         return v.astype(np.float32) * np.float32(_GARAGE_DEPTH_MAX / 255.0)
 
     def check(self, data: Data) -> str | None:
@@ -149,7 +153,7 @@ class SemanticsCodec(Codec):
                                                                "semantics")
 
     def decode(self, data: Data) -> np.ndarray:
-        return _imdecode(data, "semantics", 2)
+        return _imdecode(data, "semantics", 1)
 
     def check(self, data: Data) -> str | None:
         problem = _png_problem(data, 0, "1-channel 8-bit class ids")
@@ -161,7 +165,7 @@ class BevClassesCodec(SemanticsCodec):
     name: ClassVar[str] = "bev_classes"
 
     def decode(self, data: Data) -> np.ndarray:
-        return _imdecode(data, "BEV classes", 2)[None]
+        return _imdecode(data, "BEV classes", 1)[None]
 
     def check(self, data: Data) -> str | None:
         problem = _png_problem(data, 0, "1-channel 8-bit BEV class ids")
