@@ -133,9 +133,9 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
     the LiDAR histogram is taken, so the histogram is of the moved cloud, as garage's is."""
     raw, twin, shift, yaw = twin_swap(raw, opts)
     labels = decode_labels(spec, raw, where)
-    if spec.extras or opts.twin_p > 0:
+    if spec.extras or opts.twins:
         labels["fields"] = decode_fields(raw, spec, image_size, opts, where)
-    if opts.twin_p > 0:
+    if opts.twins:   # shards with a twin always say which set a sample is (eval: 0)
         labels["fields"]["camera_set"] = np.array(twin, np.int8)   # 1: the augmented twin's
         if twin:
             move_labels(labels, shift, yaw)
