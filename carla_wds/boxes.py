@@ -28,7 +28,7 @@ from .codecs import SchemaError
 BOX_COLUMNS: tuple[str, ...] = ("class", "x", "y", "z", "extent_x", "extent_y", "extent_z",
                                 "yaw", "speed", "brake", "num_points", "id")
 BOX_CLASSES: dict[str, int] = {"car": 0, "walker": 1, "traffic_light": 2, "stop_sign": 3,
-                               "ego": 4}
+                               "ego": 4, "traffic_sign": 5}   # Bench2Drive's signs of any kind
 FILL = -1.0
 _COL = {name: i for i, name in enumerate(BOX_COLUMNS)}
 _GARAGE_CLASSES = {"ego_car": "ego", "car": "car", "walker": "walker",
