@@ -6,8 +6,12 @@ same name in:
 - "transfuser2022": transfuser@22b3ccd team_code_transfuser/data.py l.446. Grid x in
   [-16, 16] m, y in [-32, 0] m, 8 px/m (256 x 256), split at z = -2.3 m, at most 5 points a
   pixel, channels (above, below), then `np.rot90(features, -1, axes=(1, 2))`. No height cut.
-  Its data.py negates y (`lidars_i[:, 1] *= -1`) before calling it; that is a load step, not
-  part of this function, so pass the points as they are after it.
+  The preset takes the points as stored (`lidar/NNNN.npy` item 1, the sensor's own frame:
+  x left, y forward), which is what a `transfuser2022` pack holds, and first negates y as
+  `CARLA_Data.__getitem__` does (`lidars_i[:, 1] *= -1`) before its histogram: without it
+  the grid's y in [-32, 0] would hold the 32 m BEHIND the car. Its `align` step is the
+  identity for the shipped seq_len = 1 without rotation augmentation, so this is the whole
+  path from file to network input.
 - "garage": carla_garage@1448bed team_code/data.py l.873 with team_code/config.py values:
   min_x/max_x = -32/32, min_y/max_y = -32/32, pixels_per_meter = 4.0 (256 x 256),
   lidar_split_height = 0.2, hist_max_per_pixel = 5, max_height_lidar = 100.0 (points at or
@@ -39,6 +43,7 @@ class HistogramPreset:
     use_ground_plane: bool       # False: only the above plane
     orientation: str             # "rot90_cw" (np.rot90(k=-1) on (C,X,Y)) or "transpose"
     max_height: float | None = None   # points with z >= this are dropped first
+    negate_y: bool = False       # stored y is flipped by the project's loader before binning
 
     def __post_init__(self) -> None:
         if set(self.channels) - {"above", "below"} or not self.channels:
@@ -60,7 +65,7 @@ PRESETS: dict[str, HistogramPreset] = {
     "transfuser2022": HistogramPreset(
         x_range=(-16.0, 16.0), y_range=(-32.0, 0.0), pixels_per_meter=8.0, split_height=-2.3,
         max_per_pixel=5.0, channels=("above", "below"), use_ground_plane=True,
-        orientation="rot90_cw"),
+        orientation="rot90_cw", negate_y=True),
     "garage": HistogramPreset(
         x_range=(-32.0, 32.0), y_range=(-32.0, 32.0), pixels_per_meter=4.0, split_height=0.2,
         max_per_pixel=5.0, channels=("above",), use_ground_plane=False,
@@ -74,13 +79,16 @@ def _splat(xy: np.ndarray, preset: HistogramPreset) -> np.ndarray:
 
 
 def lidar_to_histogram_features(points: np.ndarray, preset: str) -> np.ndarray:
-    """(N, >=3) points (x, y, z[, ...]) -> float32 (C, H, W) histogram of the named preset."""
+    """(N, >=3) points (x, y, z[, ...]) as the dataset stores them -> float32 (C, H, W)
+    histogram of the named preset, as that project's loader computes it from its file."""
     if preset not in PRESETS:
         raise ValueError(f"unknown histogram preset {preset!r}; presets: {sorted(PRESETS)}")
     p = PRESETS[preset]
     pts = np.asarray(points)
     if pts.ndim != 2 or pts.shape[1] < 3:
         raise SchemaError(f"points have shape {pts.shape}; expected (N, 3) or more columns")
+    if p.negate_y:   # on a copy: the caller's array (maybe a batch buffer) stays as stored
+        pts = pts[:, :3] * np.array([1, -1, 1], dtype=pts.dtype)
     if p.max_height is not None:
         pts = pts[pts[:, 2] < p.max_height]
     z = pts[:, 2]
