@@ -1,13 +1,15 @@
-"""fields=[...]: a field that is not selected is never decoded (counted at the codec), and
-the selected ones come back typed and padded."""
+"""fields=[...]: a field that is not selected is never decoded (counted at the codec), the
+selected ones come back typed and padded, and the photometric augmenter leaves them alone."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from carla_wds.codecs import RecordCodec, register
 from carla_wds.load import CARLAWebData
 from carla_wds.load.fields import collate_fields
+from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
 from tests.pack.test_layout_tcp_roach import packed_roach, raw_roach  # noqa: F401 (fixtures)
 
 
@@ -44,3 +46,25 @@ def test_variable_rows_are_padded_with_their_lengths():
     out = collate_fields(rows, ("lidar",))
     assert out["lidar"].shape == (3, 5, 4) and out["lidar_len"].tolist() == [3, 0, 5]
     assert (out["lidar"][0, 3:] == 0).all() and (out["lidar"][2] == 2).all()
+
+
+def _epoch(packed, augment: bool, **kw) -> list:
+    data = CARLAWebData(str(packed), batch_size=6, image_size=(48, 64), seed=2, augment=augment,
+                        fields=["depth", "semantics", "bev", "lidar", "boxes", "measurements"],
+                        **kw)
+    data.set_epoch(0, global_step=10**6)   # late in training: the ramp makes it strong
+    return list(data)
+
+
+@pytest.mark.parametrize("twin_p", [0.0, 1.0])
+def test_the_photometric_augmenter_touches_rgb_only(packed_garage, twin_p):  # noqa: F811
+    plain, augmented = _epoch(packed_garage, False, twin_p=twin_p), \
+        _epoch(packed_garage, True, twin_p=twin_p)
+    assert [b.keys for b in plain] == [b.keys for b in augmented]
+    assert any(not torch.equal(a.images, b.images) for a, b in zip(plain, augmented))
+    for a, b in zip(plain, augmented):
+        for name in ("depth", "semantics", "bev", "lidar", "lidar_len", "boxes", "boxes_len",
+                     "route", "camera_set", "waypoints", "target_point"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        assert a.measurements.keys() == b.measurements.keys()
+        assert all(torch.equal(a.measurements[k], b.measurements[k]) for k in a.measurements)
