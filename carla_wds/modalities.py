@@ -234,8 +234,8 @@ def points_problem(points: np.ndarray, columns: int | None = None) -> str | None
     except SchemaError as exc:
         return exc.reason
     if columns is not None and arr.shape[1] != columns:
-        return (f"points have {arr.shape[1]} columns; the layout declares (N,{columns})"
-                + (" xyzi" if columns == 4 else " xyz"))
+        return (f"points have {arr.shape[1]} columns; expected (N,{columns}) "
+                f"{'xyzi' if columns == 4 else 'xyz'}, as the layout declares")
     return None
 
 
@@ -312,7 +312,8 @@ class LazCodec(Codec):
             las = laspy.read(io.BytesIO(bytes(data)))
             return np.ascontiguousarray(las.xyz, dtype=np.float32)
         except Exception as exc:  # noqa: BLE001 - laspy/lazrs raise many kinds on bad data
-            raise SchemaError(f"LAZ does not decode ({type(exc).__name__}: {exc})",
+            raise SchemaError(f"LAZ does not decode ({type(exc).__name__}: {exc}); expected "
+                              "a complete LASzip file as laspy writes it",
                               fix="re-pack from the source .laz (laspy + lazrs installed)") from exc
 
     def check_full(self, data: Data, columns: int | None = None) -> str | None:

@@ -240,7 +240,7 @@ def test_points_check_catches_truncation_dtype_and_declared_columns():
     assert "float64" in codec.check(_npy(np.zeros((5, 4))))
     three = _npy(np.zeros((5, 3), np.float32))
     assert codec.check_full(three) is None
-    assert "3 columns; the layout declares (N,4)" in codec.check_full(three, 4)
+    assert "3 columns; expected (N,4) xyzi, as the layout declares" in codec.check_full(three, 4)
 
 
 # ---------------------------------------------------------------- LAZ
