@@ -79,6 +79,15 @@ def _imencode(img: np.ndarray, what: str) -> bytes:
     return buf.tobytes()
 
 
+def depth_metres(value: Any) -> np.ndarray:
+    """A depth array to encode as float64 (H,W) metres, all finite; SchemaError otherwise."""
+    metres = np.asarray(value, np.float64)
+    if metres.ndim != 2 or not np.isfinite(metres).all():
+        raise SchemaError(f"depth array has shape {metres.shape} or non-finite values; "
+                          "expected finite float (H,W) metres")
+    return metres
+
+
 def _gray_u8(value: Any, what: str) -> np.ndarray:
     arr = np.asarray(value)
     if arr.ndim == 3 and arr.shape[0] == 1:   # bev_classes arrays come as (1,H,W)
@@ -99,10 +108,7 @@ class DepthCarla24Codec(Codec):
     def encode(self, value: Any) -> bytes:
         if _is_bytes(value):
             return bytes(value)
-        metres = np.asarray(value, np.float64)
-        if metres.ndim != 2 or not np.isfinite(metres).all():
-            raise SchemaError(f"depth array has shape {metres.shape} or non-finite values; "
-                              "expected finite float (H,W) metres")
+        metres = depth_metres(value)
         code = np.rint(np.clip(metres / _DEPTH24_SCALE, 0, 2 ** 24 - 1)).astype(np.uint32)
         bgr = np.stack([code & 255, (code >> 8) & 255, code >> 16], -1).astype(np.uint8)
         return _imencode(bgr, "depth")
@@ -126,10 +132,7 @@ class DepthGarage8Codec(Codec):
     def encode(self, value: Any) -> bytes:
         if _is_bytes(value):
             return bytes(value)
-        metres = np.asarray(value, np.float64)
-        if metres.ndim != 2 or not np.isfinite(metres).all():
-            raise SchemaError(f"depth array has shape {metres.shape} or non-finite values; "
-                              "expected finite float (H,W) metres")
+        metres = depth_metres(value)
         # as data_agent.py: (x * 255 + 0.5).astype(uint8) on the clipped [0,1] depth
         v = (np.clip(metres / _GARAGE_DEPTH_MAX, 0, 1) * 255.0 + 0.5).astype(np.uint8)
         return _imencode(v, "depth")
@@ -340,7 +343,8 @@ class LazCodec(Codec):
             return (f"LAS header not sane (version {major}.{minor}, header {header_size} B, "
                     f"point format {fmt}); expected LAS 1.0-1.4")
         if point_offset + 8 > len(data):
-            return f"LAZ truncated before its point data ({len(data)} bytes, data at {point_offset})"
+            return (f"LAZ truncated before its point data ({len(data)} bytes, data at "
+                    f"{point_offset}); expected a complete .laz file")
         if head[104] & 0x80:   # compressed: 8 bytes of chunk-table offset open the point data
             table = int.from_bytes(bytes(data[point_offset:point_offset + 8]), "little",
                                    signed=True)
@@ -355,5 +359,5 @@ for _codec in (DepthCarla24Codec(), DepthGarage8Codec(), SemanticsCodec(), BevTf
     register(_codec)
 
 __all__ = ["BevClassesCodec", "BevTf2022Codec", "DepthCarla24Codec", "DepthGarage8Codec",
-           "LazCodec", "PointsCodec", "SemanticsCodec", "encode_laz", "pack_bev_tf2022",
-           "points_array", "points_problem"]
+           "LazCodec", "PointsCodec", "SemanticsCodec", "depth_metres", "encode_laz",
+           "pack_bev_tf2022", "points_array", "points_problem"]
