@@ -16,7 +16,8 @@ import numpy as np
 
 from .codecs import SchemaError
 
-MODALITIES = ("rgb", "depth", "semantics", "bev", "lidar", "boxes", "json", "measurements")
+MODALITIES = ("rgb", "depth", "semantics", "bev", "lidar", "boxes", "json", "measurements",
+              "radar", "instance")
 MEASUREMENTS = "measurements"
 _DTYPES = ("float32", "uint8", "int32", "bool")
 

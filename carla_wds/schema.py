@@ -34,7 +34,9 @@ from .extras import Extra
 # carla-wds reads both, a version-1 manifest being a spec with no extras.
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-CAMERAS = ("front", "rear", "left", "right")
+# the first four: TCP and TransFuser; front and the last five: Bench2Drive's nuScenes-like rig
+CAMERAS = ("front", "rear", "left", "right", "front_left", "front_right", "back", "back_left",
+           "back_right")
 IMAGE_FORMATS = ("png", "jpg")
 _KEY_OK = re.compile(r"^[A-Za-z0-9_\-~+=,@]+$")
 # No camera image of a CARLA dataset comes near this (Bench2Drive: 1600x900 = 1.4 MP); an

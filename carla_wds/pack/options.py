@@ -51,10 +51,22 @@ class PackOptions:
     # Unpickle raw inputs (TCP supervision, TransFuser 2022 LiDAR) from a source the user
     # trusts; what they hold is stored as typed members, never as a pickle.
     allow_pickle_input: bool = False
+    # --layout bench2drive (clips): keyframe stride (None: 5, B2D's own 2 Hz), the official
+    # split file and which subset of it, label handedness, box radius (None: 75 m, as
+    # prepare_B2D.py), sensors besides the cameras (None: lidar, boxes, expert), and how much
+    # of an archive's clip is spooled in memory before the rest goes to one temporary file.
+    stride: int | None = None
+    split: str | None = None
+    subset: str = "train"
+    handedness: str = "left"
+    box_radius: float | None = None
+    sensors: tuple[str, ...] | None = None
+    spool_bytes: int = 1 << 30
 
     def identity(self) -> dict[str, Any]:
         """The options that change the output bytes; a resume must match them exactly."""
-        skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input"}
+        skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
+                "spool_bytes"}
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def validate(self) -> None:
@@ -89,6 +101,7 @@ class PackOptions:
             raise _bad("--dot-replacement", repr(self.dot_replacement), "characters allowed in "
                        "a sample key (letters, digits, _-~+=,@; no dot)",
                        "pass e.g. --dot-replacement _")
+        self._check_clips()
         if self.resume and self.overwrite:
             raise _bad("--resume with --overwrite", "", "one of them", "pass --resume to "
                        "finish an interrupted pack, or --overwrite to start again")
@@ -114,3 +127,32 @@ class PackOptions:
             text = "/".join(map(str, self.part)) if isinstance(self.part, tuple) else self.part
             raise _bad("--part", text, "i/N with 0 <= i < N", "pass e.g. --part 0/4 ... "
                        "--part 3/4, one per machine")
+
+    def _check_clips(self) -> None:
+        """The bench2drive options: refused for other layouts, checked for bench2drive."""
+        from .b2d import SENSORS
+        from .clips import SUBSETS
+        given = [o for o, v in (("--stride", self.stride), ("--split", self.split),
+                                ("--box-radius", self.box_radius), ("--sensors", self.sensors))
+                 if v is not None] + (["--handedness"] if self.handedness != "left" else [])
+        if self.layout != "bench2drive":
+            if given:
+                raise _bad(given[0], "", "--layout bench2drive", f"leave {given[0]} out for "
+                           f"--layout {self.layout}")
+            return
+        if self.stride is not None:
+            _whole("--stride", self.stride, 1, None, "pass e.g. --stride 5 (2 Hz keyframes) "
+                   "or --stride 1 (every 10 Hz frame)")
+        if self.subset not in SUBSETS:
+            raise _bad("--subset", self.subset, f"one of {list(SUBSETS)}", "pass --subset train")
+        if self.handedness not in ("left", "right"):
+            raise _bad("--handedness", self.handedness, "left or right", "pass --handedness "
+                       "right for Bench2DriveZoo's right-handed frame, or leave it out")
+        if self.box_radius is not None and not (isinstance(self.box_radius, (int, float))
+                                                and 0 < self.box_radius < 1e4):
+            raise _bad("--box-radius", self.box_radius, "metres > 0", "pass e.g. --box-radius 75")
+        bad = [s for s in self.sensors or () if s not in SENSORS]
+        if bad or (self.sensors is not None and len(set(self.sensors)) != len(self.sensors)):
+            raise _bad("--sensors", ",".join(self.sensors), f"distinct names from {list(SENSORS)}",
+                       "pass e.g. --sensors lidar,boxes,expert,radar")
+        _whole("--spool-bytes", self.spool_bytes, 0, None, "pass e.g. --spool-bytes 1000000000")

@@ -13,11 +13,12 @@ import logging
 import os
 import queue
 import shutil
+import threading
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
@@ -36,10 +37,13 @@ from .shards import JOURNAL, JournalEntry, ShardSink, output_error
 
 log = logging.getLogger(__name__)
 CHUNK = 16   # frames per worker task: large enough to amortise IPC, small enough to stream
+AHEAD = 64   # chunks a pool may hold before their results are taken (bounds clip bytes held)
+CLIP_LAYOUT = "bench2drive"
 
 
 def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.SimpleQueue,
-            start: tuple[int, str]) -> Iterator[tuple[list[FrameTask], FrameEncoder]]:
+            start: tuple[int, str], ahead: threading.BoundedSemaphore | None = None
+            ) -> Iterator[tuple[list[FrameTask], FrameEncoder]]:
     """Worker tasks of the stream, after the first `start[0]` (those of committed shards, the
     last of which was the sample `start[1]`): their images are neither read nor encoded.
 
@@ -59,6 +63,8 @@ def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.Simpl
             tasks = tasks[n:]
         seen.put((plan, done_already))
         for i in range(0, len(tasks), CHUNK):
+            if ahead is not None:
+                ahead.acquire()
             yield tasks[i:i + CHUNK], encoder
     if skip:
         raise _changed(f"it gives {start[0] - skip} frame tasks, the committed shards "
@@ -136,39 +142,84 @@ def _select_part(routes: list[str], part: tuple[int, int] | None) -> list[str]:
     return routes[i * len(routes) // n:(i + 1) * len(routes) // n]
 
 
+@dataclass
+class _Input:
+    """What one pack reads, whatever the dataset's structure: the episodes (route folders, or
+    clips), how each is planned, the encoder of its tasks, and what the manifest says of it."""
+    layout: Any                           # .name, .rate_hz (and .spec_doc) for the manifest
+    spec: SampleSpec
+    episodes: list[Any]
+    plan: Callable[[Any], RoutePlan]
+    encoder: FrameEncoder
+    total: int | None                     # frames, for the progress bar (None: unknown)
+    split_missing: list[str] = field(default_factory=list)
+
+
 def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> dict[str, Any]:
     """Pack input_dir into output_dir; returns the manifest that was written.
 
     Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
     first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
     opts.validate()
-    try:
-        layout = load_layout(opts.layout)
-    except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
-        raise PackError(f"--layout {opts.layout}: {exc}") from None
-    if opts.pred_len is None:
-        opts = replace(opts, pred_len=layout.pred_len)
-    spec = layout_spec(layout, opts.pred_len, opts.image_format or layout.image_ext)
-    all_routes = find_routes(input_dir, layout)
-    _check_key_collisions(all_routes, opts.dot_replacement)
-    routes = _select_part(all_routes, opts.part)
+    src, opts = _clip_input(input_dir, opts) if opts.layout == CLIP_LAYOUT else \
+        _route_input(input_dir, opts)
     out = Path(output_dir)
     created, wrote = not out.exists(), []
     try:
-        return _pack_into(input_dir, out, routes, layout, spec, opts, wrote)
+        return _pack_into(out, src, opts, wrote)
     except BaseException:
         _discard_if_nothing_committed(out, created, bool(wrote))
         raise
 
 
-def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: SampleSpec,
-               opts: PackOptions, wrote: list[Path]) -> dict[str, Any]:
+def _route_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackOptions]:
+    """Route folders of a layout YAML (tcp, transfuser4, tcp_roach, transfuser2022, garage)."""
+    try:
+        layout = load_layout(opts.layout)
+    except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
+        raise PackError(f"--layout {opts.layout}: {exc}") from None
+    pred_len = opts.pred_len if opts.pred_len is not None else layout.pred_len
+    spec = layout_spec(layout, pred_len, opts.image_format or layout.image_ext)
+    all_routes = find_routes(input_dir, layout)
+    _check_key_collisions(all_routes, opts.dot_replacement)
+    routes = _select_part(all_routes, opts.part)
+    opts = replace(opts, pred_len=pred_len)
+    encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
+                           readers(layout, spec), opts.allow_pickle_input)
+    ext = "." + layout.measurements_ext
+    total = sum(n.endswith(ext) for r in routes
+                for n in os.listdir(Path(input_dir) / r / layout.measurements))
+    return _Input(layout, spec, routes, lambda r: _checked_plan(input_dir, r, layout, opts),
+                  encoder, total), opts
+
+
+def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackOptions]:
+    """Bench2Drive clips, extracted or as their .tar.gz archives (pack/b2d.py)."""
+    from .b2d import CLIP_LAYOUT_INFO, ClipEncoder, b2d_settings, b2d_spec
+    from .clips import find_clips, split_clips
+    settings = b2d_settings(opts)
+    opts = replace(opts, pred_len=settings.pred_len)
+    spec = b2d_spec(settings, opts.image_format or "jpg")
+    clips = find_clips(input_dir)
+    missing: list[str] = []
+    if opts.split is not None:
+        clips, missing = split_clips(clips, opts.split, opts.subset)
+        if missing and opts.on_error == "fail":
+            raise PackError(f"--split {opts.split} lists {len(missing)} {opts.subset} clip(s) "
+                            f"that INPUT_DIR {input_dir} lacks, e.g. {missing[0]}. Fix: point "
+                            "INPUT_DIR at the folder holding every clip, or pack with "
+                            "--on-error skip to list them in the manifest and go on")
+    clips = _select_part(clips, opts.part)
+    encoder = ClipEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images)
+    return _Input(CLIP_LAYOUT_INFO(settings), spec, clips,
+                  lambda ref: _checked_clip(ref, settings, opts), encoder, None, missing), opts
+
+
+def _pack_into(out: Path, src: _Input, opts: PackOptions, wrote: list[Path]) -> dict[str, Any]:
     done = _prepare_output(out, opts)
     if not done:
         _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
         wrote.append(out / JOURNAL)
-    encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
-                           readers(layout, spec), opts.allow_pickle_input)
     sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
     sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
@@ -176,15 +227,17 @@ def _pack_into(input_dir, out: Path, routes: list[str], layout: Layout, spec: Sa
     report = PackReport(skipped=[Skip(**r) for e in done for r in e.skipped])
     start = (done[-1].tasks, done[-1].last_key) if done else (0, "")
     try:
-        _run(input_dir, routes, layout, opts, encoder, sink, report, sizes, start)
+        _run(src, opts, sink, report, sizes, start)
         records = sink.close()
         if not any(r.samples for r in records):
             raise _nothing_packed(report, out)
     except BaseException:
         sink.abort()
         raise
-    manifest = build_manifest(spec, layout, records, report, opts, __version__, len(routes),
-                              sizes.stored)
+    manifest = build_manifest(src.spec, src.layout, records, report, opts, __version__,
+                              len(src.episodes), sizes.stored)
+    if src.split_missing:
+        manifest["split_missing"] = src.split_missing
     _write_or_explain(out / MANIFEST, out, lambda: atomic_write_json(out / MANIFEST, manifest))
     (out / JOURNAL).unlink(missing_ok=True)
     log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
@@ -216,20 +269,21 @@ def _nothing_packed(report: PackReport, out: Path) -> PackError:
                      "name, or check that INPUT_DIR, --layout and --pred-len match the data")
 
 
-def _run(input_dir, routes: list[str], layout: Layout, opts: PackOptions,
-         encoder: FrameEncoder, sink: ShardSink, report: PackReport, sizes: ImageSizes,
-         start: tuple[int, str]) -> None:
-    plans = (_checked_plan(input_dir, r, layout, opts) for r in routes)
-    ext = "." + layout.measurements_ext
-    total = sum(n.endswith(ext) for r in routes
-                for n in os.listdir(Path(input_dir) / r / layout.measurements))
-    bar = tqdm(desc="pack", unit="frame", total=total, disable=not opts.progress)
+def _run(src: _Input, opts: PackOptions, sink: ShardSink, report: PackReport,
+         sizes: ImageSizes, start: tuple[int, str]) -> None:
+    plans = (src.plan(e) for e in src.episodes)
+    bar = tqdm(desc="pack", unit="frame", total=src.total, disable=not opts.progress)
     seen: queue.SimpleQueue = queue.SimpleQueue()
-    chunks = _chunks(plans, encoder, seen, start)
-    pool = _pool(opts, encoder)
+    pool = _pool(opts, src.encoder)
+    # A pool's feeder thread reads tasks as fast as it can; clip tasks carry their files'
+    # bytes, so it may run at most AHEAD chunks ahead of the results taken here.
+    ahead = threading.BoundedSemaphore(AHEAD) if pool else None
+    chunks = _chunks(plans, src.encoder, seen, start, ahead)
     try:
         results = pool.imap(encode_chunk, chunks) if pool else map(encode_chunk, chunks)
         for chunk in results:
+            if ahead is not None:
+                ahead.release()
             _file_plans(seen, report, bar)
             for item in chunk:
                 _take(item, opts, sink, report, sizes)
@@ -285,3 +339,20 @@ def _skip(item: Skip, opts: PackOptions, report: PackReport) -> None:
         raise PackError(item.message())
     log.warning("skipped %s", item.message())
     report.skipped.append(item)
+
+
+def _checked_clip(ref, settings, opts: PackOptions) -> RoutePlan:
+    """plan_clip, with an unreadable clip (a truncated archive) an error in fail mode and a
+    listed, left-out clip in skip mode."""
+    from .b2d import plan_clip
+    plan = plan_clip(ref, settings, opts.dot_replacement)
+    if plan.filtered and opts.on_error == "fail":
+        raise PackError(f"clip {ref.path}: {plan.filtered}. Fix: re-download it (compare its "
+                        "sha256 with Bench2Drive's file list), or pack with --on-error skip "
+                        "to list it in the manifest and go on")
+    if plan.filtered:
+        log.warning("clip %s left out: %s", ref.name, plan.filtered)
+    if plan.skipped and opts.on_error == "fail":
+        cause = [s for s in plan.skipped if not s.derived] or plan.skipped
+        raise PackError(cause[0].message())
+    return plan

@@ -43,13 +43,17 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
               "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in report.plans),
               "void_command": sum(p.void_command for p in report.plans),
               "filtered_routes": sum(bool(p.filtered) for p in report.plans)}
+    for name in ("between", "null_speed", "ego_as_vehicle"):   # clip layouts (bench2drive)
+        if any(hasattr(p, name) for p in report.plans):
+            counts[name] = sum(getattr(p, name, 0) for p in report.plans)
     if counts["frames"] != total + counts["tail_frames"] + len(skipped):
         raise AssertionError(f"frame accounting broke: {counts}; this is a carla-wds bug")
     return {
         "schema_version": SCHEMA_VERSION, "tool": "carla-wds", "tool_version": version,
         "layout": layout.name, "cameras": list(spec.cameras), "pred_len": spec.pred_len,
         "image_format": spec.image_format, "members": spec.codec_names(),
-        "spec": {**spec.spec_doc(), "rate_hz": layout.rate_hz},
+        "spec": {**spec.spec_doc(), "rate_hz": layout.rate_hz,
+                 **(layout.spec_doc() if hasattr(layout, "spec_doc") else {})},
         "filtered_routes": [{"episode": p.episode, "reason": p.filtered}
                             for p in report.plans if p.filtered],
         "total_samples": total,

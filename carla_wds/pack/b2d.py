@@ -1,0 +1,350 @@
+"""`--layout bench2drive`: Bench2Drive clips (folders or `.tar.gz`) -> sample tasks -> samples.
+
+Per clip, in the main process: open it (clips.py; an archive is streamed once into a bounded
+spool), read the anno of every keyframe (every `stride`-th frame, B2D's own 2 Hz at stride 5)
+and of its future waypoint frames, decide each frame's fate (sample, tail, skip, or a frame
+between keyframes), and read each sample's files into its task. The clip is then closed, so
+at most one clip is held at a time; workers (when images are decoded) get tasks with their
+bytes and never open a clip. Every frame is accounted for: a sample, a tail (no full future),
+a recorded skip, or a frame between keyframes (`between`, counted in the manifest).
+"""
+from __future__ import annotations
+
+import io
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..calib import B2D_RIG
+from ..extras import MEASUREMENTS, Extra, make_record
+from ..codecs import CODECS, codec_named
+from ..schema import SampleSpec, encode_sample, make_key
+from . import b2d_anno as anno_of
+from .clips import ClipError, ClipRef, open_clip
+from .frames import Encoded, FrameEncoder
+from .routes import RoutePlan, Skip
+from .sources import decode_json
+
+log = logging.getLogger(__name__)
+RATE_HZ, WAYPOINT_HZ = 10.0, 2.0
+STEP = round(RATE_HZ / WAYPOINT_HZ)   # frames between waypoints: 2 Hz at 10 Hz
+CAMERAS = tuple(r[0] for r in B2D_RIG)
+SENSORS = ("lidar", "boxes", "expert", "radar", "depth", "semantic", "instance")
+DEFAULT_SENSORS = ("lidar", "boxes", "expert")
+_PER_CAMERA = {"depth": ("depth_b2d8", "depth", "float32", "m"),
+               "semantic": ("semantics", "semantics", "uint8", "class id (CARLA 0.9.15)"),
+               "instance": ("instance", "instance", "uint8", "R tag, G/B instance id")}
+RADAR_COLUMNS = ("radar", "depth", "altitude", "azimuth", "velocity")
+
+
+@dataclass(frozen=True)
+class B2DSettings:
+    stride: int = 5
+    pred_len: int = 4
+    handedness: str = "left"
+    box_radius: float = anno_of.DEFAULT_BOX_RADIUS
+    sensors: tuple[str, ...] = DEFAULT_SENSORS
+    spool_bytes: int = 1 << 30
+
+    @property
+    def frame_name(self) -> str:
+        """The label convention (docs/coordinates.md): CARLA's vehicle frame, or mirrored."""
+        return "b2d" if self.handedness == "right" else "garage"
+
+
+@dataclass
+class ClipPlan(RoutePlan):
+    between: int = 0            # frames between keyframes, left out by --stride
+    null_speed: int = 0         # `speed: null`, replaced by the speed the positions give
+    ego_as_vehicle: int = 0     # the ego's class written 'vehicle'
+
+
+@dataclass
+class ClipTask:
+    episode: str
+    frame: int
+    key: str
+    labels: dict[str, Any]
+    record: dict[str, Any]
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)   # member -> (file, bytes)
+
+
+def b2d_settings(opts) -> B2DSettings:
+    """The bench2drive settings of a PackOptions (its defaults where an option is None)."""
+    d = B2DSettings()
+    return B2DSettings(stride=opts.stride or d.stride, pred_len=opts.pred_len or d.pred_len,
+                       handedness=opts.handedness,
+                       box_radius=d.box_radius if opts.box_radius is None else opts.box_radius,
+                       sensors=d.sensors if opts.sensors is None else tuple(opts.sensors),
+                       spool_bytes=opts.spool_bytes)
+
+
+@dataclass(frozen=True)
+class CLIP_LAYOUT_INFO:   # noqa: N801 - stands where a Layout stands, for the manifest
+    """What the manifest says of a bench2drive pack: its name, the keyframe rate, and the
+    handedness of its labels."""
+    settings: B2DSettings
+    name: str = "bench2drive"
+
+    @property
+    def rate_hz(self) -> float:
+        return RATE_HZ / self.settings.stride
+
+    def spec_doc(self) -> dict[str, Any]:
+        return {"handedness": self.settings.handedness, "source_rate_hz": RATE_HZ,
+                "stride": self.settings.stride, "waypoint_rate_hz": WAYPOINT_HZ,
+                "box_radius_m": self.settings.box_radius, "radar_columns": list(RADAR_COLUMNS)}
+
+
+def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
+    """The sample spec of a bench2drive pack with these settings."""
+    frame = s.frame_name
+    extras: list[Extra] = []
+    if "lidar" in s.sensors:
+        extras.append(Extra("lidar", "lidar.laz", "laz", "lidar", "float32", (None, 3), "m",
+                            "garage"))   # LAZ bytes as stored: CARLA's left-handed ego frame
+    if "boxes" in s.sensors:
+        extras += [Extra("boxes", "boxes.npy", "npy", "boxes", "float32", (None, 12),
+                         "see carla_wds.boxes.BOX_COLUMNS", frame),
+                   Extra("boxes_raw", "boxes_raw.json", "json", "json", "json", (), "", "world")]
+    if "radar" in s.sensors:
+        extras.append(Extra("radar", "radar.npy", "npy", "radar", "float32", (None, 5),
+                            "m, rad, rad, m/s", "radar sensor"))
+    for kind, (codec, modality, dtype, units) in _PER_CAMERA.items():
+        if kind in s.sensors:
+            extras += [Extra(f"{kind}_{cam}", f"{kind}_{cam}.png", codec, modality, dtype, (),
+                             units, f"camera {cam}") for cam in CAMERAS]
+    extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
+                        (), fields=anno_of.record_fields("expert" in s.sensors)))
+    frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": "garage",
+              "calibration": "b2d" if s.handedness == "right" else "carla_ue4"}
+    return SampleSpec(CAMERAS, s.pred_len, image_format, extras=tuple(extras),
+                      frames=tuple(sorted(frames.items())))
+
+
+def _by_folder(names: list[str]) -> dict[str, dict[int, str]]:
+    """'camera/rgb_front/00042.jpg' -> {'camera/rgb_front': {42: name}}; the expert files'
+    '-0001' is frame -1."""
+    out: dict[str, dict[int, str]] = {}
+    for name in names:
+        folder, _, base = name.rpartition("/")
+        stem = base.split(".", 1)[0]
+        if stem.lstrip("-").isdigit():
+            out.setdefault(folder, {})[int(stem)] = name
+    return out
+
+
+def _wanted(s: B2DSettings) -> list[tuple[str, str, str, int]]:
+    """(member, folder, what, frame offset) of every file a sample takes besides the anno."""
+    out = [(f"{cam}.jpg", f"camera/rgb_{cam}", f"{cam} camera", 0) for cam in CAMERAS]
+    if "lidar" in s.sensors:
+        out.append(("lidar.laz", "lidar", "LiDAR", 0))
+    if "radar" in s.sensors:
+        out.append(("radar.npy", "radar", "radar", 0))
+    if "expert" in s.sensors:   # data_collect.py names frame t's assessment t - 1
+        out.append(("expert", "expert_assessment", "expert assessment", -1))
+    for kind in _PER_CAMERA:
+        if kind in s.sensors:
+            out += [(f"{kind}_{cam}.png", f"camera/{kind}_{cam}", f"{kind} {cam}", 0)
+                    for cam in CAMERAS]
+    return out
+
+
+def plan_clip(ref: ClipRef, s: B2DSettings, dot_replacement: str | None = None) -> ClipPlan:
+    """Open one clip and plan its frames (see the module docstring)."""
+    try:
+        clip = open_clip(ref, s.spool_bytes)
+    except ClipError as exc:
+        return ClipPlan(ref.name, filtered=f"{ref.path.name}: {exc}")
+    try:
+        return _ClipPlanner(clip, ref, s, dot_replacement).plan()
+    finally:
+        clip.close()
+
+
+class _ClipPlanner:
+    def __init__(self, clip, ref: ClipRef, s: B2DSettings, dot_replacement: str | None) -> None:
+        self.clip, self.ref, self.s, self.dots = clip, ref, s, dot_replacement
+        self.files = _by_folder(clip.names())
+        self.annos: dict[int, dict | str] = {}   # frame -> anno, or why it is unusable
+        self.null_speed = self.ego_as_vehicle = 0
+
+    def anno(self, t: int) -> dict | str:
+        if t not in self.annos:
+            try:
+                doc = decode_json(self.clip.read(self.files["anno"][t]), gz=True)
+                if not isinstance(doc, dict):
+                    raise ValueError(f"holds a {type(doc).__name__}; expected an object")
+                anno_of.compass(doc)
+                for k in ("x", "y", "x_target", "y_target", "next_command"):
+                    anno_of.number(doc, k)
+                self.annos[t] = doc
+            except ValueError as exc:
+                self.annos[t] = str(exc)
+        return self.annos[t]
+
+    def plan(self) -> ClipPlan:
+        frames = sorted(self.files.get("anno", {}))
+        plan = ClipPlan(self.ref.name, n_frames=len(frames))
+        if not frames:
+            plan.filtered = "no anno/NNNNN.json.gz files; expected a Bench2Drive clip"
+            return plan
+        keys = [t for t in frames if t % self.s.stride == 0]
+        plan.n_frames, plan.between = len(keys), len(frames) - len(keys)
+        last = frames[-1]
+        for t in keys:
+            got = self._frame(t, last)
+            if isinstance(got, ClipTask):
+                plan.tasks.append(got)
+            elif got is None:
+                plan.tail += 1
+            else:
+                plan.skipped.append(got)
+        sampled = [task.frame for task in plan.tasks]
+        plan.nan_theta = sum(anno_of.compass(self.annos[t])[1] for t in sampled)
+        plan.void_command = sum(anno_of.number(self.annos[t], "next_command") < 0
+                                for t in sampled)
+        plan.null_speed, plan.ego_as_vehicle = self.null_speed, self.ego_as_vehicle
+        plan.check()
+        return plan
+
+    def _skip(self, t: int, file: str, reason: str, derived: bool = False) -> Skip:
+        return Skip(self.ref.name, t, file, reason, derived=derived)
+
+    def _frame(self, t: int, last: int) -> ClipTask | Skip | None:
+        now = self.anno(t)
+        if isinstance(now, str):
+            return self._skip(t, f"anno/{t:05d}.json.gz", now)
+        future = [t + STEP * k for k in range(1, self.s.pred_len + 1)]
+        if future[-1] > last:
+            return None
+        for f in future:
+            got = self.anno(f) if f in self.files["anno"] else "missing"
+            if isinstance(got, str):
+                return self._skip(t, f"anno/{f:05d}.json.gz", f"future frame {f:05d} is "
+                                  f"{got if got == 'missing' else f'unusable ({got})'}; "
+                                  f"waypoints need frames {future}", derived=True)
+        return self._task(t, now, [self.annos[f] for f in future])
+
+    def _task(self, t: int, now: dict, future: list[dict]) -> ClipTask | Skip:
+        files: dict[str, tuple[str, bytes]] = {}
+        for member, folder, what, offset in _wanted(self.s):
+            name = self.files.get(folder, {}).get(t + offset)
+            if name is None:
+                return self._skip(t, f"{folder}/{t + offset:05d}", f"missing {what} file; "
+                                  "expected one for every frame of anno/")
+            files[member] = (name, self.clip.read(name))
+        try:
+            labels, record = self._values(t, now, future, files)
+        except ValueError as exc:
+            return self._skip(t, f"anno/{t:05d}.json.gz", str(exc))
+        return ClipTask(self.ref.name, t, make_key(self.ref.name, t, self.dots), labels, record,
+                        files)
+
+    def _values(self, t: int, now: dict, future: list[dict], files: dict) -> tuple[dict, dict]:
+        theta, _ = anno_of.compass(now)
+        speed = anno_of.number(now, "speed", allow_none=True)
+        null_speed = speed is None
+        if null_speed:
+            speed = self._speed_from_positions(t)
+        expert = None
+        if "expert" in files:
+            name, data = files.pop("expert")
+            expert = _npz_array(data, name)
+        labels = anno_of.frame_labels([now, *future], theta, speed, self.s.handedness)
+        labels["meta"] = {"episode": self.ref.name, "frame": t,
+                          "command": int(anno_of.number(now, "next_command"))}
+        record = anno_of.record_values(now, theta, speed, self.s.handedness, expert)
+        if "boxes" in self.s.sensors:
+            boxes = now.get("bounding_boxes")
+            files["boxes.npy"] = ("", codec_named("npy").encode(
+                anno_of.boxes_table(boxes, self.s.box_radius, self.s.handedness)))
+            files["boxes_raw.json"] = ("", codec_named("json").encode(boxes))
+            self.ego_as_vehicle += anno_of.ego_entry(boxes)[1]
+        self.null_speed += null_speed   # counted once the frame is sure to be a sample
+        return labels, record
+
+    def _speed_from_positions(self, t: int) -> float:
+        """|p[t+1] - p[t-1]| / 2dt (one-sided at a clip's ends): how fast the ego moved."""
+        near = [f for f in (t - 1, t + 1) if f in self.files["anno"]
+                and isinstance(self.anno(f), dict)] or [t]
+        pts = [(anno_of.number(self.anno(f), "x"), anno_of.number(self.anno(f), "y"))
+               for f in ([near[0], near[-1]] if len(near) > 1 else [t, near[0]])]
+        span = (max(near[-1], t) - min(near[0], t)) / RATE_HZ
+        return math.dist(*pts) / span if span > 0 else 0.0
+
+
+def _npz_array(data: bytes, name: str) -> np.ndarray:
+    """arr_0 of an .npz, never unpickled (np.load refuses object arrays without the flag)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return np.asarray(npz["arr_0"], np.float64).reshape(-1)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ValueError(f"{name}: {exc}; expected np.savez's arr_0") from None
+
+
+def radar_array(data: bytes) -> np.ndarray:
+    """A radar .h5 -> (M, 5) float32 [radar index (RADARS order), depth, altitude, azimuth,
+    velocity]. The column order is CARLA's RadarDetection (velocity, azimuth, altitude, depth)
+    reversed by Bench2Drive's np.flip; the comment in its sensor_interface.py says otherwise."""
+    import h5py   # only when radar is selected
+    from .synth_b2d import RADARS
+    try:
+        with h5py.File(io.BytesIO(data), "r") as f:
+            names = sorted(f.keys())
+            if names != sorted(RADARS):
+                raise ValueError(f"radar h5 holds datasets {names}; expected {list(RADARS)}")
+            parts = []
+            for i, name in enumerate(RADARS):
+                arr = np.asarray(f[name][()], np.float32)
+                if arr.ndim != 2 or arr.shape[1] != 4 or not np.isfinite(arr).all():
+                    raise ValueError(f"radar dataset {name} is {arr.dtype} {arr.shape}; "
+                                     "expected finite (M, 4)")
+                parts.append(np.c_[np.full(len(arr), i, np.float32), arr])
+    except OSError as exc:
+        raise ValueError(f"not a readable HDF5 file ({exc}); expected Bench2Drive's radar "
+                         ".h5") from None
+    return np.concatenate(parts).astype(np.float32)
+
+
+class ClipEncoder(FrameEncoder):
+    """FrameEncoder for ClipTasks: every file's bytes travel in the task (no clip is opened
+    in a worker); each is checked by its codec, the radar h5 becomes a typed array."""
+
+    def encode(self, task: ClipTask) -> Encoded | Skip:   # type: ignore[override]
+        images, files, source, stored = {}, {}, {}, {}
+        for cam, member in zip(self.spec.cameras, self.spec.image_members):
+            name, data = task.files[f"{cam}.jpg"]
+            files[cam] = name
+            got = self._camera(data, member)
+            if isinstance(got, str):
+                return Skip(task.episode, task.frame, name, got)
+            images[cam], source[cam], stored[cam] = got
+        sample = encode_sample(self.spec, task.key, images, task.labels)
+        for e in self.spec.extras:
+            try:
+                if e.name == MEASUREMENTS:
+                    sample[e.member] = CODECS["record"].encode(make_record(e.fields, task.record))
+                    continue
+                name, data = task.files[e.member]
+                sample[e.member] = self._member(e, data)
+            except ValueError as exc:   # SchemaError too
+                where = task.files.get(e.member, (f"anno/{task.frame:05d}.json.gz",))[0]
+                return Skip(task.episode, task.frame, where or f"anno/{task.frame:05d}.json.gz",
+                            str(exc))
+        return Encoded(sample, task.episode, task.frame, files, source, stored)
+
+    @staticmethod
+    def _member(e: Extra, data: bytes) -> bytes:
+        if e.name == "radar":
+            return codec_named("npy").encode(radar_array(data))
+        codec = codec_named(e.codec)
+        problem = codec.check(data)
+        if problem is None and e.codec == "laz":   # a corrupt LAZ body passes the cheap check
+            codec.decode(data)
+        if problem:
+            raise ValueError(problem)
+        return data
