@@ -24,7 +24,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import math
 from pathlib import Path
 
 import cv2

@@ -362,3 +362,29 @@ def test_cli_synth(cli, tmp_path, layout):
     assert result.exit_code == 0, result.output
     assert "wrote 1 routes of 2 frames" in result.output
     assert len(list((tmp_path / "raw").rglob("measurements/0001.json"))) == 1
+
+
+def test_roach_packs_to_its_supervision(roach, tmp_path):
+    """tcp_roach synth + pack --allow-pickle-input: each sample's measurements record holds
+    that frame's supervision values (the layout's fields read what the synth wrote)."""
+    from carla_wds.load import CARLAWebData
+    from tests.conftest import run_pack
+    out, _ = roach
+    shards = tmp_path / "shards"
+    run_pack(out, shards, layout="tcp_roach", allow_pickle_input=True, max_samples=16)
+    data = CARLAWebData(str(shards), batch_size=4, mode="eval", image_size=(48, 64),
+                        fields=["measurements"], brake_override=False)
+    seen = 0
+    for batch in data:
+        for i, key in enumerate(batch.keys):
+            if not batch.valid[i]:
+                continue
+            episode, frame = key.rsplit("__", 1)
+            d = _sup(out / episode.replace("__", "/"), int(frame))
+            m = {k: v[i].numpy() for k, v in batch.measurements.items()}
+            np.testing.assert_array_equal(m["action"], d["action"])
+            np.testing.assert_array_equal(m["action_mu"], d["action_mu"])
+            np.testing.assert_array_equal(m["feature"], d["features"])
+            assert bool(m["only_ap_brake"]) == d["only_ap_brake"]
+            seen += 1
+    assert seen == 3 * (FRAMES * 2 - 4)
