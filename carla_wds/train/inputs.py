@@ -36,18 +36,18 @@ def record_fields(spec: SampleSpec) -> dict[str, MeasField]:
 
 def check_inputs(cfg: ModelConfig, spec: SampleSpec, where: str) -> None:
     """ConfigError naming the key and what the shards hold, for inputs they do not have."""
-    fields = record_fields(spec)
-    missing = [m for m in cfg.measurements if m not in fields]
-    if missing:
-        raise ConfigError(f"model.measurements: {missing} not in the measurements of {where}; "
-                          f"they hold {sorted(fields) or 'no measurements record'}. Fix: "
-                          "model.measurements=[...] with names from that list, or []")
     lidar = [e for e in spec.extras if e.modality == "lidar" and e.twin_of is None]
     if cfg.lidar is not None and not lidar:
         raise ConfigError(f"model.lidar={cfg.lidar}: {where} holds no LiDAR (its extras: "
                           f"{[e.name for e in spec.extras] or 'none'}). Fix: model.lidar=null, "
                           "or shards packed with a layout that has LiDAR (garage, "
                           "transfuser2022)")
+    fields = record_fields(spec)
+    missing = [m for m in cfg.measurements if m not in fields]
+    if missing:
+        raise ConfigError(f"model.measurements: {missing} not in the measurements of {where}; "
+                          f"they hold {sorted(fields) or 'no measurements record'}. Fix: "
+                          "model.measurements=[...] with names from that list, or []")
 
 
 def loader_options(cfg: ModelConfig, spec: SampleSpec | None = None) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from .checkpoint import (
 from .config import TrainConfig, check_runtime, load_config, to_dict
 from .errors import USER_ERRORS, one_line
 from .evaluate import evaluate
-from .inputs import autocast_for, loader_options, model_for, predict
+from .inputs import autocast_for, check_inputs, loader_options, model_for, predict
 from .runlock import hold_run_dir
 
 # Errors about the user's config, data or run directory: one line, never a traceback. The
@@ -91,13 +91,16 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
                   seed=cfg.seed, image_size=tuple(d.image_size),
                   cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
                   pin_memory=pin, verify=d.verify, on_error=d.on_error, remote=remote)
+    # the specs first: the model's inputs are checked in the config's words, and where the val
+    # shards carry the expert's controls, eval decodes them too
+    specs = {path: read_manifest(path, remote) for path in (d.train, d.val)}
+    for path, manifest in specs.items():
+        check_inputs(cfg.model, manifest.spec, manifest.where)
     train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
                          per_camera_augment=d.per_camera_augment,
                          shuffle_buffer=d.shuffle_buffer, **common, **loader_options(cfg.model))
-    # the val spec first: where it carries the expert's controls, eval decodes them too
-    val_spec = read_manifest(d.val, remote).spec
     val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common,
-                       **loader_options(cfg.model, val_spec))
+                       **loader_options(cfg.model, specs[d.val].spec))
     return train, val
 
 
