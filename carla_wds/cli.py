@@ -72,11 +72,29 @@ def main(verbose: bool) -> None:
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="fsync each shard before it gets its name (durable against power loss). "
                    "--no-fsync is faster; shards stay atomic against a killed pack.")
-def pack(input_dir, output_dir, resize, part, **kw) -> None:
-    """Pack raw CARLA route folders into WebDataset shards plus manifest.json."""
+@click.option("--stride", type=int, default=None,
+              help="bench2drive: pack every k-th 10 Hz frame (default 5: B2D's 2 Hz keyframes).")
+@click.option("--split", default=None, help="bench2drive: the official train/val split JSON.")
+@click.option("--subset", type=click.Choice(["train", "val", "all"]), default="train",
+              show_default=True, help="bench2drive: which clips of --split to pack.")
+@click.option("--handedness", type=click.Choice(["left", "right"]), default="left",
+              show_default=True, help="bench2drive: labels in CARLA's left-handed vehicle frame, "
+                                      "or right-handed as Bench2DriveZoo's prepare_B2D.py.")
+@click.option("--box-radius", type=float, default=None,
+              help="bench2drive: keep boxes within this many metres (default 75).")
+@click.option("--sensors", default=None, help="bench2drive: comma list from lidar, boxes, "
+              "expert, radar, depth, semantic, instance (default lidar,boxes,expert).")
+@click.option("--spool-bytes", type=int, default=1 << 30, show_default=True,
+              help="bench2drive archives: bytes of a clip held in memory; the rest goes to one "
+                   "temporary file.")
+def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
+    """Pack raw CARLA route folders (or Bench2Drive clips and their .tar.gz) into WebDataset
+    shards plus manifest.json."""
     from .pack.packer import PackOptions
     from .pack.packer import pack as run_pack
-    opts = PackOptions(resize=_pair(resize), part=_part(part), **kw)
+    opts = PackOptions(resize=_pair(resize), part=_part(part),
+                       sensors=None if sensors is None else tuple(
+                           x for x in sensors.split(",") if x), **kw)
     try:
         manifest = run_pack(input_dir, output_dir, opts)
     except (*USER_ERRORS, ValueError, OSError) as exc:
@@ -85,6 +103,10 @@ def pack(input_dir, output_dir, resize, part, **kw) -> None:
     click.echo(f"{c['samples']} samples in {len(manifest['shards'])} shards; {c['frames']} frames "
                f"found, {c['tail_frames']} route tails, {c['skipped']} skipped "
                f"(NaN theta: {c['nan_theta']}, VOID command: {c['void_command']})")
+    if "between" in c:
+        click.echo(f"{c['between']} frames between keyframes; speed null: {c['null_speed']}, "
+                   f"ego class 'vehicle': {c['ego_as_vehicle']}; {c['filtered_routes']} clips "
+                   f"left out, {len(manifest.get('split_missing', []))} split clips missing")
 
 
 @main.command()

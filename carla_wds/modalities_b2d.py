@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 
 from .codecs import Codec, Data, SchemaError, register
-from .modalities import _imdecode, _imencode, _is_bytes, _png_problem
+from .modalities import _imdecode, _imencode, _is_bytes, _png_problem, depth_metres
 
 
 class DepthB2D8Codec(Codec):
@@ -29,10 +29,7 @@ class DepthB2D8Codec(Codec):
     def encode(self, value: Any) -> bytes:
         if _is_bytes(value):
             return bytes(value)
-        metres = np.asarray(value, np.float64)
-        if metres.ndim != 2 or not np.isfinite(metres).all():
-            raise SchemaError(f"depth array has shape {metres.shape} or non-finite values; "
-                              "expected finite float (H,W) metres")
+        metres = depth_metres(value)
         return _imencode(np.clip(np.rint(metres), 0, 255).astype(np.uint8), "depth")
 
     def decode(self, data: Data) -> np.ndarray:

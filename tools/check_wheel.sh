@@ -122,7 +122,7 @@ for line in dist.requires or []:
 from carla_wds.pack.layouts import builtin_layouts
 from carla_wds.train.config import config_path, shipped_configs
 print("built-in layouts:", builtin_layouts(), "| shipped configs:", shipped_configs())
-want = ["garage", "tcp", "tcp_roach", "transfuser2022", "transfuser4"]
+want = ["bench2drive", "garage", "tcp", "tcp_roach", "transfuser2022", "transfuser4"]
 if builtin_layouts() != want:
     errors.append(f"built-in layouts are {builtin_layouts()}, expected {want}")
 if "tiny" not in shipped_configs() or not Path(config_path("tiny")).resolve().is_relative_to(site):
@@ -142,6 +142,11 @@ for layout in tcp transfuser4 tcp_roach transfuser2022 garage; do
     carla-wds verify --deep "shards/$layout"
     [ -f "shards/$layout/manifest.json" ] || fail "pack --layout $layout wrote no manifest.json"
 done
+step "synth + pack (from the .tar.gz clips) + verify --deep: bench2drive (in $PWD)"
+carla-wds synth raw/b2d --layout bench2drive --episodes 2 --frames 30 --seed 0 --image-size 160x90
+carla-wds pack raw/b2d/archives shards/b2d --layout bench2drive --max-samples 4 \
+    --split raw/b2d/bench2drive_base_train_val_split.json --subset all
+carla-wds verify --deep shards/b2d
 carla-wds inspect shards/transfuser4 >/dev/null
 
 check_run() {

@@ -61,8 +61,12 @@ class Layout:
         return max(1, round(self.horizon_s * self.rate_hz))
 
 
+# Layouts whose structure is code, not a YAML file: Bench2Drive's clips (pack/b2d.py).
+CLIP_LAYOUTS = ("bench2drive",)
+
+
 def builtin_layouts() -> list[str]:
-    return sorted(p.stem for p in LAYOUT_DIR.glob("*.yaml"))
+    return sorted([p.stem for p in LAYOUT_DIR.glob("*.yaml")] + list(CLIP_LAYOUTS))
 
 
 def load_layout(name_or_path: str | Path) -> Layout:

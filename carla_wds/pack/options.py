@@ -132,13 +132,14 @@ class PackOptions:
         """The bench2drive options: refused for other layouts, checked for bench2drive."""
         from .b2d import SENSORS
         from .clips import SUBSETS
-        given = [o for o, v in (("--stride", self.stride), ("--split", self.split),
-                                ("--box-radius", self.box_radius), ("--sensors", self.sensors))
-                 if v is not None] + (["--handedness"] if self.handedness != "left" else [])
+        given = [(o, v) for o, v in (("--stride", self.stride), ("--split", self.split),
+                                     ("--box-radius", self.box_radius),
+                                     ("--sensors", self.sensors)) if v is not None]
+        given += [("--handedness", self.handedness)] if self.handedness != "left" else []
         if self.layout != "bench2drive":
             if given:
-                raise _bad(given[0], "", "--layout bench2drive", f"leave {given[0]} out for "
-                           f"--layout {self.layout}")
+                raise _bad(given[0][0], given[0][1], "--layout bench2drive", f"leave "
+                           f"{given[0][0]} out for --layout {self.layout}")
             return
         if self.stride is not None:
             _whole("--stride", self.stride, 1, None, "pass e.g. --stride 5 (2 Hz keyframes) "
@@ -156,3 +157,9 @@ class PackOptions:
             raise _bad("--sensors", ",".join(self.sensors), f"distinct names from {list(SENSORS)}",
                        "pass e.g. --sensors lidar,boxes,expert,radar")
         _whole("--spool-bytes", self.spool_bytes, 0, None, "pass e.g. --spool-bytes 1000000000")
+        if "radar" in (self.sensors or ()):
+            try:
+                import h5py  # noqa: F401
+            except ImportError:
+                raise _bad("--sensors", ",".join(self.sensors), "h5py installed for radar",
+                           "pip install 'carla-wds[radar]', or leave radar out") from None

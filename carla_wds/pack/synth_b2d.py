@@ -276,8 +276,8 @@ class _ClipWriter:
         return {
             "x": x, "y": y, "throttle": throttle, "steer": steer, "brake": brake,
             "reverse": False,
-            "theta": float("nan") if (ep % 3 == 1 and t == 3) else theta,
-            "speed": None if (ep % 3 == 2 and t == 4) else speed,
+            "theta": float("nan") if (ep % 3 == 1 and t == 5) else theta,
+            "speed": None if (ep % 3 == 2 and t == 5) else speed,
             "x_command_far": fx, "y_command_far": fy, "command_far": _next_command(
                 sim["command"], t),
             "x_command_near": nx, "y_command_near": ny, "command_near": cmd,
