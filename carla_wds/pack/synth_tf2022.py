@@ -50,7 +50,8 @@ LABEL_RADIUS = 50.0                       # get_bev_cars: vehicles closer than 5
 FRAME0 = 480                              # simulator frame of the first save (any int)
 FOLDERS = ("rgb", "depth", "semantics", "lidar", "topdown", "label_raw", "measurements")
 # encode_npy_to_pil planes: 0 road, 1 lane, 2/3/4 red/yellow/green light, 5 vehicle,
-# 6 pedestrian, 10-14 future vehicles (lts_rendering.py, map_utils.py)
+# 6 pedestrian, 10-14 future vehicles (lts_rendering.py, map_utils.py); one saved frame (0.5 s)
+# apart here, the step is [inferred]: TF2022's loader reads only planes 0-1 (road, lane)
 PLANE_ROAD, PLANE_LANE, PLANE_RED, PLANE_VEHICLE, PLANE_FUTURE = 0, 1, 2, 5, 10
 _SEM_ROAD_LIKE = (1, 3, 4)                # synth_garage.bev_semantics: road, lane markings
 _SEM_LANE, _SEM_VEHICLE = (3, 4), 9
