@@ -61,8 +61,13 @@ def main() -> None:
           f"{[r['steps'] for r in summary['ranks']]}")
     print(f"val ({val['n']} samples): model ADE {val['ade']:.3f} m, FDE {val['fde']:.3f} m | "
           f"straight-line baseline ADE {val['baseline_ade']:.3f} m, FDE {val['baseline_fde']:.3f} m")
+    if "steer_mae" in val:
+        print("TCP's PID controller vs the expert, MAE model (baseline): " + ", ".join(
+            f"{c} {val[c + '_mae']:.3f} ({val['baseline_' + c + '_mae']:.3f})"
+            for c in ("steer", "throttle", "brake")))
     better = val["ade"] < val["baseline_ade"]
-    print(f"model {'beats' if better else 'does NOT beat'} the baseline; total "
+    print(f"model {'beats' if better else 'does NOT beat'} the baseline: ADE "
+          f"{val['ade'] / val['baseline_ade']:.2f}x the baseline's; total "
           f"{time.time() - started:.0f} s")
     sys.exit(0 if better else 1)
 
