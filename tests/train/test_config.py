@@ -53,6 +53,11 @@ TINY = str(CONFIG_DIR / "tiny.yaml")
     ("epochs=many", ["epochs: expected an integer, got 'many'", "Fix: e.g. epochs=4"]),
     ("data.image_size=[0,0", ["override 'data.image_size=[0,0': not valid YAML"]),
     ("data=3", ["data: expected a mapping", "data.KEY=VALUE"]),
+    ("model.prior=linear", ["model.prior=linear", "one of constant_velocity, none",
+                            "Fix: e.g. model.prior=constant_velocity"]),
+    ("model.lidar=velodyne", ["model.lidar=velodyne", "one of garage, transfuser2022, or null",
+                              "model.lidar=null"]),
+    ("model.measurements=[route,route]", ["model.measurements=", "route repeated"]),
 ])
 def test_bad_value_names_key_value_valid_and_fix(override, expected):
     with pytest.raises(ConfigError) as exc:
