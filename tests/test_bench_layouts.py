@@ -25,7 +25,7 @@ def test_bench_layouts_prints_both_readers(tmp_path: Path) -> None:
     assert re.search(r"^same result: \d+ samples, 12 fields equal", out, re.M), out
     # workers | per-file samples/s | carla-wds samples/s | ratio | per repeat | CPU | CPU
     row = re.search(rf"^\| 0 \| {NUMBER} \| {NUMBER} \| {NUMBER}x \| [0-9.]+-[0-9.]+x \| "
-                    rf"{NUMBER} \| {NUMBER} \|$", out, re.M)
+                    rf"{NUMBER} \| {NUMBER} \| {NUMBER}x \|$", out, re.M)
     assert row and all(float(v) > 0 for v in row.groups()), out
     assert re.search(rf"^\| lidar LAZ \| {NUMBER} \| {NUMBER} \|$", out, re.M), out
     assert re.search(r"^\| synthetic frames \| \d+ \| \d+ \| \d+ \| \d+ \| \d+ \|", out, re.M), out
