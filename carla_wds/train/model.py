@@ -156,6 +156,18 @@ def load_pretrained_backbone(encoder: nn.Module, path: str | Path, backbone: str
     logger.info("loaded pretrained %s backbone from %s", backbone, path)
 
 
+def _image_encoder(cfg: ModelConfig) -> nn.Module:
+    encoder = _build_encoder(cfg.backbone)
+    if cfg.pretrained is not None:
+        if cfg.backbone not in RESNET_BACKBONES:
+            raise ValueError(
+                f"pretrained weights are only supported for {RESNET_BACKBONES}, "
+                f"not backbone {cfg.backbone!r}; set pretrained to null"
+            )
+        load_pretrained_backbone(encoder, cfg.pretrained, cfg.backbone)
+    return encoder
+
+
 @dataclass(frozen=True)
 class ModelIO:
     """What the data decides about the model besides cameras and horizon: the waypoints'
@@ -187,14 +199,7 @@ class WaypointModel(nn.Module):
         self.n_cameras = n_cameras
         self.pred_len = pred_len
 
-        self.encoder = _build_encoder(cfg.backbone)
-        if cfg.pretrained is not None:
-            if cfg.backbone not in RESNET_BACKBONES:
-                raise ValueError(
-                    f"pretrained weights are only supported for {RESNET_BACKBONES}, "
-                    f"not backbone {cfg.backbone!r}; set pretrained to null"
-                )
-            load_pretrained_backbone(self.encoder, cfg.pretrained, cfg.backbone)
+        self.encoder = _image_encoder(cfg)
         enc_dim: int = self.encoder.out_dim
         # TransFuser-style BEV input, but a small CNN of its own: the histogram is 1-2 planes
         # of counts, nothing an ImageNet stem was trained on.
