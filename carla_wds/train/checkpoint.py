@@ -66,6 +66,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return state
 
 
+def stored_config(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config as today's carla-wds reads it. A checkpoint written before the
+    model had a prior (model.prior) was trained on TCP's plain deltas: its config says
+    prior "none", not today's default, or its weights would be read as residuals."""
+    cfg = state["config"]
+    model = cfg.get("model") if isinstance(cfg, dict) else None
+    if isinstance(model, dict) and "prior" not in model:
+        return {**cfg, "model": {**model, "prior": "none"}}
+    return cfg
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0].rstrip(".")
 

@@ -41,6 +41,7 @@ from .checkpoint import (
     find_resume,
     load_checkpoint,
     save_checkpoint,
+    stored_config,
     trim_metrics,
 )
 from .config import TrainConfig, check_runtime, load_config, to_dict
@@ -154,6 +155,11 @@ def restore(run: Run) -> None:
             raise FileNotFoundError(f"eval_only=true needs a checkpoint: none at "
                                     f"{run.cfg.run_dir}/{CHECKPOINT}. Pass resume=PATH")
         return
+    stored = (stored_config(ckpt).get("model") or {}).get("prior")
+    if stored is not None and stored != run.cfg.model.prior:
+        raise CheckpointError(path, f"its weights were trained with model.prior={stored}, this "
+                                    f"run has model.prior={run.cfg.model.prior}. Fix: pass "
+                                    f"model.prior={stored}, or resume=none to start afresh")
     run.raw_model.load_state_dict(ckpt["model"])
     run.step = ckpt["step"]
     if run.cfg.eval_only:   # weights only: any world size may evaluate them

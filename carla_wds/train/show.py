@@ -8,7 +8,7 @@ import torch
 
 from ..load import CARLAWebData
 from ..manifest import read_manifest
-from .checkpoint import CheckpointError, load_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint, stored_config
 from .config import ConfigError, TrainConfig, config_from_dict
 from .inputs import loader_options, model_for, predict
 from .model import WaypointModel
@@ -57,7 +57,7 @@ def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:
     except CheckpointError as exc:
         raise ShowError(f"--checkpoint {checkpoint}: {exc.problem}. {_FIX}") from None
     try:
-        return ckpt, config_from_dict(ckpt["config"])
+        return ckpt, config_from_dict(stored_config(ckpt))
     except (ConfigError, TypeError) as exc:
         raise ShowError(f"--checkpoint {checkpoint}: its stored config does not fit this "
                         f"carla-wds ({exc}). {_FIX}, with the carla-wds version that wrote "
