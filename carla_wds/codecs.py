@@ -292,4 +292,3 @@ __all__ = ["CODECS", "Codec", "ImageCodec", "ImageHeaderError", "JpegCodec", "Js
 # importing carla_wds.codecs, and a shard's recorded codec is never "unknown" for want of an
 # import somewhere else.
 from . import modalities as _modalities  # noqa: E402,F401
-from . import modalities_b2d as _modalities_b2d  # noqa: E402,F401

@@ -312,7 +312,9 @@ class LazCodec(Codec):
         import laspy
 
         try:
-            las = laspy.read(io.BytesIO(bytes(data)))
+            # single-threaded lazrs: its parallel reader starts a rayon pool, and a DataLoader
+            # worker forked after that (a num_workers=0 pass first) deadlocks in its first read
+            las = laspy.read(io.BytesIO(bytes(data)), laz_backend=laspy.LazBackend.Lazrs)
             return np.ascontiguousarray(las.xyz, dtype=np.float32)
         except Exception as exc:  # noqa: BLE001 - laspy/lazrs raise many kinds on bad data
             raise SchemaError(f"LAZ does not decode ({type(exc).__name__}: {exc}); expected "
@@ -361,3 +363,7 @@ for _codec in (DepthCarla24Codec(), DepthGarage8Codec(), SemanticsCodec(), BevTf
 __all__ = ["BevClassesCodec", "BevTf2022Codec", "DepthCarla24Codec", "DepthGarage8Codec",
            "LazCodec", "PointsCodec", "SemanticsCodec", "depth_metres", "encode_laz",
            "pack_bev_tf2022", "points_array", "points_problem"]
+
+# Bench2Drive's codecs build on these helpers, so they register once this module is complete
+# (whichever of codecs, modalities or modalities_b2d is imported first).
+from . import modalities_b2d as _modalities_b2d  # noqa: E402,F401

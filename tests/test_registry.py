@@ -224,9 +224,12 @@ def test_a_fresh_process_has_every_modality_codec():
     never meet 'no codec named depth_garage8' because nothing imported carla_wds.modalities)."""
     import subprocess
     import sys
-    code = ("from carla_wds.codecs import CODECS; print(' '.join(sorted(CODECS)))")
-    names = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True).stdout.split()
-    for name in ("png", "jpg", "npy", "json", "record", "depth_carla24", "depth_garage8",
-                 "semantics", "bev_tf2022", "bev_classes", "points", "laz"):
-        assert name in names
+    for first in ("codecs", "modalities", "modalities_b2d"):   # any import order
+        code = (f"import carla_wds.{first}; from carla_wds.codecs import CODECS; "
+                "print(' '.join(sorted(CODECS)))")
+        names = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=True).stdout.split()
+        for name in ("png", "jpg", "npy", "json", "record", "depth_carla24", "depth_garage8",
+                     "semantics", "bev_tf2022", "bev_classes", "points", "laz", "depth_b2d8",
+                     "instance"):
+            assert name in names
