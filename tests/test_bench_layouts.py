@@ -27,10 +27,12 @@ def test_bench_layouts_prints_both_readers(tmp_path: Path) -> None:
     row = re.search(rf"^\| 0 \| {NUMBER} \| {NUMBER} \| {NUMBER}x \| [0-9.]+-[0-9.]+x \| "
                     rf"{NUMBER} \| {NUMBER} \| {NUMBER}x \|$", out, re.M)
     assert row and all(float(v) > 0 for v in row.groups()), out
-    assert re.search(rf"^\| lidar LAZ \| {NUMBER} \| {NUMBER} \|$", out, re.M), out
+    assert re.search(rf"^\| lidar \(LAZ / npy\) \| {NUMBER} \| {NUMBER} \|$", out, re.M), out
     assert re.search(r"^\| synthetic frames \| \d+ \| \d+ \| \d+ \| \d+ \| \d+ \|", out, re.M), out
     lidar = re.search(rf"^\| 0 \| {NUMBER} \| {NUMBER} \| {NUMBER}x \| [0-9.]+-[0-9.]+x \|$",
                       out, re.M)
     assert lidar and all(float(v) > 0 for v in lidar.groups()), out
-    members = json.loads((tmp_path / "shards_npy" / "manifest.json").read_text())["members"]
+    members = json.loads((tmp_path / "shards" / "manifest.json").read_text())["members"]
     assert members["lidar.npy"] == "points" and "lidar.laz" not in members
+    members = json.loads((tmp_path / "shards_laz" / "manifest.json").read_text())["members"]
+    assert members["lidar.laz"] == "laz" and "lidar.npy" not in members

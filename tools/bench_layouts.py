@@ -20,10 +20,10 @@ Each cell is a fresh process, imports done before the clock: one untimed warm-up
 count, the order reversed every other repeat (ABBA); median of --repeats, and the per-repeat
 ratio range. CPU ms/sample sums the process and its workers (getrusage).
 
-LiDAR: the garage pack stores lidar/NNNN.laz as it is (codec "laz", laspy + lazrs on load).
-The npy variant is the same clouds decoded once to float32 (N,3) lidar_npy/NNNN.npy beside the
-raw folders and packed with a copy of garage.yaml whose lidar sensor reads them with codec
-"points". Reported: per-sample decode time of the two codecs on the same clouds (in this
+LiDAR: the built-in garage layout decodes lidar/NNNN.laz once at pack time into float32 (N,3)
+npy (read: laz_points, codec "points"), which this benchmark's first measurement decided. The
+LAZ variant packs the same raw folders with a copy of garage.yaml whose lidar sensor keeps the
+LAZ bytes (codec "laz", laspy + lazrs on load). Reported: per-sample decode time of the two codecs on the same clouds (in this
 process), the member and shard bytes, and the loader's samples/s with fields=["lidar"] on both
 packs (the front camera is decoded too: CARLAWebData always decodes at least one camera).
 Synthetic clouds are small (about 3k points); the same codecs are also timed on about 40k-point
@@ -222,31 +222,18 @@ def measure(workdir: Path, kind: str, workers: int, batch: int, epochs: int,
 # data: synth, pack, the npy LiDAR variant, the frame list
 # --------------------------------------------------------------------------------------------
 
-def _npy_layout(workdir: Path) -> Path:
-    """garage.yaml with its lidar sensor reading lidar_npy/NNNN.npy through codec points."""
+def _laz_layout(workdir: Path) -> Path:
+    """garage.yaml with its lidar sensor keeping the LAZ bytes (codec laz), for the LiDAR
+    comparison: the built-in layout decodes them once at pack time into float32 npy."""
     from carla_wds.pack import layouts
     text = (Path(layouts.__file__).parent / "layouts" / "garage.yaml").read_text()
-    old = "lidar: {folder: lidar, ext: laz, codec: laz}"
+    old = "lidar: {folder: lidar, ext: laz, codec: points, read: laz_points}"
     if old not in text:
-        raise SystemExit(f"garage.yaml has no line {old!r}; update bench_layouts._npy_layout")
-    path = workdir / "garage_npy.yaml"
-    path.write_text(text.replace("name: garage", "name: garage_npy")
-                    .replace(old, "lidar: {folder: lidar_npy, ext: npy, codec: points}"))
+        raise SystemExit(f"garage.yaml has no line {old!r}; update bench_layouts._laz_layout")
+    path = workdir / "garage_laz.yaml"
+    path.write_text(text.replace("name: garage", "name: garage_laz")
+                    .replace(old, "lidar: {folder: lidar, ext: laz, codec: laz}"))
     return path
-
-
-def _laz_to_npy(raw: Path) -> None:
-    """lidar_npy/NNNN.npy beside each lidar/NNNN.laz: the float32 xyz the laz codec decodes,
-    plus a zero 4th column, since codec points is declared (N,4) (layout_spec.py) and a
-    layout YAML cannot declare (N,3)."""
-    from carla_wds.codecs import codec_named
-    laz = codec_named("laz")
-    for path in sorted(raw.rglob("lidar/*.laz")):
-        out = path.parent.parent / "lidar_npy" / (path.stem + ".npy")
-        out.parent.mkdir(exist_ok=True)
-        if not out.exists():
-            xyz = laz.decode(path.read_bytes())
-            np.save(out, np.concatenate([xyz, np.zeros((len(xyz), 1), np.float32)], axis=1))
 
 
 def prepare(workdir: Path, episodes: int, frames: int, image_size: str | None) -> None:
@@ -260,9 +247,8 @@ def prepare(workdir: Path, episodes: int, frames: int, image_size: str | None) -
     if not (workdir / "shards" / "manifest.json").exists():
         pack(raw, workdir / "shards", PackOptions(layout="garage", overwrite=True,
                                                   progress=False))
-    if not (workdir / "shards_npy" / "manifest.json").exists():
-        _laz_to_npy(raw)
-        pack(raw, workdir / "shards_npy", PackOptions(layout=str(_npy_layout(workdir)),
+    if not (workdir / "shards_laz" / "manifest.json").exists():
+        pack(raw, workdir / "shards_laz", PackOptions(layout=str(_laz_layout(workdir)),
                                                       overwrite=True, progress=False))
     manifest = json.loads((workdir / "shards" / "manifest.json").read_text())
     found = []
@@ -363,7 +349,7 @@ def breakdown(workdir: Path, repeats: int, limit: int = 48) -> list[tuple[str, f
          lambda r: _imread(r[0] / "semantics" / f"{r[1]:04d}.png", cv2.IMREAD_UNCHANGED)),
         ("bev PNG", "bev.png",
          lambda r: _imread(r[0] / "bev_semantics" / f"{r[1]:04d}.png", cv2.IMREAD_UNCHANGED)),
-        ("lidar LAZ", "lidar.laz", lambda r: ds.lidar(*r)),
+        ("lidar (LAZ / npy)", "lidar.npy", lambda r: ds.lidar(*r)),
         ("boxes (json.gz / npy)", "boxes.npy", lambda r: ds.boxes(*r)),
         ("measurements + waypoints (9 json.gz / record npy)", "measurements.npy",
          lambda r: ds.measurements(*r)),
@@ -377,13 +363,13 @@ def breakdown(workdir: Path, repeats: int, limit: int = 48) -> list[tuple[str, f
 
 
 def lidar_codecs(workdir: Path, repeats: int) -> list[dict]:
-    """Per-sample decode us and bytes of the same clouds as LAZ, as (N,3) npy and as the npy
-    pack's (N,4) members."""
+    """Per-sample decode us and bytes of the same clouds as LAZ (the LAZ pack's members), as
+    (N,3) npy (the default pack's) and as (N,4) npy (xyz + a zero column)."""
     from carla_wds.codecs import codec_named
     from carla_wds.modalities import encode_laz
     laz, pts = codec_named("laz"), codec_named("points")
-    small_laz = _members(workdir / "shards", ".lidar.laz")
-    small_npy = _members(workdir / "shards_npy", ".lidar.npy")
+    small_laz = _members(workdir / "shards_laz", ".lidar.laz")
+    small_npy = _members(workdir / "shards", ".lidar.npy")
     keys = sorted(small_laz)
     clouds = [laz.decode(small_laz[k]) for k in keys]
     if not all(np.array_equal(c, pts.decode(small_npy[k])[:, :3]) for c, k in zip(clouds, keys)):
@@ -504,9 +490,8 @@ def main() -> None:
     import laspy
     print(f"\nlaspy {laspy.__version__}, LAZ backend {laspy.LazBackend.detect_available()[0].name}")
     print("\nLiDAR, the same clouds as LAZ bytes (codec laz) and float32 npy (codec points): "
-          "decode us per sample (median of repeats), bytes per sample. The npy pack stores (N,4) "
-          "(xyz + a zero column): codec points is declared (N,4), so a layout YAML cannot "
-          "store xyz-only npy:\n")
+          "decode us per sample (median of repeats), bytes per sample. The default garage "
+          "pack stores (N,3) npy (read: laz_points); the LAZ pack keeps the source bytes:\n")
     print("| clouds | n | points | LAZ us | npy (N,3) us | npy (N,4) us | LAZ / npy (N,3) time | "
           "LAZ bytes | npy (N,3) bytes | npy (N,4) bytes | npy (N,3) / LAZ bytes |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -516,18 +501,18 @@ def main() -> None:
               f"{r['laz_bytes']:.0f} | {r['npy3_bytes']:.0f} | {r['npy4_bytes']:.0f} | "
               f"{r['npy3_bytes'] / r['laz_bytes']:.2f}x |")
     sizes = {name: sum(s["bytes"] for s in json.loads(
-        (workdir / name / "manifest.json").read_text())["shards"]) for name in ("shards",
-                                                                               "shards_npy")}
-    print(f"\nshard bytes, all members: LAZ pack {sizes['shards'] / 1e6:.1f} MB, npy pack "
-          f"{sizes['shards_npy'] / 1e6:.1f} MB ({sizes['shards_npy'] / sizes['shards']:.2f}x)")
+        (workdir / name / "manifest.json").read_text())["shards"]) for name in ("shards_laz",
+                                                                               "shards")}
+    print(f"\nshard bytes, all members: LAZ pack {sizes['shards_laz'] / 1e6:.1f} MB, npy pack "
+          f"{sizes['shards'] / 1e6:.1f} MB ({sizes['shards'] / sizes['shards_laz']:.2f}x)")
     lidar_cells = [(kind, wk, shards, "lidar") for wk in workers
-                   for kind, shards in (("ours", "shards"), ("ours", "shards_npy"))]
+                   for kind, shards in (("ours", "shards_laz"), ("ours", "shards"))]
     runs = _interleaved(args.repeats, lidar_cells, run)
-    print("\nLoader, fields=['lidar'] (+ the front camera), samples/s; npy pack (N,4):\n")
+    print("\nLoader, fields=['lidar'] (+ the front camera), samples/s; npy pack (N,3):\n")
     print("| workers | LAZ pack | npy pack | npy / LAZ | per repeat |\n|---:|---:|---:|---:|---:|")
     for wk in workers:
-        a, b, each = _row_pair(runs, ("ours", wk, "shards", "lidar"),
-                               ("ours", wk, "shards_npy", "lidar"))
+        a, b, each = _row_pair(runs, ("ours", wk, "shards_laz", "lidar"),
+                               ("ours", wk, "shards", "lidar"))
         print(f"| {wk} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {each[0]:.2f}-{each[-1]:.2f}x |",
               flush=True)
 

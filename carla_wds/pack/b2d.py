@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..calib import B2D_RIG
-from ..extras import MEASUREMENTS, Extra, make_record
 from ..codecs import CODECS, codec_named
+from ..extras import MEASUREMENTS, Extra, make_record
+from ..modalities import points_problem
 from ..schema import SampleSpec, encode_sample, make_key
 from . import b2d_anno as anno_of
 from .clips import ClipError, ClipRef, open_clip
@@ -104,8 +105,10 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
     frame = s.frame_name
     extras: list[Extra] = []
     if "lidar" in s.sensors:
-        extras.append(Extra("lidar", "lidar.laz", "laz", "lidar", "float32", (None, 3), "m",
-                            "garage"))   # LAZ bytes as stored: CARLA's left-handed ego frame
+        # decoded once at pack time (docs/benchmarks.md: LAZ costs a loader 40-140x npy);
+        # CARLA's left-handed ego frame, as the LAZ holds it, whatever --handedness says
+        extras.append(Extra("lidar", "lidar.npy", "points", "lidar", "float32", (None, 3), "m",
+                            "garage"))
     if "boxes" in s.sensors:
         extras += [Extra("boxes", "boxes.npy", "npy", "boxes", "float32", (None, 12),
                          "see carla_wds.boxes.BOX_COLUMNS", frame),
@@ -141,7 +144,7 @@ def _wanted(s: B2DSettings) -> list[tuple[str, str, str, int]]:
     """(member, folder, what, frame offset) of every file a sample takes besides the anno."""
     out = [(f"{cam}.jpg", f"camera/rgb_{cam}", f"{cam} camera", 0) for cam in CAMERAS]
     if "lidar" in s.sensors:
-        out.append(("lidar.laz", "lidar", "LiDAR", 0))
+        out.append(("lidar.npy", "lidar", "LiDAR", 0))
     if "radar" in s.sensors:
         out.append(("radar.npy", "radar", "radar", 0))
     if "expert" in s.sensors:   # data_collect.py names frame t's assessment t - 1
@@ -341,10 +344,13 @@ class ClipEncoder(FrameEncoder):
     def _member(e: Extra, data: bytes) -> bytes:
         if e.name == "radar":
             return codec_named("npy").encode(radar_array(data))
-        codec = codec_named(e.codec)
-        problem = codec.check(data)
-        if problem is None and e.codec == "laz":   # a corrupt LAZ body passes the cheap check
-            codec.decode(data)
+        if e.name == "lidar":   # LAZ in, float32 xyz out
+            laz = codec_named("laz")
+            problem = laz.check(data) or points_problem(points := laz.decode(data), 3)
+            if problem:
+                raise ValueError(problem)
+            return codec_named("points").encode(points)
+        problem = codec_named(e.codec).check(data)
         if problem:
             raise ValueError(problem)
         return data

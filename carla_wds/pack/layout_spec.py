@@ -41,6 +41,8 @@ class Reader:
 
 def _sensor_extras(s: Sensor, frames: dict[str, str]) -> list[Extra]:
     modality, dtype, shape, units = _KINDS[s.codec]
+    if s.read == "laz_points":   # LAZ holds xyz only
+        shape = (None, 3)
     frame = frames.get(s.name, frames.get(modality, ""))
     member = f"{s.name}.{s.member_ext}"
     codec = "npy" if s.codec == "boxes" else s.codec

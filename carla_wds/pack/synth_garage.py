@@ -124,7 +124,13 @@ def to_ego(px, py, ex: float, ey: float, theta: float) -> tuple[np.ndarray, np.n
 # LiDAR
 # --------------------------------------------------------------------------------------------
 
-def lidar_points(rng: np.random.Generator, boxes: list[tuple], n_ground: int = 2200,
+# Returns of a 64-channel CARLA LiDAR at 600k points/s and 10 Hz (Bench2Drive's and carla_garage's
+# setting): tens of thousands of points a sweep, most on the ground. A realistic count matters:
+# LiDAR decode is what a loader's time goes to (docs/benchmarks.md).
+GROUND_POINTS = 30000
+
+
+def lidar_points(rng: np.random.Generator, boxes: list[tuple], n_ground: int = GROUND_POINTS,
                  car_density: float = 25.0) -> tuple[np.ndarray, list[int]]:
     """Ego-frame (x forward, y right, z up; origin at the vehicle on the ground) LiDAR points:
     road-plane returns around the ego and returns on the sides/top of each car box.

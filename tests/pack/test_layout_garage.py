@@ -35,8 +35,7 @@ RECORD_FIELDS = {
 SENSOR_FOLDERS = {"front.jpg": "rgb", "front_augmented.jpg": "rgb_augmented",
                   "depth.png": "depth", "depth_augmented.png": "depth_augmented",
                   "semantics.png": "semantics", "semantics_augmented.png": "semantics_augmented",
-                  "bev.png": "bev_semantics", "bev_augmented.png": "bev_semantics_augmented",
-                  "lidar.laz": "lidar"}
+                  "bev.png": "bev_semantics", "bev_augmented.png": "bev_semantics_augmented"}
 GARAGE_CLASS = {"car": 0, "walker": 1, "traffic_light": 2, "stop_sign": 3, "ego_car": 4}
 
 
@@ -165,12 +164,12 @@ def test_boxes_table_and_raw_json_equal_the_boxes_file(packed):
 def test_sensors_and_twins_are_the_raw_files(packed):
     manifest, rows = packed
     for sample, route, t in rows:
-        ext = {"lidar.laz": "laz"}
         for member, folder in SENSOR_FOLDERS.items():
-            name = f"{t:04d}.{ext.get(member, member.rsplit('.', 1)[1])}"
+            name = f"{t:04d}.{member.rsplit('.', 1)[1]}"
             assert sample[member] == (route / folder / name).read_bytes(), member
+        # the LAZ is decoded once at pack time: the shard holds laspy's points as float32
         las = laspy.read(str(route / "lidar" / f"{t:04d}.laz"))
-        points = decoded(manifest, sample, "lidar.laz")
+        points = decoded(manifest, sample, "lidar.npy")
         assert points.shape == (len(las.points), 3) and len(points) > 100
         np.testing.assert_array_equal(points, np.float32(las.xyz))
         depth8 = cv2.imread(str(route / "depth" / f"{t:04d}.png"), cv2.IMREAD_UNCHANGED)
@@ -192,7 +191,7 @@ def test_manifest_records_members_codecs_dtypes_shapes_units_frames(packed):
         "waypoints_diff.npy": "npy", "meta.json": "json",
         "depth.png": "depth_garage8", "depth_augmented.png": "depth_garage8",
         "semantics.png": "semantics", "semantics_augmented.png": "semantics",
-        "bev.png": "bev_classes", "bev_augmented.png": "bev_classes", "lidar.laz": "laz",
+        "bev.png": "bev_classes", "bev_augmented.png": "bev_classes", "lidar.npy": "points",
         "boxes.npy": "npy", "boxes_raw.json": "json", "measurements.npy": "record"}
     extras = {e["name"]: e for e in manifest["spec"]["extras"]}
     want = {"depth": ("float32", [], "m", None), "semantics": ("uint8", [], "class id", None),
