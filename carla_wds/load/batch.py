@@ -167,6 +167,49 @@ class BatchBuffer:
         return {**named, "extras": batched or None}
 
 
+# CARLABatch's selected-field attributes; a batch of padding only has none of its own
+_FIELD_ATTRS = ("depth", "semantics", "bev", "lidar", "lidar_len", "boxes", "boxes_len",
+                "camera_set", "measurements", "extras")
+
+
+def field_layout(batch: CARLABatch) -> dict[str, object] | None:
+    """The selected fields' per-sample shapes and dtypes of a batch that has them (None when
+    it has none): what an all-padding batch needs to look like the others."""
+    def layout(value):
+        if isinstance(value, torch.Tensor):
+            return tuple(value.shape[1:]), value.dtype
+        if isinstance(value, dict):
+            return {k: layout(v) for k, v in value.items()}
+        return None   # raw JSON lists: None per padding sample
+    out = {a: layout(getattr(batch, a)) for a in _FIELD_ATTRS if getattr(batch, a) is not None}
+    return out or None
+
+
+def with_padding_fields(batch: CARLABatch, layout: dict[str, object] | None) -> CARLABatch:
+    """An all-padding batch (eval's tail, or every sample skipped) decodes no field, so it has
+    none; give it zero fields shaped like the pass's others, so that every batch of a rank has
+    the same attributes (a rank must not crash, or stall DDP, on `batch.lidar`). Variable
+    dimensions (lidar points, boxes) get 0 rows: their `*_len` counts are 0."""
+    if layout is None or bool(batch.valid.any()) or any(
+            getattr(batch, a) is not None for a in _FIELD_ATTRS):
+        return batch
+    n = len(batch)
+
+    def zeros(name: str, spec):
+        if isinstance(spec, dict):
+            return {k: zeros(k, v) for k, v in spec.items()}
+        if spec is None:
+            return [None] * n
+        shape, dtype = spec
+        if f"{name}_len" in layout:   # padded to the batch's longest: none here
+            shape = (0, *shape[1:])
+        return torch.zeros((n, *shape), dtype=dtype)
+    filled = {a: zeros(a, spec) for a, spec in layout.items()}
+    if "measurements" in filled and "route" in filled["measurements"]:
+        filled["route"] = filled["measurements"]["route"]
+    return replace(batch, **filled)
+
+
 def _tensors(value):
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value)

@@ -26,7 +26,7 @@ from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions
 from ..schema import SampleSpec
 from ..shardread import ShardRef
-from .batch import CARLABatch
+from .batch import CARLABatch, field_layout, with_padding_fields
 from .fields import FieldOptions, check_fields, twin_options
 from .plan import batches_per_rank
 from .workers import Epoch, Workers
@@ -125,6 +125,7 @@ class CARLAWebData:
                 f"each of {self.world_size} ranks. Fix: lower batch_size, use fewer ranks, or "
                 "pack more data")
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
+        self._field_layout: dict | None = None   # shapes of the selected fields, once seen
         self.stats = {"skipped_samples": 0, "batches": 0, "batches_outside_ring": 0}
         self._workers = Workers(num_workers, prefetch_factor=prefetch_factor,
                                 pin_memory=pin_memory, persistent=persistent_workers,
@@ -165,6 +166,9 @@ class CARLAWebData:
         # closing: a caller's early stop reaches the pass now, not when it is collected
         with closing(self._workers.run(self._epoch(), self._len - self.consumed)) as batches:
             for batch in batches:
+                # an all-padding batch gets the pass's fields as zeros (load/batch.py)
+                batch = with_padding_fields(batch, self._field_layout)
+                self._field_layout = field_layout(batch) or self._field_layout
                 self.consumed += 1
                 self.stats["batches"] += 1
                 self.stats["skipped_samples"] += len(batch.errors)
