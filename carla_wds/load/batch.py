@@ -47,7 +47,7 @@ class CARLABatch:
     boxes_len: torch.Tensor | None = None    # (B,)
     route: torch.Tensor | None = None        # (B, R, 2), measurements["route_len"] rows real
     measurements: dict[str, torch.Tensor] | None = None   # name -> (B, ...)
-    camera_set: torch.Tensor | None = None   # (B,) int8, 1 where the augmented twin was used
+    camera_set: torch.Tensor | None = None   # (B,) int8, 1: the augmented twin (shards with twins)
     extras: dict[str, object] | None = None  # other selected fields (raw JSON: lists)
 
     def __len__(self) -> int:
