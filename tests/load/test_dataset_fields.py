@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from carla_wds import CARLAWebData
+from tests.conftest import run_pack
 from tests.helpers import all_keys, torchrun
 from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
 
@@ -163,14 +164,31 @@ def test_torchrun_ranks_match_the_simulated_ones(packed_garage, tmp_path):  # no
     assert sorted(ranks[0]["eval"] + ranks[1]["eval"]) == sorted(all_keys(packed_garage))
 
 
-def test_workers_after_a_main_process_laz_decode(packed_garage):  # noqa: F811
+@pytest.fixture(scope="module")
+def packed_laz(raw_garage, tmp_path_factory) -> Path:  # noqa: F811
+    """The garage pack with its LiDAR kept as the source LAZ bytes (codec laz), decoded by
+    the loader: a layout YAML of one's own, as the README describes."""
+    from carla_wds.pack import layouts
+    text = (Path(layouts.__file__).parent / "layouts" / "garage.yaml").read_text()
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("lidar:")]
+    at = lines.index("sensors:") + 1
+    lines.insert(at, "  lidar: {folder: lidar, ext: laz, codec: laz}")
+    yaml = tmp_path_factory.mktemp("layout") / "garage_laz.yaml"
+    yaml.write_text("\n".join(lines) + "\n")
+    out = tmp_path_factory.mktemp("packed_laz") / "shards"
+    run_pack(raw_garage, out, layout=str(yaml), max_samples=7)
+    assert json.loads((out / "manifest.json").read_text())["members"]["lidar.laz"] == "laz"
+    return out
+
+
+def test_workers_after_a_main_process_laz_decode(packed_laz):
     """A pass without workers decodes LAZ in the main process; the DataLoader workers forked
     for the next pass must not inherit a dead decoder thread pool (lazrs' parallel reader
     deadlocked them). Run in a child process, so a hang fails the test instead of the suite."""
     code = textwrap.dedent(f"""
         from carla_wds import CARLAWebData
         for workers in (0, 2):
-            data = CARLAWebData({str(packed_garage)!r}, batch_size=4, mode="eval",
+            data = CARLAWebData({str(packed_laz)!r}, batch_size=4, mode="eval",
                                 num_workers=workers, image_size=(24, 32), fields=["lidar"])
             print(sum(int(b.valid.sum()) for b in data), flush=True)
     """)
