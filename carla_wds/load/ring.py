@@ -44,9 +44,11 @@ class RingItem:
     """What a worker yields: the batch's other fields (`parts`), and the slot that holds its
     images (the main process maps the slot itself; nothing image-sized is pickled).
 
-    The fields travel as numpy arrays, pickled by value (about 2 KB): a torch tensor would go
-    through a shared-memory file of its own and a socket round trip to the worker for its
-    descriptor, seven of them per batch.
+    The label fields travel as numpy arrays, pickled by value (about 2 KB): a torch tensor
+    would go through a shared-memory file of its own and a socket round trip to the worker for
+    its descriptor, seven of them per batch. A large extra field (a batch's float32 depth maps
+    are MBs) stays a tensor and goes through shared memory instead: one copy, not the four of
+    pickling it through the pipe (docs/benchmarks.md, issue 14's 2-worker figures).
     """
     parts: dict[str, Any]     # field name -> value, tensors as numpy arrays
     slot: int
@@ -61,10 +63,15 @@ class RingItem:
         return self   # DataLoader(pin_memory=True) calls this; BatchRing.take pins the batch
 
 
+SHARED_BYTES = 256 << 10   # a field this large crosses to the main process in shared memory
+
+
 def _as_numpy(value: Any) -> Any:
     if isinstance(value, dict):   # the measurements record: name -> tensor
         return {k: _as_numpy(v) for k, v in value.items()}
-    return value.numpy() if isinstance(value, torch.Tensor) else value
+    if isinstance(value, torch.Tensor) and value.nbytes < SHARED_BYTES:
+        return value.numpy()
+    return value
 
 
 def _as_torch(value: Any) -> Any:
