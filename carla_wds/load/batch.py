@@ -48,6 +48,10 @@ class CARLABatch:
     route: torch.Tensor | None = None        # (B, R, 2), measurements["route_len"] rows real
     measurements: dict[str, torch.Tensor] | None = None   # name -> (B, ...)
     camera_set: torch.Tensor | None = None   # (B,) int8, 1: the augmented twin (shards with twins)
+    # fields=["calibration"] (Bench2Drive): K of each camera for the images as loaded (scaled
+    # to image_size), and the camera-to-ego transform as stored (carla_wds/calib.py)
+    intrinsics: torch.Tensor | None = None   # (B, n_cameras, 3, 3) float32
+    cam2ego: torch.Tensor | None = None      # (B, n_cameras, 4, 4) float32
     extras: dict[str, object] | None = None  # other selected fields (raw JSON: lists)
 
     def __len__(self) -> int:
@@ -169,7 +173,7 @@ class BatchBuffer:
 
 # CARLABatch's selected-field attributes; a batch of padding only has none of its own
 _FIELD_ATTRS = ("depth", "semantics", "bev", "lidar", "lidar_len", "boxes", "boxes_len",
-                "camera_set", "measurements", "extras")
+                "camera_set", "intrinsics", "cam2ego", "measurements", "extras")
 
 
 def field_layout(batch: CARLABatch) -> dict[str, object] | None:

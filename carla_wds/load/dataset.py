@@ -85,7 +85,7 @@ class CARLAWebData:
                  persistent_workers: bool = False, shard_urls: list[str] | None = None,
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
                  brake_override: bool | None = None, lidar_histogram: str | None = None,
-                 twin_p: float = 0.0) -> None:
+                 twin_p: float = 0.0, exact_resize: bool = False) -> None:
         if mode not in ("train", "eval"):
             raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
         if on_error not in ("raise", "skip"):
@@ -101,7 +101,10 @@ class CARLAWebData:
         self.fields = check_fields(spec, fields)
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
         self.field_opts = replace(_field_options(spec, brake_override, lidar_histogram,
-                                                 self.fields), **twin_options(spec, twin_p))
+                                                 self.fields), **twin_options(spec, twin_p),
+                                  exact_resize=bool(exact_resize),
+                                  calibration="calibration" in (fields or ()),
+                                  rig=tuple(self.manifest.spec.cameras))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size = tuple(image_size)

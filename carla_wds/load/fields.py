@@ -19,8 +19,13 @@ from ..extras import MEASUREMENTS, Extra, record_values
 from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
 
+# Fields of variable row counts, always padded with a <name>_len count (raw JSON is never).
+ROWS = ("lidar", "boxes", "radar")
 # Fields a CARLABatch names; any other selected field goes into batch.extras.
-BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes", "camera_set")
+BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes", "camera_set", "intrinsics",
+                "cam2ego")
+# Selectable names that are parts of the measurements record, not members of their own.
+RECORD_PARTS = {"route": ("route",), "calibration": ("intrinsics", "cam2ego")}
 # TCP/data.py: "the average value of roach braking action", set where only the rule-based
 # detector braked (only_ap_brake); index 0 is the acceleration Beta's (alpha, beta).
 TCP_BRAKE_MU, TCP_BRAKE_SIGMA = 0.8, 5.5
@@ -38,6 +43,12 @@ class FieldOptions:
     record: str | None = None                 # the measurements member (augmentation values)
     seed: int = 0
     epoch: int = 0
+    # JPEG cameras decoded at libjpeg's reduced DCT scale where the output allows (load/jpeg.py)
+    exact_resize: bool = False
+    # batch.intrinsics and batch.cam2ego from the record, intrinsics scaled to the output size;
+    # rig: the pack's cameras, in the record's order
+    calibration: bool = False
+    rig: tuple[str, ...] = ()
 
 
 def twin_options(spec: SampleSpec, p: float) -> dict[str, Any]:
@@ -140,6 +151,8 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         if twin:
             move_labels(labels, shift, yaw)
     fields = labels.get("fields")
+    if opts.calibration and fields is not None and MEASUREMENTS in fields:
+        fields.update(calibration(raw, spec, fields[MEASUREMENTS], image_size, opts.rig))
     if opts.lidar_histogram and fields is not None and "lidar" in fields:
         from ..lidar import lidar_to_histogram_features   # only when asked for
         fields["lidar"] = lidar_to_histogram_features(fields["lidar"], opts.lidar_histogram)
@@ -151,13 +164,28 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     if fields is None:
         return ()
     names = [e.name for e in spec.extras if e.twin_of is None]
-    extra_ok = ("route",) if any(f.name == "route" for e in spec.extras for f in e.fields) else ()
-    bad = [f for f in fields if f not in names + list(extra_ok)]
+    held = {f.name for e in spec.extras for f in e.fields}
+    extra_ok = [n for n, parts in RECORD_PARTS.items() if set(parts) <= held]
+    bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
-        raise ValueError(f"fields {bad}: not in these shards; they hold {names + list(extra_ok)} "
+        raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
                          "besides the cameras and core labels")
-    wanted = set(fields) | ({MEASUREMENTS} if "route" in fields else set())
+    wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(RECORD_PARTS) else set())
     return tuple(n for n in names if n in wanted)
+
+
+def calibration(raw: dict[str, Any], spec: SampleSpec, record: dict[str, np.ndarray],
+                image_size: tuple[int, int], rig: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """intrinsics (n_cam, 3, 3) for the images as the loader gives them (each camera's K
+    scaled from its stored size, read from the member's header, to image_size) and cam2ego
+    (n_cam, 4, 4) as stored, in the order of spec.cameras (a `cameras=` subset too); `rig` is
+    the pack's camera order, the record's."""
+    from ..calib import resized_intrinsic
+    order = [rig.index(c) for c in spec.cameras]
+    ks = [resized_intrinsic(record["intrinsics"][i], spec.codec(m).size(raw[m]), image_size)
+          for i, m in zip(order, spec.image_members)]
+    return {"intrinsics": np.stack(ks).astype(np.float32),
+            "cam2ego": record["cam2ego"][order].astype(np.float32)}
 
 
 def brake_override(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -227,8 +255,8 @@ def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...]) ->
         if isinstance(first, dict):
             out[name] = {k: np.stack([(r[name][k] if r else np.zeros_like(v)) for r in rows])
                          for k, v in first.items()}
-        elif isinstance(first, np.ndarray) and first.ndim == 2 and name in ("lidar", "boxes") \
-                or _varies(rows, name):
+        elif isinstance(first, np.ndarray) and (first.ndim == 2 and name in ROWS
+                                                 or _varies(rows, name)):
             out[name], out[f"{name}_len"] = _pad(rows, name, first)
         elif isinstance(first, (np.ndarray, np.generic)):   # 0-d values too (camera_set)
             out[name] = np.stack([(r[name] if r else np.zeros_like(first)) for r in rows])

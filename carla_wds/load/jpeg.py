@@ -17,9 +17,14 @@ _REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
 
 
 def reduction(source_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
-    """The largest factor in 8, 4, 2 with out <= source / factor on both axes, else 1."""
+    """The largest factor in 8, 4, 2 with out <= source / factor on both axes, else 1. The
+    factor must divide both sides: libjpeg gives ceil(side / factor) pixels, so otherwise the
+    last one would cover padding and the image would no longer be an exact 1/factor scale of
+    the source (a camera's intrinsics, scaled for the output size, would be off by up to a
+    pixel). 1600x900 -> 224x400 is 4; 900 is not a multiple of 8."""
     for factor, _ in _REDUCED:
-        if out_hw[0] * factor <= source_hw[0] and out_hw[1] * factor <= source_hw[1]:
+        if (out_hw[0] * factor <= source_hw[0] and out_hw[1] * factor <= source_hw[1]
+                and source_hw[0] % factor == 0 and source_hw[1] % factor == 0):
             return factor
     return 1
 

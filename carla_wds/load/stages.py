@@ -18,6 +18,7 @@ from ..schema import SampleSpec, SchemaError, check_members
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
 from .fields import FieldOptions, sample_fields
+from .jpeg import decode_reduced
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -65,20 +66,23 @@ def take(samples: Iterable[Any], n: int) -> Iterator[Any]:
 
 
 def decode_image(data: bytes, image_size: tuple[int, int], fmt: str | ImageCodec,
-                 out: np.ndarray | None = None, packed: tuple[int, int] | None = None
-                 ) -> np.ndarray:
+                 out: np.ndarray | None = None, packed: tuple[int, int] | None = None,
+                 reduced: bool = False) -> np.ndarray:
     """Encoded bytes -> uint8 HWC RGB at image_size (H, W); never through float.
 
     `fmt`: the member's image codec, or its registered name. With `out` (a contiguous
     (H, W, 3) uint8 slot), the resize writes straight into it. The header's size must be
-    `packed` (the manifest's record) before a decoder allocates memory.
+    `packed` (the manifest's record) before a decoder allocates memory. `reduced`: a JPEG is
+    decoded at a reduced DCT scale when image_size allows (load/jpeg.py), then resized.
     """
     codec = codec_named(fmt) if isinstance(fmt, str) else fmt
     try:
-        codec.check_size(data, packed, MAX_PIXELS)
+        source = codec.check_size(data, packed, MAX_PIXELS)
     except ImageHeaderError as exc:
         raise SchemaError(f"image refused before decoding: {exc}") from None
-    img = codec.decode(data)
+    img = decode_reduced(data, source, image_size) if reduced and codec.name == "jpg" else None
+    if img is None:
+        img = codec.decode(data)
     h, w = image_size
     if img.shape[:2] != (h, w):
         return cv2.resize(img, (w, h), dst=out, interpolation=cv2.INTER_LINEAR)
@@ -99,7 +103,8 @@ def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: n
     try:
         for i, member in enumerate(spec.image_members):
             decode_image(raw[member], image_size, spec.codec(member), out=hwc[i],
-                         packed=sizes[i] if sizes else None)
+                         packed=sizes[i] if sizes else None,
+                         reduced=not (field_opts or FieldOptions()).exact_resize)
     except SchemaError as exc:
         raise SchemaError(f"{where}: {member}: {exc}") from None
     if augment is not None:
