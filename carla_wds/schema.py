@@ -123,6 +123,8 @@ LABELS: tuple[LabelMember, ...] = (
     LabelMember("meta.json"),
 )
 LABEL_MEMBERS = tuple(m.member for m in LABELS)
+LABEL_UNITS = {"speed": "m/s", "target_point": "m", "waypoints": "m", "waypoints_diff": "m",
+               "target_command": "one-hot RoadOption 1..6 (VOID as LANEFOLLOW)"}
 _LABEL_CODECS = {m.member: m.codec for m in LABELS if m.codec}
 
 
@@ -185,8 +187,16 @@ class SampleSpec:
         return replace(self, extras=keep)
 
     def spec_doc(self) -> dict[str, Any]:
-        """What the manifest records under "spec"."""
-        return {"extras": [e.doc() for e in self.extras], "frames": dict(self.frames),
+        """What the manifest records under "spec": the extra members, the core labels' dtype,
+        shape, units and frame (documentation: a reader rebuilds them from the schema), the
+        label frames and the load-time transforms."""
+        frames = dict(self.frames)
+        labels = [{"member": m.member, "codec": self.codec(m.member).name,
+                   "dtype": "float32" if m.shape is not None or m.number else "json",
+                   "shape": list(self._shapes[m.member]) if m.shape is not None else [],
+                   "units": LABEL_UNITS.get(m.field, ""), "frame": frames.get(m.field, "")}
+                  for m in LABELS]
+        return {"extras": [e.doc() for e in self.extras], "labels": labels, "frames": frames,
                 "transforms": list(self.transforms)}
 
     def codec_names(self) -> dict[str, str]:

@@ -61,7 +61,9 @@ def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.Simpl
                 raise _changed(f"frame task {start[0]} is {tasks[n - 1].key}, not {last_key}")
             done_already += n
             tasks = tasks[n:]
-        seen.put((plan, done_already))
+        # The report gets the plan without its tasks: a clip's tasks hold their files' bytes,
+        # which must go once encoded, or a pack's memory would grow with the dataset.
+        seen.put((replace(plan, tasks=[]), done_already))
         for i in range(0, len(tasks), CHUNK):
             if ahead is not None:
                 ahead.acquire()
