@@ -21,6 +21,7 @@ import json
 import logging
 import math
 from pathlib import Path
+from typing import Callable
 
 import cv2
 import numpy as np
@@ -227,6 +228,20 @@ def gz_json(obj) -> bytes:
     return gzip.compress(json.dumps(obj, indent=4).encode("utf-8"), mtime=0)
 
 
+def write_routes(layout: str, out_dir: str | Path, routes: list[Path],
+                 write: Callable[[Path, int], None], frames: int, size: tuple[int, int],
+                 progress: bool) -> list[Path]:
+    """Write each route with `write(route, episode)` after refusing folders that hold files;
+    the routes, sorted. The one loop of every per-route synthetic writer."""
+    refuse_busy(routes)
+    for ep, route in enumerate(tqdm(routes, desc=f"synth {layout}", unit="route",
+                                    disable=not progress)):
+        write(route, ep)
+    logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,
+                frames, size[0], size[1], out_dir)
+    return sorted(routes)
+
+
 def refuse_busy(routes: list[Path]) -> None:
     busy = [str(r) for r in routes if r.is_dir() and any(r.iterdir())]
     if busy:
@@ -431,10 +446,5 @@ def synth_dataset(out_dir: str | Path, layout: str = "garage", episodes: int = 4
     base._check_args("tcp", episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or GARAGE_SIZE))
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
-    refuse_busy(routes)
-    for ep, route in enumerate(tqdm(routes, desc="synth garage", unit="route",
-                                    disable=not progress)):
-        _write_garage_episode(route, ep, int(seed), int(frames), size)
-    logger.info("wrote %d garage routes of %d frames (%dx%d) under %s", len(routes), frames,
-                size[0], size[1], out_dir)
-    return sorted(routes)
+    return write_routes("garage", out_dir, routes, lambda route, ep: _write_garage_episode(
+        route, ep, int(seed), int(frames), size), frames, size, progress)

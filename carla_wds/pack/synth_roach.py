@@ -28,7 +28,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from tqdm import tqdm
 
 from . import synth as base
 from . import synth_garage as sg
@@ -156,10 +155,5 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp_roach", episodes: int 
     base._check_args("tcp", episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or ROACH_SIZE))
     routes = [base._route_dir(Path(out_dir), "tcp", ep) for ep in range(int(episodes))]
-    sg.refuse_busy(routes)
-    for ep, route in enumerate(tqdm(routes, desc="synth tcp_roach", unit="route",
-                                    disable=not progress)):
-        _write_episode(route, ep, int(seed), int(frames), size)
-    logger.info("wrote %d tcp_roach routes of %d frames (%dx%d) under %s", len(routes), frames,
-                size[0], size[1], out_dir)
-    return sorted(routes)
+    return sg.write_routes("tcp_roach", out_dir, routes, lambda route, ep: _write_episode(
+        route, ep, int(seed), int(frames), size), frames, size, progress)

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from tqdm import tqdm
 
 from . import synth as base
 from . import synth_garage as sg
@@ -305,10 +304,5 @@ def synth_dataset(out_dir: str | Path, layout: str = "transfuser2022", episodes:
     base._check_args("tcp", episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or TF2022_SIZE))
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
-    sg.refuse_busy(routes)
-    for ep, route in enumerate(tqdm(routes, desc="synth transfuser2022", unit="route",
-                                    disable=not progress)):
-        _write_episode(route, ep, int(seed), int(frames), size)
-    logger.info("wrote %d transfuser2022 routes of %d frames (%dx%d strip) under %s",
-                len(routes), frames, size[0], size[1], out_dir)
-    return sorted(routes)
+    return sg.write_routes("transfuser2022", out_dir, routes, lambda route, ep: _write_episode(
+        route, ep, int(seed), int(frames), size), frames, size, progress)
