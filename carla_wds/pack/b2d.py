@@ -105,10 +105,10 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
     frame = s.frame_name
     extras: list[Extra] = []
     if "lidar" in s.sensors:
-        # decoded once at pack time (docs/benchmarks.md: LAZ costs a loader 40-140x npy);
-        # CARLA's left-handed ego frame, as the LAZ holds it, whatever --handedness says
+        # decoded once at pack time (docs/benchmarks.md: LAZ costs a loader 150-240x npy),
+        # in the ego frame of the labels (the LAZ holds CARLA's left-handed one)
         extras.append(Extra("lidar", "lidar.npy", "points", "lidar", "float32", (None, 3), "m",
-                            "garage"))
+                            frame))
     if "boxes" in s.sensors:
         extras += [Extra("boxes", "boxes.npy", "npy", "boxes", "float32", (None, 12),
                          "see carla_wds.boxes.BOX_COLUMNS", frame),
@@ -122,7 +122,7 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
                              units, f"camera {cam}") for cam in CAMERAS]
     extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
                         (), fields=anno_of.record_fields("expert" in s.sensors)))
-    frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": "garage",
+    frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": frame,
               "calibration": "b2d" if s.handedness == "right" else "carla_ue4"}
     return SampleSpec(CAMERAS, s.pred_len, image_format, extras=tuple(extras),
                       frames=tuple(sorted(frames.items())))
@@ -313,9 +313,12 @@ def radar_array(data: bytes) -> np.ndarray:
     return np.concatenate(parts).astype(np.float32)
 
 
+@dataclass(frozen=True)
 class ClipEncoder(FrameEncoder):
     """FrameEncoder for ClipTasks: every file's bytes travel in the task (no clip is opened
-    in a worker); each is checked by its codec, the radar h5 becomes a typed array."""
+    in a worker); each is checked by its codec, the radar h5 becomes a typed array, the LAZ
+    float32 points (y negated for --handedness right, as prepare_B2D.py's left2right)."""
+    mirror_y: bool = False
 
     def encode(self, task: ClipTask) -> Encoded | Skip:   # type: ignore[override]
         images, files, source, stored = {}, {}, {}, {}
@@ -333,7 +336,7 @@ class ClipEncoder(FrameEncoder):
                     sample[e.member] = CODECS["record"].encode(make_record(e.fields, task.record))
                     continue
                 name, data = task.files[e.member]
-                sample[e.member] = self._member(e, data)
+                sample[e.member] = self._member(e, data, self.mirror_y)
             except ValueError as exc:   # SchemaError too
                 where = task.files.get(e.member, (f"anno/{task.frame:05d}.json.gz",))[0]
                 return Skip(task.episode, task.frame, where or f"anno/{task.frame:05d}.json.gz",
@@ -341,7 +344,7 @@ class ClipEncoder(FrameEncoder):
         return Encoded(sample, task.episode, task.frame, files, source, stored)
 
     @staticmethod
-    def _member(e: Extra, data: bytes) -> bytes:
+    def _member(e: Extra, data: bytes, mirror_y: bool = False) -> bytes:
         if e.name == "radar":
             return codec_named("npy").encode(radar_array(data))
         if e.name == "lidar":   # LAZ in, float32 xyz out
@@ -349,6 +352,8 @@ class ClipEncoder(FrameEncoder):
             problem = laz.check(data) or points_problem(points := laz.decode(data), 3)
             if problem:
                 raise ValueError(problem)
+            if mirror_y:
+                points = points * np.array([1, -1, 1], np.float32)
             return codec_named("points").encode(points)
         problem = codec_named(e.codec).check(data)
         if problem:

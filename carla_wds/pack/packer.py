@@ -212,7 +212,8 @@ def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackO
                             "INPUT_DIR at the folder holding every clip, or pack with "
                             "--on-error skip to list them in the manifest and go on")
     clips = _select_part(clips, opts.part)
-    encoder = ClipEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images)
+    encoder = ClipEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
+                          mirror_y=settings.handedness == "right")
     return _Input(CLIP_LAYOUT_INFO(settings), spec, clips,
                   lambda ref: _checked_clip(ref, settings, opts), encoder, None, missing), opts
 

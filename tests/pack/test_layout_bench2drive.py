@@ -154,8 +154,15 @@ def test_calibration_round_trip_and_right_handed(raw, packed, tmp_path):
                                    atol=1e-6)
         wl, wr = npy(s["waypoints.npy"]), npy(right_s[key]["waypoints.npy"])
         np.testing.assert_allclose(wr, wl * [1, -1], atol=1e-6)   # y -> -y
+        pl = codec_named("points").decode(s["lidar.npy"])
+        pr = codec_named("points").decode(right_s[key]["lidar.npy"])
+        np.testing.assert_array_equal(pr, pl * np.float32([1, -1, 1]))
+        bl, br = npy(s["boxes.npy"]), npy(right_s[key]["boxes.npy"])
+        np.testing.assert_array_equal(br[:, 2], -bl[:, 2])   # y
+        np.testing.assert_allclose(br[:, 7], -bl[:, 7], atol=1e-6)   # yaw
     m = json.loads((right / "manifest.json").read_text())
     assert m["spec"]["handedness"] == "right" and m["spec"]["frames"]["waypoints"] == "b2d"
+    assert m["spec"]["frames"]["lidar"] == m["spec"]["frames"]["boxes"] == "b2d"
 
 
 def test_boxes_in_the_ego_frame_within_the_radius(raw, packed, tmp_path):
