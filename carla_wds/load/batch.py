@@ -38,8 +38,9 @@ class CARLABatch:
     valid: torch.Tensor           # (B,) bool
     errors: list[str] = field(default_factory=list)   # why samples were skipped, if any
     # Present when selected with CARLAWebData(fields=[...]); see load/fields.py.
-    depth: torch.Tensor | None = None        # (B, 1, H, W) float32 metres, camera size
-    semantics: torch.Tensor | None = None    # (B, 1, H, W) uint8 class ids (nearest resize)
+    depth: torch.Tensor | None = None        # (B, n, H, W) float32 metres, camera size; n is 1
+    semantics: torch.Tensor | None = None    # for a layout's one depth, else one per camera
+                                             # (B2D); uint8 class ids (nearest resize)
     bev: torch.Tensor | None = None          # (B, C, Hb, Wb) uint8
     lidar: torch.Tensor | None = None        # (B, Nmax, C) float32, or (B, C, H, W) histogram
     lidar_len: torch.Tensor | None = None    # (B,) points per sample; rows past it are padding

@@ -27,7 +27,7 @@ from ..remote import RemoteOptions
 from ..schema import SampleSpec
 from ..shardread import ShardRef
 from .batch import CARLABatch, field_layout, with_padding_fields
-from .fields import FieldOptions, check_fields, twin_options
+from .fields import FieldOptions, check_fields, stacked_kinds, twin_options
 from .plan import batches_per_rank
 from .workers import Epoch, Workers
 
@@ -104,6 +104,7 @@ class CARLAWebData:
                                                  self.fields), **twin_options(spec, twin_p),
                                   exact_resize=bool(exact_resize),
                                   calibration="calibration" in (fields or ()),
+                                  stacked=tuple(stacked_kinds(spec, list(fields or ()))),
                                   rig=tuple(self.manifest.spec.cameras))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed

@@ -26,6 +26,9 @@ BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes", "camera_set", "in
                 "cam2ego")
 # Selectable names that are parts of the measurements record, not members of their own.
 RECORD_PARTS = {"route": ("route",), "calibration": ("intrinsics", "cam2ego")}
+# Per-camera image fields (Bench2Drive's <kind>_<camera> members) that one name selects for
+# every loaded camera, stacked in camera order: kind -> the batch field it becomes.
+PER_CAMERA = {"depth": "depth", "semantic": "semantics", "instance": "instance"}
 # TCP/data.py: "the average value of roach braking action", set where only the rule-based
 # detector braked (only_ap_brake); index 0 is the acceleration Beta's (alpha, beta).
 TCP_BRAKE_MU, TCP_BRAKE_SIGMA = 0.8, 5.5
@@ -49,6 +52,8 @@ class FieldOptions:
     # rig: the pack's cameras, in the record's order
     calibration: bool = False
     rig: tuple[str, ...] = ()
+    # per-camera kinds selected by one name (PER_CAMERA), stacked into (n_cam, H, W[, C])
+    stacked: tuple[str, ...] = ()
 
 
 def twin_options(spec: SampleSpec, p: float) -> dict[str, Any]:
@@ -151,6 +156,8 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         if twin:
             move_labels(labels, shift, yaw)
     fields = labels.get("fields")
+    if opts.stacked and fields is not None:
+        stack_cameras(fields, spec, opts.stacked)
     if opts.calibration and fields is not None and MEASUREMENTS in fields:
         fields.update(calibration(raw, spec, fields[MEASUREMENTS], image_size, opts.rig))
     if opts.lidar_histogram and fields is not None and "lidar" in fields:
@@ -166,12 +173,29 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     names = [e.name for e in spec.extras if e.twin_of is None]
     held = {f.name for e in spec.extras for f in e.fields}
     extra_ok = [n for n, parts in RECORD_PARTS.items() if set(parts) <= held]
+    extra_ok += stacked_kinds(spec, list(PER_CAMERA))
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
         raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
                          "besides the cameras and core labels")
     wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(RECORD_PARTS) else set())
+    wanted |= {f"{k}_{cam}" for k in stacked_kinds(spec, fields) for cam in spec.cameras}
     return tuple(n for n in names if n in wanted)
+
+
+def stacked_kinds(spec: SampleSpec, fields: list[str]) -> list[str]:
+    """The per-camera kinds among `fields` that the shards hold for every selected camera
+    (and that are no member's own name)."""
+    names = {e.name for e in spec.extras}
+    return [k for k in PER_CAMERA if k in fields and k not in names
+            and all(f"{k}_{cam}" in names for cam in spec.cameras)]
+
+
+def stack_cameras(fields: dict[str, Any], spec: SampleSpec, kinds: tuple[str, ...]) -> None:
+    """<kind>_<camera> values ((1, H, W[, C]) each) -> one (n_cam, H, W[, C]) field."""
+    for kind in kinds:
+        parts = [fields.pop(f"{kind}_{cam}") for cam in spec.cameras]
+        fields[PER_CAMERA[kind]] = np.concatenate(parts, axis=0)
 
 
 def calibration(raw: dict[str, Any], spec: SampleSpec, record: dict[str, np.ndarray],
@@ -225,7 +249,7 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         if e.modality == MEASUREMENTS:
             value = record_values(value, e, where)
             value = brake_override(value) if opts.brake_override else value
-        elif e.modality in ("depth", "semantics"):
+        elif e.modality in ("depth", "semantics", "instance"):
             value = _image_like(e, value, image_size, spec.codec(e.member))
         elif e.modality == "bev" and value.ndim == 2:
             value = value[None]

@@ -9,6 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 
 from carla_wds.calib import project
 from carla_wds.load import CARLAWebData
@@ -24,7 +25,8 @@ def b2d(tmp_path_factory) -> Path:
     synth_dataset(root / "raw", "bench2drive", episodes=2, frames=30, seed=7,
                   image_size=(320, 180), progress=False)
     run_pack(root / "raw" / "archives", root / "shards", layout="bench2drive", stride=1,
-             max_samples=8, sensors=("lidar", "boxes", "expert", "radar", "semantic"))
+             max_samples=8, sensors=("lidar", "boxes", "expert", "radar", "semantic", "depth",
+                                     "instance"))
     return root / "shards"
 
 
@@ -132,3 +134,26 @@ def test_radar_lidar_boxes_padded_and_raw_json_listed(b2d):
     raw = batch.extras["boxes_raw"]
     assert isinstance(raw, list) and len(raw) == 4
     assert all(len(r) == int(k) for r, k in zip(raw, batch.boxes_len))   # radius 75 keeps all
+
+
+def test_per_camera_images_stack_in_camera_order(b2d):
+    kinds = ["depth", "semantic", "instance"]
+    each = [f"{k}_{cam}" for k in kinds for cam in CAMS]
+    one = next(iter(CARLAWebData(str(b2d), batch_size=2, mode="eval", image_size=(45, 80),
+                                 fields=each)))
+    stacked = next(iter(CARLAWebData(str(b2d), batch_size=2, mode="eval", image_size=(45, 80),
+                                     fields=kinds)))
+    assert stacked.depth.shape == (2, 6, 45, 80) and stacked.depth.dtype == torch.float32
+    assert stacked.semantics.shape == (2, 6, 45, 80) and stacked.semantics.dtype == torch.uint8
+    assert stacked.extras["instance"].shape == (2, 6, 45, 80, 3)
+    for i, cam in enumerate(CAMS):
+        np.testing.assert_array_equal(stacked.depth[:, i], one.extras[f"depth_{cam}"][:, 0])
+        np.testing.assert_array_equal(stacked.semantics[:, i],
+                                      one.extras[f"semantic_{cam}"][:, 0])
+        np.testing.assert_array_equal(stacked.extras["instance"][:, i],
+                                      one.extras[f"instance_{cam}"][:, 0])
+    np.testing.assert_array_equal(stacked.extras["instance"][..., 0], stacked.semantics)
+    sub = next(iter(CARLAWebData(str(b2d), batch_size=2, mode="eval", image_size=(45, 80),
+                                 cameras=["back", "front"], fields=["depth"])))
+    assert sub.depth.shape == (2, 2, 45, 80)
+    np.testing.assert_array_equal(sub.depth[:, 0], stacked.depth[:, CAMS.index("back")])
