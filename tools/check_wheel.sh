@@ -165,4 +165,4 @@ step "torchrun --standalone --nproc_per_node 1 -m carla_wds.train --config tiny 
     data.num_workers=1 data.eval_batch_size=8 data.batch_size=4
 check_run runs/ddp "torchrun -m carla_wds.train"
 
-step "wheel check passed: $(basename "$WHEEL") installed in $ENV packs all five layouts and trains --config tiny"
+step "wheel check passed: $(basename "$WHEEL") installed in $ENV packs every built-in layout and trains --config tiny"
