@@ -72,6 +72,27 @@ def _field_options(spec: SampleSpec, brake_override: bool | None, lidar_histogra
     return FieldOptions(bool(brake_override), lidar_histogram)
 
 
+def _check_args(mode: str, on_error: str, batch_size: int, num_workers: int,
+                batches_per_epoch: int | None) -> None:
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error {on_error!r}; expected 'raise' or 'skip'")
+    if batch_size < 1 or num_workers < 0:
+        raise ValueError(f"batch_size {batch_size} must be >= 1, num_workers {num_workers} >= 0")
+    if batches_per_epoch is not None and mode != "train":
+        raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
+
+
+def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | None
+                    ) -> dict[str, object]:
+    """FieldOptions keywords for the names that select parts of other members: calibration
+    (from the record; `rig` is the pack's camera order), and per-camera kinds to stack."""
+    asked = list(fields or ())
+    return {"calibration": "calibration" in asked, "rig": tuple(packed.cameras),
+            "stacked": tuple(stacked_kinds(spec, asked))}
+
+
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
@@ -86,26 +107,17 @@ class CARLAWebData:
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
                  brake_override: bool | None = None, lidar_histogram: str | None = None,
                  twin_p: float = 0.0, exact_resize: bool = False) -> None:
-        if mode not in ("train", "eval"):
-            raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error {on_error!r}; expected 'raise' or 'skip'")
-        if batch_size < 1 or num_workers < 0:
-            raise ValueError(f"batch_size {batch_size} must be >= 1, num_workers {num_workers} >= 0")
-        if batches_per_epoch is not None and mode != "train":
-            raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
+        _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         self.manifest = read_manifest(source, remote)
         self.where, self.remote = self.manifest.where, remote
         spec = _select_cameras(self.manifest.spec, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
-        self.field_opts = replace(_field_options(spec, brake_override, lidar_histogram,
-                                                 self.fields), **twin_options(spec, twin_p),
-                                  exact_resize=bool(exact_resize),
-                                  calibration="calibration" in (fields or ()),
-                                  stacked=tuple(stacked_kinds(spec, list(fields or ()))),
-                                  rig=tuple(self.manifest.spec.cameras))
+        self.field_opts = replace(
+            _field_options(spec, brake_override, lidar_histogram, self.fields),
+            **twin_options(spec, twin_p), **_decode_options(spec, self.manifest.spec, fields),
+            exact_resize=bool(exact_resize))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size = tuple(image_size)
