@@ -14,10 +14,6 @@ The other synthetic layouts (synth_tf2022, synth_roach) import the shared helper
 """
 from __future__ import annotations
 
-import datetime
-import gzip
-import io
-import json
 import logging
 import math
 from pathlib import Path
@@ -28,6 +24,9 @@ import numpy as np
 from tqdm import tqdm
 
 from . import synth as base
+from .synth_sensors import (  # noqa: F401 - the other writers take them from here too
+    GROUND_POINTS, SEM_ROAD, SEM_ROADLINE, SEM_SIDEWALK, SEM_SKY, SEM_TERRAIN, SEM_VEGETATION,
+    count_in_box, depth_m, encode, gz_json, laz_bytes, lidar_points, semantics_of)
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +36,6 @@ BEV_SIZE, BEV_PPM = 256, 4.0
 EGO_HALF_EXTENT = (2.44619083404541, 1.0801500082015991, 0.7552500367164612)   # Lincoln MKZ
 CAR_HALF_EXTENT = ((2.3, 1.0, 0.75), (2.1, 0.95, 0.8), (2.6, 1.1, 0.9))
 ROUTE_STEM = "routes_synth"
-# CARLA 0.9.10 semantic ids used by the image segmentations
-SEM_ROADLINE, SEM_ROAD, SEM_SIDEWALK, SEM_VEGETATION, SEM_SKY, SEM_TERRAIN = 6, 7, 8, 9, 13, 22
-_SEM_COLOURS = ((base._ROAD, SEM_ROAD), (base._MARK, SEM_ROADLINE), (base._EDGE, SEM_ROADLINE),
-                ((150, 156, 160), SEM_SIDEWALK))
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,113 +114,6 @@ def to_ego(px, py, ex: float, ey: float, theta: float) -> tuple[np.ndarray, np.n
     dx, dy = np.asarray(px) - ex, np.asarray(py) - ey
     c, s = math.cos(theta), math.sin(theta)
     return c * dx + s * dy, -s * dx + c * dy
-
-
-# --------------------------------------------------------------------------------------------
-# LiDAR
-# --------------------------------------------------------------------------------------------
-
-# Returns of a 64-channel CARLA LiDAR at 600k points/s and 10 Hz (Bench2Drive's and carla_garage's
-# setting): tens of thousands of points a sweep, most on the ground. A realistic count matters:
-# LiDAR decode is what a loader's time goes to (docs/benchmarks.md).
-GROUND_POINTS = 30000
-
-
-def lidar_points(rng: np.random.Generator, boxes: list[tuple], n_ground: int = GROUND_POINTS,
-                 car_density: float = 25.0) -> tuple[np.ndarray, list[int]]:
-    """Ego-frame (x forward, y right, z up; origin at the vehicle on the ground) LiDAR points:
-    road-plane returns around the ego and returns on the sides/top of each car box.
-
-    boxes: (x, y, yaw, hx, hy, hz) in the ego frame, box origin on the ground (z 0), spanning
-    z in [0, 2 hz]. Returns (N, 3) float64 and, per box, the number of points with
-    |local x| < hx, |local y| < hy, |z| < hz (the box as stored: ground-level centre)."""
-    r = np.sqrt(rng.uniform(3.0 ** 2, 32.0 ** 2, n_ground))
-    a = rng.uniform(-math.pi, math.pi, n_ground)
-    ground = np.stack([r * np.cos(a), r * np.sin(a), rng.normal(0.0, 0.02, n_ground)], axis=1)
-    keep = np.ones(len(ground), bool)
-    parts, counts = [], []
-    for bx, by, yaw, hx, hy, hz in boxes:
-        c, s = math.cos(yaw), math.sin(yaw)
-        lx = c * (ground[:, 0] - bx) + s * (ground[:, 1] - by)
-        ly = -s * (ground[:, 0] - bx) + c * (ground[:, 1] - by)
-        keep &= ~((np.abs(lx) < hx + 0.3) & (np.abs(ly) < hy + 0.3))   # hidden under the car
-        dist = math.hypot(bx, by)
-        n = int(np.clip(car_density * 400.0 / max(dist, 4.0) ** 1.2, 40, 400))
-        face = rng.integers(0, 5, n)   # 0 front, 1 back, 2 right, 3 left, 4 roof
-        u, w = rng.uniform(-0.98, 0.98, n), rng.uniform(-0.98, 0.98, n)
-        v = rng.uniform(0.02, 0.98, n)
-        v = np.where(np.abs(v - 0.5) < 0.01, v + 0.02, v)   # clear of the box top (z = hz)
-        local = np.stack([np.select([face == 0, face == 1], [0.98, -0.98], u) * hx,
-                          np.select([face == 2, face == 3, face == 4], [0.98, -0.98, w], u) * hy,
-                          np.where(face == 4, 0.98, v) * 2 * hz], axis=1)
-        pts = np.stack([bx + c * local[:, 0] - s * local[:, 1],
-                        by + s * local[:, 0] + c * local[:, 1], local[:, 2]], axis=1)
-        parts.append(pts)
-    pts = np.concatenate([ground[keep], *parts]) if parts else ground
-    lo = pts.min(axis=0)
-    pts = lo + np.round((pts - lo) / 0.001) * 0.001   # on the LAZ grid, so counts survive it
-    for bx, by, yaw, hx, hy, hz in boxes:
-        counts.append(count_in_box(pts, (bx, by, 0.0), yaw, (hx, hy, hz)))
-    return pts, counts
-
-
-def count_in_box(points: np.ndarray, centre, yaw: float, half) -> int:
-    """Points (N, 3) strictly inside the yawed box (same frame as the points)."""
-    c, s = math.cos(yaw), math.sin(yaw)
-    d = points[:, :3] - np.asarray(centre, dtype=np.float64)
-    lx, ly = c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]
-    return int(((np.abs(lx) < half[0]) & (np.abs(ly) < half[1]) & (np.abs(d[:, 2]) < half[2])).sum())
-
-
-def laz_bytes(points: np.ndarray) -> bytes:
-    """LAZ (laspy point format 0, scale 0.001, offset = per-frame min), fixed header dates."""
-    import laspy
-    header = laspy.LasHeader(point_format=0, version="1.2")
-    header.offsets = np.min(points, axis=0)
-    header.scales = np.array([0.001, 0.001, 0.001])
-    header.creation_date = datetime.date(2023, 5, 10)
-    header.generating_software = "carla_wds synth"
-    header.system_identifier = "carla_wds"
-    las = laspy.LasData(header)
-    las.x, las.y, las.z = points[:, 0], points[:, 1], points[:, 2]
-    buf = io.BytesIO()
-    las.write(buf, do_compress=True)
-    return buf.getvalue()
-
-
-# --------------------------------------------------------------------------------------------
-# images
-# --------------------------------------------------------------------------------------------
-
-def semantics_of(bgr: np.ndarray) -> np.ndarray:
-    """CARLA class ids of a synth render: nearest base colour, else sky / terrain by row."""
-    h = bgr.shape[0]
-    img = bgr.astype(np.int16) - 4   # the texture noise is U{0..8}
-    out = np.where((np.arange(h) < h // 2)[:, None], SEM_SKY, SEM_TERRAIN).astype(np.uint8)
-    out = np.broadcast_to(out, bgr.shape[:2]).copy()
-    for colour, cls in _SEM_COLOURS:
-        close = np.abs(img - np.array(colour, np.int16)).max(axis=2) <= 6
-        out[close] = cls
-    return out
-
-
-def depth_m(width: int, height: int, fov_deg: float = base.FOV_DEG) -> np.ndarray:
-    """Planar depth (m) of the flat ground under a pitch-0 camera at CAMERA_HEIGHT; sky 1000 m."""
-    f = width / 2 / math.tan(math.radians(fov_deg) / 2)
-    v = np.arange(height) + 0.5 - height / 2
-    d = np.where(v > 0, f * base.CAMERA_HEIGHT / np.maximum(v, 1e-6), 1000.0)
-    return np.broadcast_to(np.minimum(d, 1000.0)[:, None], (height, width)).copy()
-
-
-def encode(ext: str, img: np.ndarray, what: str) -> bytes:
-    ok, buf = cv2.imencode(ext, img)
-    if not ok:
-        raise RuntimeError(f"cv2 could not encode {what}")
-    return buf.tobytes()
-
-
-def gz_json(obj) -> bytes:
-    return gzip.compress(json.dumps(obj, indent=4).encode("utf-8"), mtime=0)
 
 
 def write_routes(layout: str, out_dir: str | Path, routes: list[Path],
@@ -310,40 +198,52 @@ def _next_command(cmd: np.ndarray, t: int) -> int:
     return int(cmd[t])
 
 
-def _write_garage_episode(route: Path, episode: int, seed: int, frames: int,
-                          size: tuple[int, int]) -> None:
-    rng = np.random.default_rng([seed, episode, 7])
-    sim = simulate(rng, frames, GARAGE_DT)
-    vehicles = cars(rng, sim, frames)
-    renderer = base._Renderer(size[0], size[1], np.random.default_rng([seed, episode, 8]))
-    aug_rng = np.random.default_rng([seed, episode, 9])
-    lidar_rng = np.random.default_rng([seed, episode, 10])
-    depth8 = np.round(np.clip(depth_m(*size) / 1000.0, 0.0, 0.05) * 20 * 255).astype(np.uint8)
-    road = sim["road"]
-    walker_side = bool(rng.random() < 0.5)
-    ego_id = int(1000 + episode)
-    for folder in _GARAGE_FOLDERS:
-        (route / folder).mkdir(parents=True, exist_ok=True)
-    for t in range(frames):
+class _GarageEpisode:
+    """One garage route, written frame by frame (the random streams are drawn in file order,
+    so the output is byte-identical for the same arguments)."""
+
+    def __init__(self, route: Path, episode: int, seed: int, frames: int,
+                 size: tuple[int, int]) -> None:
+        rng = np.random.default_rng([seed, episode, 7])
+        self.route, self.episode, self.sim = route, episode, simulate(rng, frames, GARAGE_DT)
+        self.vehicles = cars(rng, self.sim, frames)
+        self.renderer = base._Renderer(size[0], size[1], np.random.default_rng([seed, episode, 8]))
+        self.aug_rng = np.random.default_rng([seed, episode, 9])
+        self.lidar_rng = np.random.default_rng([seed, episode, 10])
+        self.depth8 = np.round(np.clip(depth_m(*size) / 1000.0, 0.0, 0.05) * 20 * 255
+                               ).astype(np.uint8)
+        self.road = self.sim["road"]
+        self.walker_side = bool(rng.random() < 0.5)
+        for folder in _GARAGE_FOLDERS:
+            (route / folder).mkdir(parents=True, exist_ok=True)
+
+    def frame(self, t: int) -> None:
+        sim = self.sim
         x, y, theta, speed = (float(sim[k][t]) for k in ("x", "y", "theta", "speed"))
-        steer, throttle, brake = (float(v) for v in sim["controls"][t])
-        trans, rot = (0.0, 0.0) if t == 0 else (float(aug_rng.uniform(-1.0, 1.0)),
-                                                 float(aug_rng.uniform(-5.0, 5.0)))
-        aug_pose = (x - trans * math.sin(theta), y + trans * math.cos(theta),
-                    theta + math.radians(rot))
-        # boxes in the ego frame
-        boxes_ego, entries = [], []
-        for car in vehicles:
-            fx, ry = to_ego(car["x"][t], car["y"][t], x, y, theta)
-            yaw = wrap(float(car["heading"][t]) - theta)
-            boxes_ego.append((float(fx), float(ry), yaw, *car["extent"]))
-        pts, counts = lidar_points(lidar_rng, boxes_ego)
-        hazard = str(sim["hazard"][t])
-        entries.append({"class": "ego_car", "extent": list(EGO_HALF_EXTENT),
-                        "position": [0.0, 0.0, 0.0], "yaw": 0.0, "num_points": -1,
-                        "distance": -1, "speed": speed, "brake": brake > 0.5, "id": ego_id,
-                        "matrix": carla_matrix(x, y, 0.0, theta)})
-        for car, box, n in zip(vehicles, boxes_ego, counts):
+        trans, rot = (0.0, 0.0) if t == 0 else (float(self.aug_rng.uniform(-1.0, 1.0)),
+                                                 float(self.aug_rng.uniform(-5.0, 5.0)))
+        boxes_ego = [(*(float(v) for v in to_ego(car["x"][t], car["y"][t], x, y, theta)),
+                      wrap(float(car["heading"][t]) - theta), *car["extent"])
+                     for car in self.vehicles]
+        pts, counts = lidar_points(self.lidar_rng, boxes_ego)
+        entries = self._boxes(t, (x, y, theta), speed, boxes_ego, counts)
+        meas = self._measurement(t, (x, y, theta), speed, trans, rot)
+        name = f"{t:04d}"
+        self._cameras(t, name, (x, y, theta), boxes_ego, trans, rot)
+        (self.route / "lidar" / f"{name}.laz").write_bytes(laz_bytes(pts))
+        (self.route / "boxes" / f"{name}.json.gz").write_bytes(gz_json(entries))
+        (self.route / "measurements" / f"{name}.json.gz").write_bytes(gz_json(meas))
+
+    def _boxes(self, t: int, pose: tuple[float, float, float], speed: float,
+               boxes_ego: list[tuple], counts: list[int]) -> list[dict]:
+        """boxes/NNNN.json.gz: the ego, cars within 40 m, a walker, the hazard's light/sign."""
+        (x, y, theta), sim, ep = pose, self.sim, self.episode
+        brake = float(sim["controls"][t][2])
+        entries = [{"class": "ego_car", "extent": list(EGO_HALF_EXTENT),
+                    "position": [0.0, 0.0, 0.0], "yaw": 0.0, "num_points": -1,
+                    "distance": -1, "speed": speed, "brake": brake > 0.5, "id": int(1000 + ep),
+                    "matrix": carla_matrix(x, y, 0.0, theta)}]
+        for car, box, n in zip(self.vehicles, boxes_ego, counts):
             dist = math.hypot(box[0], box[1])
             if dist > 40.0:
                 continue
@@ -353,44 +253,50 @@ def _write_garage_episode(route: Path, episode: int, seed: int, frames: int,
                             "brake": bool(car["speed"][t] < 0.1), "id": car["id"],
                             "matrix": carla_matrix(car["x"][t], car["y"][t], 0.0,
                                                    float(car["heading"][t]))})
-        if walker_side:
-            wx, wy, wh = road.at(np.array([sim["s"][t] + 12.0]))
+        if self.walker_side:
+            wx, wy, wh = self.road.at(np.array([sim["s"][t] + 12.0]))
             wx, wy = wx[0] - 4.5 * math.sin(wh[0]), wy[0] + 4.5 * math.cos(wh[0])
             fx, ry = to_ego(wx, wy, x, y, theta)
             entries.append({"class": "walker", "extent": [0.25, 0.25, 0.9],
                             "position": [float(fx), float(ry), 0.0],
                             "yaw": wrap(float(wh[0]) + math.pi / 2 - theta),
                             "num_points": 0, "distance": float(math.hypot(fx, ry)),
-                            "speed": 1.2, "id": int(5000 + episode),
+                            "speed": 1.2, "id": int(5000 + ep),
                             "matrix": carla_matrix(wx, wy, 0.0, float(wh[0]) + math.pi / 2)})
-        if hazard == "light":
-            entries.append({"class": "traffic_light", "extent": [1.5, 1.75, 1.0],
-                            "position": [6.0, 0.0, 0.0], "yaw": 0.0, "distance": 6.0,
-                            "state": "Red", "id": int(6000 + episode), "affects_ego": True,
-                            "matrix": carla_matrix(x + 6 * math.cos(theta),
-                                                   y + 6 * math.sin(theta), 0.0, theta)})
-        if hazard == "stop_sign":
-            entries.append({"class": "stop_sign", "extent": [1.5, 1.75, 1.0],
-                            "position": [5.0, 0.0, 0.0], "yaw": 0.0, "distance": 5.0,
-                            "id": int(7000 + episode), "affects_ego": True,
-                            "matrix": carla_matrix(x + 5 * math.cos(theta),
-                                                   y + 5 * math.sin(theta), 0.0, theta)})
-        # measurements
+        return entries + self._hazard_boxes(str(sim["hazard"][t]), pose)
+
+    def _hazard_boxes(self, hazard: str, pose: tuple[float, float, float]) -> list[dict]:
+        x, y, theta = pose
+        out = []
+        for kind, ahead, extra in (("light", 6.0, {"state": "Red"}), ("stop_sign", 5.0, {})):
+            if hazard == kind:
+                out.append({"class": "traffic_light" if kind == "light" else kind,
+                            "extent": [1.5, 1.75, 1.0], "position": [ahead, 0.0, 0.0],
+                            "yaw": 0.0, "distance": ahead, **extra,
+                            "id": int((6000 if kind == "light" else 7000) + self.episode),
+                            "affects_ego": True,
+                            "matrix": carla_matrix(x + ahead * math.cos(theta),
+                                                   y + ahead * math.sin(theta), 0.0, theta)})
+        return out
+
+    def _measurement(self, t: int, pose: tuple[float, float, float], speed: float,
+                     trans: float, rot: float) -> dict:
+        """measurements/NNNN.json.gz, as carla_garage's autopilot saves it."""
+        (x, y, theta), sim, road = pose, self.sim, self.road
+        steer, throttle, brake = (float(v) for v in sim["controls"][t])
+        hazard = str(sim["hazard"][t])
         tx, ty = (float(v) for v in sim["target"][t])
         s_t = float(sim["s"][t])
-        grid_s = s_t + np.arange(1, 21) * 1.0
-        rx, ry_ = road.at(grid_s)[:2]
+        rx, ry_ = road.at(s_t + np.arange(1, 21) * 1.0)[:2]
         route_fx, route_ry = to_ego(rx, ry_, x, y, theta)
         tgt_s = float(np.arange(len(road.x))[np.argmin((road.x - tx) ** 2 + (road.y - ty) ** 2)]
                       * base.DS - base.LEAD_IN)
         nx, ny = (float(v[0]) for v in road.at(np.array([tgt_s + 30.0]))[:2])
-        aim_s = s_t + max(3.5, 0.8 * speed + 2.0)
-        ax, ay = (float(v[0]) for v in road.at(np.array([aim_s]))[:2])
+        ax, ay = (float(v[0]) for v in road.at(np.array([s_t + max(3.5, 0.8 * speed + 2.0)]))[:2])
         aim_f, aim_r = to_ego(ax, ay, x, y, theta)
-        angle = math.atan2(float(aim_r), float(aim_f))
-        target_speed = 0.0 if hazard else float(road.vmax[road.index(s_t)])
-        meas = {
-            "pos_global": [x, y], "theta": theta, "speed": speed, "target_speed": target_speed,
+        return {
+            "pos_global": [x, y], "theta": theta, "speed": speed,
+            "target_speed": 0.0 if hazard else float(road.vmax[road.index(s_t)]),
             "target_point": [float(v) for v in to_ego(tx, ty, x, y, theta)],
             "target_point_next": [float(v) for v in to_ego(nx, ny, x, y, theta)],
             "aim_wp": [float(v) for v in to_ego(ax, ay, x, y, theta)],
@@ -402,34 +308,44 @@ def _write_garage_episode(route: Path, episode: int, seed: int, frames: int,
             "vehicle_hazard": hazard == "vehicle", "light_hazard": hazard == "light",
             "walker_hazard": hazard == "walker", "stop_sign_hazard": hazard == "stop_sign",
             "stop_sign_close": hazard == "stop_sign", "walker_close": hazard == "walker",
-            "angle": float(angle) / (math.pi / 2),
+            "angle": float(math.atan2(float(aim_r), float(aim_f))) / (math.pi / 2),
             "augmentation_translation": trans, "augmentation_rotation": rot,
             "ego_matrix": carla_matrix(x, y, 0.0, theta),
         }
-        name = f"{t:04d}"
-        # sensors
-        aug_boxes = []
-        for car in vehicles:
-            fx, ry = to_ego(car["x"][t], car["y"][t], *aug_pose)
-            aug_boxes.append((float(fx), float(ry), wrap(float(car["heading"][t]) - aug_pose[2]),
-                              *car["extent"]))
-        for suffix, pose, bxs in (("", (x, y, theta), boxes_ego), ("_augmented", aug_pose,
-                                                                   aug_boxes)):
-            bgr = renderer.render(road, s_t, pose, "front")
+
+    def _cameras(self, t: int, name: str, pose: tuple[float, float, float],
+                 boxes_ego: list[tuple], trans: float, rot: float) -> None:
+        """rgb, semantics, depth and bev_semantics, and their twins seen from the camera
+        shifted by `trans` m and turned by `rot` degrees."""
+        x, y, theta = pose
+        aug_pose = (x - trans * math.sin(theta), y + trans * math.cos(theta),
+                    theta + math.radians(rot))
+        aug_boxes = [(*(float(v) for v in to_ego(car["x"][t], car["y"][t], *aug_pose)),
+                      wrap(float(car["heading"][t]) - aug_pose[2]), *car["extent"])
+                     for car in self.vehicles]
+        s_t, route = float(self.sim["s"][t]), self.route
+        for suffix, at, bxs in (("", pose, boxes_ego), ("_augmented", aug_pose, aug_boxes)):
+            bgr = self.renderer.render(self.road, s_t, at, "front")
             (route / f"rgb{suffix}" / f"{name}.jpg").write_bytes(encode(".jpg", bgr, "rgb"))
             (route / f"semantics{suffix}" / f"{name}.png").write_bytes(
                 encode(".png", semantics_of(bgr), "semantics"))
             (route / f"depth{suffix}" / f"{name}.png").write_bytes(
-                encode(".png", depth8, "depth"))
+                encode(".png", self.depth8, "depth"))
             (route / f"bev_semantics{suffix}" / f"{name}.png").write_bytes(
-                encode(".png", bev_semantics(road, pose, bxs), "bev"))
-        (route / "lidar" / f"{name}.laz").write_bytes(laz_bytes(pts))
-        (route / "boxes" / f"{name}.json.gz").write_bytes(gz_json(entries))
-        (route / "measurements" / f"{name}.json.gz").write_bytes(gz_json(meas))
-    score = 60.0 if episode % 4 == 3 else 100.0
-    (route / "results.json.gz").write_bytes(gz_json({"scores": {"score_composed": score,
-                                                                 "score_route": score,
-                                                                 "score_penalty": 1.0}}))
+                encode(".png", bev_semantics(self.road, at, bxs), "bev"))
+
+    def results(self) -> None:
+        score = 60.0 if self.episode % 4 == 3 else 100.0
+        (self.route / "results.json.gz").write_bytes(gz_json({"scores": {
+            "score_composed": score, "score_route": score, "score_penalty": 1.0}}))
+
+
+def _write_garage_episode(route: Path, episode: int, seed: int, frames: int,
+                          size: tuple[int, int]) -> None:
+    episode_writer = _GarageEpisode(route, episode, seed, frames, size)
+    for t in range(frames):
+        episode_writer.frame(t)
+    episode_writer.results()
 
 
 def synth_dataset(out_dir: str | Path, layout: str = "garage", episodes: int = 4,
