@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[test,lightning,fast,radar]' -c constraints.txt
+	$(VENV)/bin/pip install -q -e '.[test,lightning,fast,radar,s3]' -c constraints.txt
 	touch $@
 
 install: $(VENV)/.installed

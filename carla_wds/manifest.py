@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import urljoin
 
 from .manifest_schema import MAX_MANIFEST_BYTES, ManifestError, validate_manifest
-from .remote import RemoteOptions, is_http, read_url
+from .objstore import is_objstore, join, read_object
+from .remote import RemoteOptions, is_http, read_url, with_storage
 from .extras import extras_from_doc
 from .schema import SampleSpec
 
@@ -36,18 +37,20 @@ def manifest_location(source: str | Path) -> str:
     return str(Path(source) / MANIFEST)
 
 
-def read_manifest(source: str | Path, remote: RemoteOptions | None = None) -> Manifest:
+def read_manifest(source: str | Path, remote: RemoteOptions | None = None,
+                  storage_options: dict[str, Any] | None = None) -> Manifest:
     """Load and validate a manifest; its `where` is the location shard names resolve against.
 
-    `source` is the caller's: a folder, a path, an http(s):// URL or a `pipe:` command."""
+    `source` is the caller's: a folder, a path, an http(s):// URL, an s3:// (or other fsspec)
+    URL read with `storage_options`, or a `pipe:` command."""
     where = manifest_location(source)
     if where.startswith("file://"):
         where = where[len("file://"):]
-    if is_url(where) and not (is_http(where) or where.startswith("pipe:")):
-        raise ManifestError(f"{where}: carla-wds reads manifests from paths, file://, "
-                            "http(s):// and pipe: commands. Fix: pass one of those")
     if is_http(where):
         text = read_url(where, MAX_MANIFEST_BYTES, remote).decode("utf-8", "replace")
+    elif is_objstore(where):
+        text = read_object(where, MAX_MANIFEST_BYTES, with_storage(remote, storage_options)
+                           ).decode("utf-8", "replace")
     elif where.startswith("pipe:"):   # a command the caller chose; read with a cap
         from .shardread import PipeStream
         with io.BufferedReader(PipeStream(where[len("pipe:"):])) as f:
@@ -147,12 +150,14 @@ def shard_url(where: str, name: str, manifest: str | None = None) -> str:
         raise ManifestError(f"manifest {label}: shard name {name!r} {problem}; refused, since "
                             f"{NAME_RULE}. Fix: re-pack or re-merge it, or pass the shard "
                             "locations yourself with shard_urls=[...]")
-    if where.startswith("pipe:") or (is_url(where) and not is_http(where)):
+    if where.startswith("pipe:"):
         raise ManifestError(f"manifest {label} was read through {where.split(':', 1)[0]}:, "
                             "against which shard names cannot be resolved. Fix: pass "
                             "shard_urls=[...] (one per shard, in manifest order)")
     if is_http(where):
         return urljoin(where, name)
+    if is_objstore(where):
+        return join(where, name)
     folder = os.path.dirname(os.path.abspath(where))
     path = os.path.join(folder, name)
     real, inside = os.path.realpath(path), os.path.realpath(folder)

@@ -16,8 +16,8 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 _TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
@@ -30,11 +30,22 @@ class RemoteOptions:
     read_timeout: float = 30.0      # seconds any single read may wait for bytes
     retries: int = 3                # further attempts after a transient failure
     backoff: float = 0.5            # seconds before the first retry, doubled for each next one
+    # fsspec's options for s3:// and other object-store URLs (objstore.py): endpoint_url, key,
+    # secret, ...; left out of repr and hash, since it may hold credentials and dicts
+    storage_options: dict[str, Any] | None = field(default=None, repr=False, hash=False)
 
     def __post_init__(self) -> None:
         if min(self.connect_timeout, self.read_timeout) <= 0 or self.retries < 0 or \
                 self.backoff < 0:
             raise ValueError(f"{self}: timeouts must be > 0, retries and backoff >= 0")
+
+
+def with_storage(remote: RemoteOptions | None, storage_options: dict[str, Any] | None
+                 ) -> RemoteOptions | None:
+    """`remote` carrying `storage_options` too, so that they travel with it to the workers."""
+    if storage_options is None:
+        return remote
+    return replace(remote or RemoteOptions(), storage_options=dict(storage_options))
 
 
 class RemoteError(OSError):
@@ -197,15 +208,9 @@ class HTTPReader(CheckedStream):
             except (_Transient, OSError, http.client.HTTPException) as exc:
                 self.close()   # the next attempt reopens at self.pos
                 self._failures += 1
-                if attempt == self.opts.retries:
-                    raise self._fail(f"{_describe(exc)} (tried {attempt + 1} times)",
-                                     "check the server and the network; for a slow server "
-                                     "raise the read timeout or the retries (RemoteOptions)"
-                                     ) from None
-                delay = self.opts.backoff * 2 ** attempt
-                log.warning("%s %s: %s; retry %d of %d in %.1f s", self.what, self.url,
-                            _describe(exc), attempt + 1, self.opts.retries, delay)
-                time.sleep(delay)
+                pause_or_fail(self, exc, attempt, "check the server and the network; for a "
+                              "slow server raise the read timeout or the retries "
+                              "(RemoteOptions)")
 
     def _more(self, n: int) -> bytes:
         return self._with_retries(lambda: self._read_some(n))
@@ -227,11 +232,23 @@ class HTTPReader(CheckedStream):
             self._resp = None
 
 
+def pause_or_fail(reader: Any, exc: BaseException, attempt: int, fix: str) -> None:
+    """After the failed attempt `attempt` (0-based) of a reader (HTTP or object store): wait
+    the doubling backoff, or raise its error naming the URL once the retries are spent."""
+    opts = reader.opts
+    if attempt >= opts.retries:
+        raise reader._fail(f"{describe_failure(exc)} (tried {attempt + 1} times)", fix) from None
+    delay = opts.backoff * 2 ** attempt
+    log.warning("%s %s: %s; retry %d of %d in %.1f s", reader.what, reader.url,
+                describe_failure(exc), attempt + 1, opts.retries, delay)
+    time.sleep(delay)
+
+
 class _Transient(Exception):
     """A server answer worth retrying (5xx, 429)."""
 
 
-def _describe(exc: BaseException) -> str:
+def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return "no bytes within the read timeout (the server stalled)"
     if isinstance(exc, urllib.error.URLError):

@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .objstore import ObjectReader, is_objstore
 from .remote import CheckedStream, HTTPReader, RemoteOptions, is_http
 from .tario import ShardError, group_samples, iterate_tar
 
@@ -128,6 +129,17 @@ class _Bounded(CheckedStream):
         self.stream.close()
 
 
+def _is_remote(url: str) -> bool:
+    return is_http(url) or is_objstore(url)
+
+
+def _reader(url: str, size: int, remote: RemoteOptions | None) -> CheckedStream:
+    """The bounded, hashed stream of a remote shard: HTTP, or an object store through fsspec."""
+    if is_http(url):
+        return HTTPReader(url, size, remote)
+    return ObjectReader(url, size, remote)
+
+
 def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
     if found != expected:
         if cached:
@@ -141,7 +153,7 @@ def download(url: str, dest: str, size: int, sha256: str | None,
     """url -> dest, which appears (by rename) only once its size and sha256 match the
     manifest; a failed download leaves no temporary file behind."""
     tmp = f"{dest}.{os.getpid()}.{secrets.token_hex(4)}.temp"
-    reader = HTTPReader(url, size, remote)
+    reader = _reader(url, size, remote)
     try:
         with open(tmp, "wb") as f:
             while chunk := reader.read(8 << 20):
@@ -176,7 +188,7 @@ def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | No
     """A remote shard checked whole before any sample is used, without holding it in memory:
     an unnamed temporary file (gone when closed) of at most the declared size."""
     f = tempfile.TemporaryFile()
-    reader = HTTPReader(url, size, remote)
+    reader = _reader(url, size, remote)
     try:
         while chunk := reader.read(8 << 20):
             f.write(chunk)
@@ -203,7 +215,7 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
     read, and `finish` checks it. A cached copy is made only from a checked download.
     """
     path, cached, fresh = _local_path(url), None, False
-    if path is None and cache_dir is not None and is_http(url) and size is not None:
+    if path is None and cache_dir is not None and _is_remote(url) and size is not None:
         path, fresh = _cached(url, cache_dir, size, sha256, remote)
         cached = path
     if path is not None:
@@ -219,13 +231,14 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
             shard.close()
             raise
         return shard
-    if is_http(url) and size is not None:
+    if _is_remote(url) and size is not None:
         if verify:
             return _spooled(url, size, sha256, remote)
-        return HTTPReader(url, size, remote)
+        return _reader(url, size, remote)
     if not url.startswith("pipe:"):
-        raise ShardError(f"shard {url}: carla-wds reads local paths, file://, http(s):// and "
-                         "pipe: commands. Fix: pass one of those in shard_urls")
+        raise ShardError(f"shard {url}: carla-wds reads local paths, file://, http(s)://, "
+                         "s3:// (fsspec URLs) and pipe: commands. Fix: pass one of those in "
+                         "shard_urls")
     stream = PipeStream(url[len("pipe:"):])
     return stream if size is None else _Bounded(stream, size, url)
 

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from ..dist import rank_world
 from ..manifest import Manifest, read_manifest
-from ..remote import RemoteOptions
+from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
 from ..shardread import ShardRef
 from .batch import CARLABatch, field_layout, with_padding_fields
@@ -106,8 +106,10 @@ class CARLAWebData:
                  persistent_workers: bool = False, shard_urls: list[str] | None = None,
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
                  brake_override: bool | None = None, lidar_histogram: str | None = None,
-                 twin_p: float = 0.0, exact_resize: bool = False) -> None:
+                 twin_p: float = 0.0, exact_resize: bool = False,
+                 storage_options: dict | None = None) -> None:
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
+        remote = with_storage(remote, storage_options)   # s3:// options travel with remote
         self.manifest = read_manifest(source, remote)
         self.where, self.remote = self.manifest.where, remote
         spec = _select_cameras(self.manifest.spec, cameras)

@@ -1,0 +1,144 @@
+"""Reading s3:// (and any other fsspec URL) objects: bounded, hashed, with timeouts and retries.
+
+The same shape as remote.py's HTTP reads, so the loader, the download cache and the sha256
+checks treat an object store like an HTTP server: an ObjectReader is a CheckedStream, cut at
+the manifest's declared bytes and hashed as it is read. fsspec and its backend (s3fs) are the
+optional extra `carla-wds[s3]`, imported only when such a URL is met. Credentials and the
+endpoint come from the backend's own sources (for S3: the AWS environment and config files,
+AWS_ENDPOINT_URL included) or from `storage_options`; nothing is set here but timeouts.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .remote import (CheckedStream, RemoteError, RemoteOptions, describe_failure,
+                     pause_or_fail)
+
+BLOCK = 8 << 20   # bytes per ranged GET: large enough that requests are few, small to retry
+_NOT_OBJSTORE = ("http://", "https://", "file://")
+_S3 = ("s3", "s3a")
+FIX_MISSING = "check the bucket and prefix (the URL), and that the object was uploaded"
+FIX_DENIED = ("check the credentials and the endpoint: the AWS environment (AWS_ACCESS_KEY_ID, "
+              "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_ENDPOINT_URL) or ~/.aws/config, or pass "
+              "storage_options={'key': ..., 'secret': ..., 'endpoint_url': ...}")
+# botocore's credential errors are not OSErrors; matched by name so botocore is not imported
+_CREDENTIAL_ERRORS = {"NoCredentialsError", "PartialCredentialsError", "NoRegionError",
+                      "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+
+
+def is_objstore(url: str) -> bool:
+    """A URL read through fsspec: any scheme but http(s) and file (pipe: has no '://')."""
+    return "://" in url and not url.startswith(_NOT_OBJSTORE)
+
+
+def join(where: str, name: str) -> str:
+    """A shard name (already held to manifest.NAME_RULE: no '..', no scheme) under the
+    manifest's prefix."""
+    return f"{where.rsplit('/', 1)[0]}/{name}"
+
+
+def filesystem(url: str, opts: RemoteOptions) -> tuple[Any, str]:
+    """The fsspec filesystem and path of `url`, with the read timeouts of `opts` for S3."""
+    protocol = url.split("://", 1)[0]
+    try:
+        import fsspec
+    except ImportError:
+        raise RemoteError(f"{url}: reading {protocol}:// needs fsspec. Fix: pip install "
+                          "'carla-wds[s3]'") from None
+    kw = dict(opts.storage_options or {})
+    if protocol in _S3:
+        # botocore and s3fs retry on their own (up to 5 x 5 attempts): one attempt each, so
+        # that RemoteOptions.retries is the bound that holds
+        cfg = dict(kw.get("config_kwargs") or {})
+        cfg.setdefault("connect_timeout", opts.connect_timeout)
+        cfg.setdefault("read_timeout", opts.read_timeout)
+        cfg.setdefault("retries", {"total_max_attempts": 1})
+        kw["config_kwargs"] = cfg
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **kw)
+    except (ImportError, ValueError) as exc:
+        raise RemoteError(f"{url}: no fsspec backend for {protocol}:// ({exc}). Fix: pip "
+                          "install 'carla-wds[s3]' (or that protocol's fsspec package)") from None
+    if protocol in _S3:
+        fs.retries = 1
+    return fs, path
+
+
+def _permanent(exc: BaseException) -> tuple[str, str] | None:
+    """(cause, fix) for a failure that a retry cannot mend; None for a transient one."""
+    if isinstance(exc, FileNotFoundError):
+        return "no such object (or bucket)", FIX_MISSING
+    if isinstance(exc, PermissionError) or type(exc).__name__ in _CREDENTIAL_ERRORS:
+        return f"access refused ({describe_failure(exc)})", FIX_DENIED
+    if isinstance(exc, (IsADirectoryError, NotADirectoryError, ValueError, TypeError)):
+        return describe_failure(exc), "check the URL and storage_options"
+    return None
+
+
+class ObjectReader(CheckedStream):
+    """A read-only stream of one object, at most `limit` bytes, hashed as it is read, fetched
+    in ranged reads of BLOCK bytes. `exact`: the object must have `limit` bytes (a shard);
+    otherwise `limit` is a cap (a manifest). A failed read is retried at the same offset, at
+    most `retries` times for the whole object, with doubling backoff."""
+
+    def __init__(self, url: str, limit: int, opts: RemoteOptions | None = None,
+                 what: str = "shard", exact: bool = True) -> None:
+        super().__init__(limit)
+        self.url, self.opts, self.what, self.exact = url, opts or RemoteOptions(), what, exact
+        self._failures, self._buf, self._i = 0, b"", 0
+        self._fs, self._path = filesystem(url, self.opts)
+        # ask for the size now: a missing object or a refused credential is reported at open
+        self.size = int(self._with_retries(lambda: self._fs.size(self._path)))
+        if self.size > limit or (exact and self.size != limit):
+            raise self._fail(f"the store holds {self.size} bytes, not the declared size" if exact
+                             else f"{self.size} bytes, larger than {limit}",
+                             "re-upload the object or re-pack; the manifest and the object "
+                             "must agree" if exact else "check the URL")
+        self._off = 0   # where the next ranged read starts
+
+    def _fail(self, cause: str, fix: str) -> RemoteError:
+        declared = f"of {self.limit} declared " if self.exact else ""
+        return RemoteError(f"{self.what} {self.url}: {cause}, after {self.pos} bytes "
+                           f"{declared}arrived. Fix: {fix}")
+
+    def _with_retries(self, call: Callable[[], Any]) -> Any:
+        while True:
+            attempt = self._failures
+            try:
+                return call()
+            except Exception as exc:   # backends raise their own types: sorted by _permanent
+                permanent = _permanent(exc)
+                if permanent:
+                    raise self._fail(*permanent) from None
+                self._failures += 1
+                pause_or_fail(self, exc, attempt, "check the endpoint and the network; for a "
+                              "slow store raise the read timeout or the retries "
+                              "(RemoteOptions)")
+
+    def _more(self, n: int) -> bytes:
+        if self._i >= len(self._buf):
+            if self._off >= self.size:
+                return b""
+            end = min(self.size, self._off + BLOCK)
+            self._buf = self._with_retries(
+                lambda: self._fs.cat_file(self._path, start=self._off, end=end))
+            self._i, self._off = 0, self._off + len(self._buf)
+            if not self._buf:   # the object shrank since it was opened: finish() reports it
+                self._off = self.size
+                return b""
+        chunk = self._buf[self._i:self._i + n]   # slices of one block: no quadratic copying
+        self._i += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        self._buf, self._i = b"", 0
+
+
+def read_object(url: str, limit: int, opts: RemoteOptions | None = None,
+                what: str = "manifest") -> bytes:
+    """A whole small object (a manifest), refused beyond `limit` bytes."""
+    reader = ObjectReader(url, limit, opts, what, exact=False)
+    try:
+        return reader.read()
+    finally:
+        reader.close()
