@@ -154,3 +154,15 @@ def test_unreachable_endpoint_is_a_bounded_error(pristine):
     with pytest.raises(RemoteError, match=r"manifest s3://carla/x/manifest.json: .*tried 2 "
                                           r"times.*Fix: check the endpoint"):
         read_manifest("s3://carla/x/manifest.json", FAST, storage_options=opts)
+
+
+def test_missing_credentials_name_the_fix(pristine, endpoint, monkeypatch, tmp_path):
+    url = upload(endpoint, pristine)
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")   # no instance-metadata wait
+    with pytest.raises(RemoteError, match=f"manifest {url}: access refused "
+                                          r"\(NoCredentialsError.*Fix: check the credentials"):
+        read_manifest(url, FAST, storage_options={"endpoint_url": endpoint})
