@@ -166,3 +166,38 @@ def test_missing_credentials_name_the_fix(pristine, endpoint, monkeypatch, tmp_p
     with pytest.raises(RemoteError, match=f"manifest {url}: access refused "
                                           r"\(NoCredentialsError.*Fix: check the credentials"):
         read_manifest(url, FAST, storage_options={"endpoint_url": endpoint})
+
+
+def test_stalled_endpoint_is_a_bounded_error():
+    # accepts connections and never answers: each attempt ends at the read timeout
+    import socket
+    import threading
+    import time
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held, stop = [], threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                pass
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    opts = {**CREDS, "endpoint_url": f"http://127.0.0.1:{listener.getsockname()[1]}"}
+    start = time.monotonic()
+    try:
+        with pytest.raises(RemoteError, match=r"stalled/manifest.json: ReadTimeoutError.*tried 2 times"):
+            read_manifest("s3://carla/stalled/manifest.json",
+                          RemoteOptions(connect_timeout=1, read_timeout=1, retries=1,
+                                        backoff=0.05), storage_options=opts)
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert time.monotonic() - start < 20
