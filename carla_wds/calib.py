@@ -28,6 +28,9 @@ B2D_RIG: tuple[tuple[str, str, str, float, float, float, float, float], ...] = (
     ("back_right", "CAM_BACK_RIGHT", "back_right", -0.32, 0.55, 1.60, 110.0, 70.0),
 )
 B2D_LIDAR_MOUNT = (-0.39, 0.0, 1.84)
+# the datasets of a radar .h5, in the order carla-wds numbers them (sensor_interface.py)
+B2D_RADARS = ("radar_front", "radar_front_left", "radar_front_right", "radar_back_left",
+              "radar_back_right")
 B2D_IMAGE_SIZE = (1600, 900)   # (width, height)
 
 LEFT2RIGHT = np.diag([1.0, -1.0, 1.0, 1.0])
@@ -90,6 +93,6 @@ def resized_intrinsic(k: np.ndarray, src_hw: tuple[int, int], dst_hw: tuple[int,
     return out
 
 
-__all__ = ["B2D_IMAGE_SIZE", "B2D_LIDAR_MOUNT", "B2D_RIG", "HANDEDNESS", "carla_matrix",
+__all__ = ["B2D_IMAGE_SIZE", "B2D_LIDAR_MOUNT", "B2D_RADARS", "B2D_RIG", "HANDEDNESS", "carla_matrix",
            "intrinsic", "project", "resized_intrinsic", "to_right_handed_cam2ego",
            "to_right_handed_lidar2ego"]

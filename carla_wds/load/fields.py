@@ -143,7 +143,8 @@ def move_labels(labels: dict[str, Any], y: float, yaw_deg: float) -> None:
 
 
 def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, int],
-                  opts: FieldOptions, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                  opts: FieldOptions, where: str, sizes: Any = None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One raw sample's camera set and labels: (raw with the chosen set's members, labels
     with the selected extra fields under "fields"). The labels move with the twin before
     the LiDAR histogram is taken, so the histogram is of the moved cloud, as garage's is."""
@@ -159,7 +160,8 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
     if opts.stacked and fields is not None:
         stack_cameras(fields, spec, opts.stacked)
     if opts.calibration and fields is not None and MEASUREMENTS in fields:
-        fields.update(calibration(raw, spec, fields[MEASUREMENTS], image_size, opts.rig))
+        fields.update(calibration(raw, spec, fields[MEASUREMENTS], image_size, opts.rig,
+                                  sizes))
     if opts.lidar_histogram and fields is not None and "lidar" in fields:
         from ..lidar import lidar_to_histogram_features   # only when asked for
         fields["lidar"] = lidar_to_histogram_features(fields["lidar"], opts.lidar_histogram)
@@ -199,15 +201,19 @@ def stack_cameras(fields: dict[str, Any], spec: SampleSpec, kinds: tuple[str, ..
 
 
 def calibration(raw: dict[str, Any], spec: SampleSpec, record: dict[str, np.ndarray],
-                image_size: tuple[int, int], rig: tuple[str, ...]) -> dict[str, np.ndarray]:
+                image_size: tuple[int, int], rig: tuple[str, ...],
+                sizes: Any = None) -> dict[str, np.ndarray]:
     """intrinsics (n_cam, 3, 3) for the images as the loader gives them (each camera's K
-    scaled from its stored size, read from the member's header, to image_size) and cam2ego
-    (n_cam, 4, 4) as stored, in the order of spec.cameras (a `cameras=` subset too); `rig` is
-    the pack's camera order, the record's."""
+    scaled from its stored size to image_size) and cam2ego (n_cam, 4, 4) as stored, in the
+    order of spec.cameras (a `cameras=` subset too); `rig` is the pack's camera order, the
+    record's. The stored sizes are the manifest's (`sizes`, which the decoder holds every
+    header to), read from the headers only for packs that recorded none."""
     from ..calib import resized_intrinsic
     order = [rig.index(c) for c in spec.cameras]
-    ks = [resized_intrinsic(record["intrinsics"][i], spec.codec(m).size(raw[m]), image_size)
-          for i, m in zip(order, spec.image_members)]
+    stored = [s or spec.codec(m).size(raw[m])
+              for s, m in zip(sizes or [None] * len(order), spec.image_members)]
+    ks = [resized_intrinsic(record["intrinsics"][i], hw, image_size)
+          for i, hw in zip(order, stored)]
     return {"intrinsics": np.stack(ks).astype(np.float32),
             "cam2ego": record["cam2ego"][order].astype(np.float32)}
 

@@ -99,12 +99,13 @@ def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: n
     the selected extra fields under "fields")."""
     where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
     check_members(spec, raw, where)
-    raw, labels = sample_fields(raw, spec, image_size, field_opts or FieldOptions(), where)
+    raw, labels = sample_fields(raw, spec, image_size, field_opts or FieldOptions(), where,
+                                sizes)
+    reduced = not (field_opts is not None and field_opts.exact_resize)
     try:
         for i, member in enumerate(spec.image_members):
             decode_image(raw[member], image_size, spec.codec(member), out=hwc[i],
-                         packed=sizes[i] if sizes else None,
-                         reduced=not (field_opts or FieldOptions()).exact_resize)
+                         packed=sizes[i] if sizes else None, reduced=reduced)
     except SchemaError as exc:
         raise SchemaError(f"{where}: {member}: {exc}") from None
     if augment is not None:

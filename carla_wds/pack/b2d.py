@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..calib import B2D_RADARS as RADARS
 from ..calib import B2D_RIG
 from ..codecs import CODECS, codec_named
 from ..extras import MEASUREMENTS, Extra, make_record
@@ -294,7 +295,6 @@ def radar_array(data: bytes) -> np.ndarray:
     velocity]. The column order is CARLA's RadarDetection (velocity, azimuth, altitude, depth)
     reversed by Bench2Drive's np.flip; the comment in its sensor_interface.py says otherwise."""
     import h5py   # only when radar is selected
-    from .synth_b2d import RADARS
     try:
         with h5py.File(io.BytesIO(data), "r") as f:
             names = sorted(f.keys())
@@ -321,14 +321,10 @@ class ClipEncoder(FrameEncoder):
     mirror_y: bool = False
 
     def encode(self, task: ClipTask) -> Encoded | Skip:   # type: ignore[override]
-        images, files, source, stored = {}, {}, {}, {}
-        for cam, member in zip(self.spec.cameras, self.spec.image_members):
-            name, data = task.files[f"{cam}.jpg"]
-            files[cam] = name
-            got = self._camera(data, member)
-            if isinstance(got, str):
-                return Skip(task.episode, task.frame, name, got)
-            images[cam], source[cam], stored[cam] = got
+        got = self.cameras(task, lambda cam: task.files[f"{cam}.jpg"])
+        if isinstance(got, Skip):
+            return got
+        images, (files, source, stored) = got
         sample = encode_sample(self.spec, task.key, images, task.labels)
         for e in self.spec.extras:
             try:

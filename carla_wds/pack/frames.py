@@ -59,17 +59,15 @@ class FrameEncoder:
         return self.check_images or not self.passthrough
 
     def encode(self, task: FrameTask) -> Encoded | Skip:
-        images, files, source, stored = {}, {}, {}, {}
-        for cam, member in zip(self.spec.cameras, self.spec.image_members):
+        def read(cam: str) -> tuple[str, bytes]:
             path = task.image_paths[cam]
-            files[cam] = "/".join(Path(path).parts[-2:])
             with open(path, "rb") as f:
-                data = f.read()
-            got = self._camera(data, member)
-            if isinstance(got, str):
-                return Skip(task.episode, task.frame, files[cam], got)
-            images[cam], source[cam], stored[cam] = got
-        sample = encode_sample(self.spec, task.key, images, task.labels)
+                return "/".join(Path(path).parts[-2:]), f.read()
+        got = self.cameras(task, read)
+        if isinstance(got, Skip):
+            return got
+        sample, (files, source, stored) = got
+        sample = encode_sample(self.spec, task.key, sample, task.labels)
         for reader in self.readers:
             path = task.sensor_paths[reader.name]
             got = self._extra(reader, path)
@@ -80,6 +78,18 @@ class FrameEncoder:
             extra = self.spec.extra(MEASUREMENTS)
             sample[extra.member] = CODECS["record"].encode(make_record(extra.fields, task.record))
         return Encoded(sample, task.episode, task.frame, files, source, stored)
+
+    def cameras(self, task, read) -> tuple[dict, tuple[dict, dict, dict]] | Skip:
+        """Each camera's (file, bytes) from `read(camera)`, checked and (re-)encoded: the
+        images, and per camera its file, source size and stored size; or the first Skip."""
+        images, files, source, stored = {}, {}, {}, {}
+        for cam, member in zip(self.spec.cameras, self.spec.image_members):
+            files[cam], data = read(cam)
+            got = self._camera(data, member)
+            if isinstance(got, str):
+                return Skip(task.episode, task.frame, files[cam], got)
+            images[cam], source[cam], stored[cam] = got
+        return images, (files, source, stored)
 
     def _extra(self, r: Reader, path: str) -> dict[str, bytes] | str:
         """One raw file -> its member(s), or the problem that makes the frame bad. A pickle

@@ -37,6 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..calib import B2D_IMAGE_SIZE, B2D_LIDAR_MOUNT, B2D_RIG, carla_matrix, intrinsic
+from ..calib import B2D_RADARS as RADARS
 from . import synth as base
 from .synth_garage import (CAR_HALF_EXTENT, EGO_HALF_EXTENT, cars, count_in_box, depth_m, encode,
                            gz_json, laz_bytes, lidar_points, refuse_busy, semantics_of, simulate,
@@ -47,8 +48,6 @@ DT = 0.1
 SCENARIOS = ("Accident", "ConstructionObstacle", "ParkingExit", "HazardAtSideLane",
              "SignalizedJunctionLeftTurn")
 SPLIT_FILE = "bench2drive_base_train_val_split.json"
-RADARS = ("radar_front", "radar_front_left", "radar_front_right", "radar_back_left",
-          "radar_back_right")
 RADAR_MOUNTS = {"radar_front": (2.6, 0.0, 0.6, 0.0), "radar_front_left": (2.2, -0.9, 0.6, -60.0),
                 "radar_front_right": (2.2, 0.9, 0.6, 60.0),
                 "radar_back_left": (-2.2, -0.9, 0.6, -120.0),
