@@ -127,3 +127,16 @@ def synth() -> Callable[..., Path]:
 def samples_of() -> Callable[[Path], dict[str, dict[str, bytes]]]:
     """samples_of(pack_dir) -> {key: {member: bytes}} in shard order, via plain tarfile."""
     return read_pack
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """The URL of a real S3 server on 127.0.0.1 (moto's), with bucket s3server.BUCKET; tests
+    keep apart by writing under s3server.fresh_prefix(). Skipped where the s3 extra and moto
+    are not installed."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    from .s3server import start
+    server, url = start()
+    yield url
+    server.stop()

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("s3fs")
-boto3 = pytest.importorskip("boto3")
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("boto3")
+pytest.importorskip("moto.server")
 
 from carla_wds import CARLAWebData   # noqa: E402
 from carla_wds.manifest import ManifestError, read_manifest   # noqa: E402
@@ -22,45 +21,17 @@ from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
 from carla_wds.tario import ShardError   # noqa: E402
 
 from .helpers import SIZE, make_pack   # noqa: E402
+from .s3server import BUCKET, CREDS, FAST, client, options, upload   # noqa: E402
 
-BUCKET = "carla"
-FAST = RemoteOptions(connect_timeout=2, read_timeout=5, retries=1, backoff=0.05)
-CREDS = {"key": "testing", "secret": "testing"}
+
+@pytest.fixture
+def endpoint(s3_endpoint) -> str:
+    return s3_endpoint
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     return make_pack(tmp_path_factory.mktemp("objstore"), episodes=2, frames=16, max_samples=6)
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{server._server.server_port}"
-    client(url).create_bucket(Bucket=BUCKET)
-    yield url
-    server.stop()
-
-
-def client(url: str):
-    from botocore.config import Config
-    return boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing",
-                        config=Config(connect_timeout=2, read_timeout=5))
-
-
-def upload(endpoint: str, pack_dir: Path) -> str:
-    """The pack under a fresh prefix; its manifest's s3:// URL."""
-    prefix = f"runs/{uuid.uuid4().hex[:8]}/shards"
-    s3 = client(endpoint)
-    for path in sorted(pack_dir.iterdir()):
-        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.name}", Body=path.read_bytes())
-    return f"s3://{BUCKET}/{prefix}/manifest.json"
-
-
-def options(endpoint: str) -> dict:
-    return {**CREDS, "endpoint_url": endpoint, "client_kwargs": {"region_name": "us-east-1"}}
 
 
 def batches(source: str, **kw) -> list:
