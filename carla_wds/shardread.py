@@ -7,29 +7,24 @@ so the packing wing stays torch-free.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import logging
 import mmap
 import os
-import secrets
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .objstore import ObjectReader, is_objstore
-from .remote import CheckedStream, HTTPReader, RemoteOptions, is_http
+from .objstore import is_objstore
+from .remote import CheckedStream, RemoteOptions, is_http
+from .shardcache import Lease, ShardCache, remote_reader
+from .shardcache import download  # noqa: F401  (where it was before shardcache.py)
 from .tario import ShardError, group_samples, iterate_tar
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
-
-
-def _cache_name(url: str) -> str:
-    # webdataset's default keeps only the basename: two servers' shard-000000.tar would collide.
-    return f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
 
 
 class MappedShard:
@@ -47,8 +42,10 @@ class MappedShard:
     WINDOW = 64 << 20
     SMALL = 4096   # reads up to this size are copied: cheaper than a view, and parsed as bytes
 
-    def __init__(self, path: str, file: io.BufferedReader | None = None) -> None:
-        self.path, self._file = path, file or open(path, "rb")
+    def __init__(self, path: str, file: io.BufferedReader | None = None,
+                 lease: Lease | None = None) -> None:
+        # lease: a cached shard's in-use lock (shardcache.py), given back at close
+        self.path, self._file, self._lease = path, file or open(path, "rb"), lease
         self.size = os.fstat(self._file.fileno()).st_size
         self.pos, self._view, self._start, self._can_map = 0, memoryview(b""), 0, True
 
@@ -101,6 +98,8 @@ class MappedShard:
     def close(self) -> None:
         self._view = memoryview(b"")   # the window itself goes with the last view into it
         self._file.close()
+        if self._lease is not None:
+            self._lease.close()
 
 
 def _local_path(url: str) -> str | None:
@@ -133,11 +132,7 @@ def _is_remote(url: str) -> bool:
     return is_http(url) or is_objstore(url)
 
 
-def _reader(url: str, size: int, remote: RemoteOptions | None) -> CheckedStream:
-    """The bounded, hashed stream of a remote shard: HTTP, or an object store through fsspec."""
-    if is_http(url):
-        return HTTPReader(url, size, remote)
-    return ObjectReader(url, size, remote)
+_reader = remote_reader   # the bounded, hashed stream of a remote shard
 
 
 def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
@@ -146,41 +141,6 @@ def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> No
             os.remove(cached)   # so the next attempt downloads it again
         raise ShardError(f"shard {url}: sha256 {found} differs from the manifest's {expected}; "
                          "the file is corrupt or was changed. Fix: re-download or re-pack it")
-
-
-def download(url: str, dest: str, size: int, sha256: str | None,
-             remote: RemoteOptions | None) -> None:
-    """url -> dest, which appears (by rename) only once its size and sha256 match the
-    manifest; a failed download leaves no temporary file behind."""
-    tmp = f"{dest}.{os.getpid()}.{secrets.token_hex(4)}.temp"
-    reader = _reader(url, size, remote)
-    try:
-        with open(tmp, "wb") as f:
-            while chunk := reader.read(8 << 20):
-                f.write(chunk)
-        reader.finish(sha256)
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
-        raise
-    finally:
-        reader.close()
-
-
-def _cached(url: str, cache_dir: str, size: int, sha256: str | None,
-            remote: RemoteOptions | None) -> tuple[str, bool]:
-    """The cached copy's path, and whether it was downloaded (and so hashed) just now."""
-    os.makedirs(cache_dir, exist_ok=True)
-    dest = os.path.join(cache_dir, _cache_name(url))
-    try:
-        if os.path.getsize(dest) == size:
-            return dest, False
-        os.remove(dest)   # a copy of another size (an older manifest): fetch it anew
-    except FileNotFoundError:
-        pass
-    download(url, dest, size, sha256, remote)
-    return dest, True
 
 
 def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | None
@@ -206,31 +166,25 @@ Stream = Any   # MappedShard, HTTPReader or _Bounded: read(n), close(), and fini
 
 
 def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | None = None,
-               verify: bool = False, remote: RemoteOptions | None = None) -> Stream:
+               verify: bool = False, remote: RemoteOptions | None = None, *,
+               cache_limit_bytes: int | None = None) -> Stream:
     """A readable stream of a shard at `url` of `size` declared bytes (None: not declared).
 
     Local files and cached copies are memory-mapped; with `verify`, the very file that is
     mapped is hashed first, and a remote shard without a cache is checked whole (in a
     temporary file) before it is read. A remote stream is cut at `size` and hashed as it is
-    read, and `finish` checks it. A cached copy is made only from a checked download.
+    read, and `finish` checks it. A cached copy is made only from a checked download, in a
+    cache of at most `cache_limit_bytes` (None: unbounded) shared by the node's processes
+    (shardcache.py); the shard stays in use there, safe from eviction, until it is closed.
     """
-    path, cached, fresh = _local_path(url), None, False
+    path = _local_path(url)
     if path is None and cache_dir is not None and _is_remote(url) and size is not None:
-        path, fresh = _cached(url, cache_dir, size, sha256, remote)
-        cached = path
+        held = ShardCache(cache_dir, cache_limit_bytes).open(url, size, sha256, remote)
+        if held is not None:   # None: the cache is full of shards in use; read it uncached
+            return _checked(MappedShard(held.path, held.file, held.lease), url, size, sha256,
+                            verify and not held.fresh, held.path)
     if path is not None:
-        shard = MappedShard(path)
-        try:
-            if size is not None and shard.size != size:
-                raise ShardError(f"shard {url}: {shard.size} bytes, the manifest declares "
-                                 f"{size}; it is truncated or was changed. Fix: re-download "
-                                 "or re-pack it")
-            if verify and sha256 is not None and not fresh:   # a download was hashed
-                _check_sha256(shard.sha256(), sha256, url, cached)
-        except ShardError:
-            shard.close()
-            raise
-        return shard
+        return _checked(MappedShard(path), url, size, sha256, verify, None)
     if _is_remote(url) and size is not None:
         if verify:
             return _spooled(url, size, sha256, remote)
@@ -241,6 +195,23 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
                          "shard_urls")
     stream = PipeStream(url[len("pipe:"):])
     return stream if size is None else _Bounded(stream, size, url)
+
+
+def _checked(shard: MappedShard, url: str, size: int | None, sha256: str | None, verify: bool,
+             cached: str | None) -> MappedShard:
+    """The mapped shard once its size (and, with `verify`, its sha256) match the manifest;
+    closed on a mismatch, and a cached copy dropped."""
+    try:
+        if size is not None and shard.size != size:
+            raise ShardError(f"shard {url}: {shard.size} bytes, the manifest declares "
+                             f"{size}; it is truncated or was changed. Fix: re-download "
+                             "or re-pack it")
+        if verify and sha256 is not None:
+            _check_sha256(shard.sha256(), sha256, url, cached)
+    except ShardError:
+        shard.close()
+        raise
+    return shard
 
 
 class PipeStream(io.RawIOBase):

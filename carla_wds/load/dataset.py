@@ -25,6 +25,7 @@ from ..dist import rank_world
 from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
+from ..shardcache import check_limit
 from ..shardread import ShardRef
 from .batch import CARLABatch, field_layout, with_padding_fields
 from .fields import FieldOptions, check_fields, stacked_kinds, twin_options
@@ -84,6 +85,23 @@ def _check_args(mode: str, on_error: str, batch_size: int, num_workers: int,
         raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
 
 
+def _cache_limit(limit: int | None, cache_dir: str | None, shards: tuple[ShardRef, ...]
+                 ) -> int | None:
+    """The cache's bound, checked before any worker starts: a shard larger than it could
+    never be cached, which is a setting to fix, not a surprise mid-epoch."""
+    limit = check_limit(limit)
+    if limit is not None and cache_dir is None:
+        raise ValueError(f"cache_limit_bytes {limit} bounds the shard cache, but cache_dir is "
+                         "None. Fix: pass cache_dir= too, or leave cache_limit_bytes out")
+    cached = [s for s in shards if "://" in s.url and not s.url.startswith("file://")]
+    big = next((s for s in cached if limit is not None and (s.bytes or 0) > limit), None)
+    if big is not None:
+        raise ValueError(f"shard {big.url}: {big.bytes} bytes, more than cache_limit_bytes "
+                         f"{limit}. Fix: raise cache_limit_bytes to at least a few shards "
+                         "(one per reading worker and rank, and one more)")
+    return limit
+
+
 def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | None
                     ) -> dict[str, object]:
     """FieldOptions keywords for the names that select parts of other members: calibration
@@ -107,7 +125,8 @@ class CARLAWebData:
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
                  brake_override: bool | None = None, lidar_histogram: str | None = None,
                  twin_p: float = 0.0, exact_resize: bool = False,
-                 storage_options: dict | None = None) -> None:
+                 storage_options: dict | None = None,
+                 cache_limit_bytes: int | None = None) -> None:
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         remote = with_storage(remote, storage_options)   # s3:// options travel with remote
         self.manifest = read_manifest(source, remote)
@@ -132,6 +151,7 @@ class CARLAWebData:
         self.urls = _shard_urls(self.manifest, shard_urls)
         self.shards = tuple(ShardRef(u, s.samples, s.bytes, s.sha256)
                             for u, s in zip(self.urls, shards))
+        self.cache_limit_bytes = _cache_limit(cache_limit_bytes, cache_dir, self.shards)
         # of the shard list as written, so that states saved by earlier versions still resume
         self.manifest_id = hashlib.sha256(json.dumps(self.manifest.doc["shards"],
                                                      sort_keys=True).encode()).hexdigest()
@@ -203,7 +223,8 @@ class CARLAWebData:
                      shuffle_buffer=self.shuffle_buffer, augment=self.augment,
                      per_camera_augment=self.per_camera_augment,
                      step_at_epoch_start=self.step_at_epoch_start, cache_dir=self.cache_dir,
-                     on_error=self.on_error, field_opts=self.field_opts)
+                     on_error=self.on_error, field_opts=self.field_opts,
+                     cache_limit_bytes=self.cache_limit_bytes)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those

@@ -60,11 +60,13 @@ def released(groups: Iterable[list[Raw | None]]) -> Iterator[list[Raw | None]]:
 # stage: segments [(shard, start, stop)] -> raw samples (dicts of member bytes), or error markers
 def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRef],
                   on_error: str = "raise", cache_dir: str | None = None,
-                  verify: bool = False, remote: RemoteOptions | None = None) -> Iterator[Raw]:
+                  verify: bool = False, remote: RemoteOptions | None = None,
+                  cache_limit_bytes: int | None = None) -> Iterator[Raw]:
+    cache = (cache_dir, cache_limit_bytes)
     for shard, start, stop in segments:
         ref, state = shards[shard], {"last": None, "given": 0}
         try:
-            yield from _segment(ref, start, stop, cache_dir, verify, remote, state)
+            yield from _segment(ref, start, stop, cache, verify, remote, state)
         except (ShardError, RemoteError) as exc:   # these name the shard and the fix
             msg = f"{exc} (read up to sample {state['last']!r}; `carla-wds verify` checks a pack)"
         except Exception as exc:  # noqa: BLE001 - tar, HTTP and OS errors alike
@@ -80,12 +82,16 @@ def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRe
             yield error_marker(msg)
 
 
-def _segment(ref: ShardRef, start: int, stop: int, cache_dir: str | None, verify: bool,
-             remote: RemoteOptions | None, state: dict) -> Iterator[Raw]:
+def _segment(ref: ShardRef, start: int, stop: int, cache: tuple[str | None, int | None],
+             verify: bool, remote: RemoteOptions | None, state: dict) -> Iterator[Raw]:
     """Samples start..stop-1 of one shard. A segment that ends where the shard should end
     reads one header further: a shard with more samples than the manifest says is an error
-    (they would be dropped without a word), and a stream is then read to its end and checked."""
-    stream = open_shard(ref.url, cache_dir, ref.sha256, ref.bytes, verify, remote)
+    (they would be dropped without a word), and a stream is then read to its end and checked.
+    The stream is closed however the segment ends (its end, an error, or the consumer's
+    close()), which gives a cached shard back to the cache's eviction."""
+    cache_dir, cache_limit_bytes = cache
+    stream = open_shard(ref.url, cache_dir, ref.sha256, ref.bytes, verify, remote,
+                        cache_limit_bytes=cache_limit_bytes)
     seen = 0
     try:
         for sample in samples_of(stream, ref):   # closed at a break: no end check then

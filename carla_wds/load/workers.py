@@ -60,6 +60,7 @@ class Epoch:
     cache_dir: str | None
     on_error: str
     field_opts: FieldOptions = FieldOptions()
+    cache_limit_bytes: int | None = None   # the cache_dir's bound (shardcache.py)
     ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
@@ -108,7 +109,7 @@ class EpochStream(IterableDataset):
                         resampled_shards(len(counts), e.seed, e.epoch, e.rank, w))
         # raw samples (member bytes) of this worker, in plan order
         raw = shardio.read_segments(segments, list(e.shards), e.on_error, e.cache_dir,
-                                    e.verify, e.remote)
+                                    e.verify, e.remote, e.cache_limit_bytes)
         if e.mode == "train":   # buffered shuffle of encoded samples
             rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
             raw = stages.shuffle(raw, e.shuffle_buffer, rng)

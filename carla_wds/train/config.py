@@ -38,6 +38,8 @@ class DataConfig:
     per_camera_augment: bool = True
     shuffle_buffer: int = setting(64, ge=0, doc="samples; 0 or 1: no buffer shuffle")
     cache_dir: str | None = None
+    cache_limit_bytes: int | None = setting(None, ge=1, doc="bytes the cache_dir may hold, "
+                                            "least recently used shards evicted; null: no bound")
     frame_dt: float = setting(0.5, gt=0, doc="seconds between frames, 2 Hz in TCP/TransFuser")
     verify: bool = False                    # check each shard's sha256 against the manifest
     on_error: str = setting("raise", choices=("raise", "skip"),

@@ -90,7 +90,8 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     remote = RemoteOptions(read_timeout=d.read_timeout, retries=d.retries)
     common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
                   seed=cfg.seed, image_size=tuple(d.image_size),
-                  cameras=d.cameras, cache_dir=d.cache_dir, rank=rank, world_size=world,
+                  cameras=d.cameras, cache_dir=d.cache_dir,
+                  cache_limit_bytes=d.cache_limit_bytes, rank=rank, world_size=world,
                   pin_memory=pin, verify=d.verify, on_error=d.on_error, remote=remote)
     # the specs first: the model's inputs are checked in the config's words, and where the val
     # shards carry the expert's controls, eval decodes them too

@@ -1,0 +1,342 @@
+"""A node-local cache of remote shards (http(s)://, s3:// and other fsspec URLs): filled only
+from checked downloads, bounded by `cache_limit_bytes`, and shared by every worker and rank of
+a node.
+
+Everything is coordinated with flock(2) locks, which the kernel drops when a process dies, so
+a killed process never leaves a lock held:
+
+- the entry lock, `<entry>.lock`, exclusive while one process fills an entry: exactly one
+  downloads a shard, the others wait on it and then read the copy it made. The file exists
+  only while held (the holder unlinks it before it lets go; a waiter that wakes on an unlinked
+  file tries again), so lock files do not pile up;
+- a lease, a shared lock on the cached shard itself, held by a reader from open to close:
+  eviction passes over a shard in use. A filler takes it before the rename that publishes the
+  shard, so no eviction can come between;
+- the cache lock, an exclusive lock on the cache folder, serialises the bookkeeping: sweep the
+  leftovers of killed fillers, evict least recently used shards not in use until the new one
+  fits, then create its temporary file, whose declared size (in its name) counts from then on.
+  So the shards and the temporary files together never exceed the limit.
+
+A temporary file is `<entry>.<declared bytes>.<random>.temp`, written only while its filler
+holds the entry lock: a temporary file whose entry lock is free is a dead filler's, and the
+sweep removes it. Recency is the shard's mtime, set to the clock at each use. A shard larger
+than the limit is an error (raise the limit); a shard that fits, but not beside the shards in
+use, is read uncached, with a warning. The locks are flock(2) on one node's filesystem: share
+a cache between the processes of one node, not over NFS. Every process sharing a cache should
+give it the same limit.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterator
+
+from .objstore import ObjectReader
+from .remote import CheckedStream, HTTPReader, RemoteOptions, is_http
+from .tario import ShardError
+
+log = logging.getLogger(__name__)
+TEMP, LOCK = ".temp", ".lock"
+_ENTRY = re.compile(r"[0-9a-f]{12}-.+")
+_warned: set[str] = set()   # cache folders whose "full" warning this process gave already
+
+
+def cache_name(url: str) -> str:
+    # webdataset's default keeps only the basename: two servers' shard-000000.tar would collide.
+    return f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
+
+
+def check_limit(limit: int | None) -> int | None:
+    """`cache_limit_bytes` as given, or a ValueError that lists the valid values."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"cache_limit_bytes {limit!r}: expected a whole number of bytes > 0 "
+                         "(e.g. 50 * 2**30 for 50 GiB), or None for an unbounded cache")
+    return limit
+
+
+def remote_reader(url: str, size: int, remote: RemoteOptions | None) -> CheckedStream:
+    """The bounded, hashed stream of a remote shard: HTTP, or an object store through fsspec."""
+    if is_http(url):
+        return HTTPReader(url, size, remote)
+    return ObjectReader(url, size, remote)
+
+
+class Lease:
+    """A shared lock on a cached shard, held from open to close: eviction passes it by."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _lease(path: str) -> Lease:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)   # waits only while an eviction unlinks it
+    except BaseException:
+        os.close(fd)
+        raise
+    return Lease(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_ino, st.st_dev) == (held.st_ino, held.st_dev)
+
+
+def _lock_entry(path: str, wait: bool = True) -> int | None:
+    """An fd holding the exclusive lock file `path`; None if another holds it and not `wait`."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            return fd
+        os.close(fd)   # its holder unlinked it while this process waited: take the new one
+
+
+def _unlock_entry(fd: int, path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)   # while held: no other process holds this file, so it is ours
+    os.close(fd)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+def _evict(path: str) -> bool:
+    """Remove a cached shard unless a reader holds it; whether it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False   # in use
+        if not _same_file(fd, path):
+            return False   # replaced by a new fill meanwhile: left to the next sweep
+        os.unlink(path)
+        return True
+    finally:
+        os.close(fd)
+
+
+def download(url: str, dest: str, size: int, sha256: str | None,
+             remote: RemoteOptions | None, tmp: str | None = None, lease: bool = False
+             ) -> Lease | None:
+    """url -> dest, which appears (by rename) only once its size and sha256 match the
+    manifest; a failed download leaves no temporary file behind. `tmp`: the temporary file
+    to write (by default a new one beside dest); `lease`: hold dest in use from the rename on."""
+    tmp = tmp or f"{dest}.{size}.{secrets.token_hex(4)}{TEMP}"
+    held, reader = None, None
+    try:
+        with open(tmp, "wb") as f:
+            reader = remote_reader(url, size, remote)
+            while chunk := reader.read(8 << 20):
+                f.write(chunk)
+        reader.finish(sha256)
+        held = _lease(tmp) if lease else None
+        os.replace(tmp, dest)
+    except BaseException:
+        if held is not None:
+            held.close()
+        _remove(tmp)
+        raise
+    finally:
+        if reader is not None:
+            reader.close()
+    return held
+
+
+@dataclass
+class Cached:
+    """A cached shard held in use: read `file`; close() gives the lease back."""
+    path: str
+    file: BinaryIO
+    lease: Lease
+    fresh: bool   # downloaded (and so hashed) just now, by this process
+
+    def close(self) -> None:
+        self.file.close()
+        self.lease.close()
+
+
+@dataclass
+class _Listing:
+    shards: list[tuple[int, str, int]] = field(default_factory=list)   # (mtime_ns, path, bytes)
+    temps: list[tuple[str, str, int]] = field(default_factory=list)    # (path, entry, declared)
+    locks: list[str] = field(default_factory=list)
+
+
+class ShardCache:
+    """Cached copies of remote shards in `cache_dir`, at most `limit_bytes` (None: no bound)."""
+
+    def __init__(self, cache_dir: str, limit_bytes: int | None = None) -> None:
+        self.dir, self.limit = cache_dir, check_limit(limit_bytes)
+
+    def path_of(self, url: str) -> str:
+        return os.path.join(self.dir, cache_name(url))
+
+    def open(self, url: str, size: int, sha256: str | None, remote: RemoteOptions | None
+             ) -> Cached | None:
+        """The cached copy of `url`, held in use until closed; filled first if missing (by
+        one process: the others wait, then read its copy). None: the shard fits the limit,
+        but not beside the shards now in use; read it uncached."""
+        if self.limit is not None and size > self.limit:
+            raise ShardError(f"shard {url}: {size} bytes, more than the cache's limit of "
+                             f"{self.limit} bytes (cache_limit_bytes, cache {self.dir}). Fix: "
+                             f"raise cache_limit_bytes to at least a few times {size}, or "
+                             "re-pack with smaller shards (carla-wds pack --max-bytes)")
+        os.makedirs(self.dir, exist_ok=True)
+        dest = self.path_of(url)
+        found = self._hit(dest, size)
+        if found is not None:
+            return found
+        lock_path = dest + LOCK
+        lock = _lock_entry(lock_path)
+        try:
+            return self._hit(dest, size) or self._fill(url, dest, size, sha256, remote)
+        finally:
+            _unlock_entry(lock, lock_path)
+
+    def _hit(self, dest: str, size: int) -> Cached | None:
+        try:
+            lease = _lease(dest)
+        except FileNotFoundError:
+            return None
+        try:
+            file = open(dest, "rb")
+        except FileNotFoundError:
+            lease.close()
+            return None
+        held = Cached(dest, file, lease, False)
+        if os.fstat(file.fileno()).st_size != size or not _same_file(lease.fd, dest) or \
+                not _same_file(file.fileno(), dest):
+            held.close()   # another size (an older manifest), or replaced: fill it anew
+            return None
+        self._touch(dest)
+        return held
+
+    @staticmethod
+    def _touch(path: str) -> None:
+        now = time.time_ns()   # the clock itself, finer than the filesystem's coarse stamp
+        try:
+            os.utime(path, ns=(now, now))
+        except PermissionError:   # another user's shard: its recency is theirs to keep
+            log.debug("%s: cannot set its mtime", path)
+
+    def _fill(self, url: str, dest: str, size: int, sha256: str | None,
+              remote: RemoteOptions | None) -> Cached | None:
+        """Under the entry lock: reserve room, download, publish, hold."""
+        tmp = self._reserve(os.path.basename(dest), size)
+        if tmp is None:
+            return None
+        lease = download(url, dest, size, sha256, remote, tmp=tmp, lease=True)
+        log.info("cached %s (%d bytes) as %s", url, size, dest)
+        self._touch(dest)
+        return Cached(dest, open(dest, "rb"), lease, True)
+
+    def _reserve(self, entry: str, size: int) -> str | None:
+        """A new, empty temporary file for `entry` that counts `size` bytes, once the cache's
+        leftovers are swept and, under a limit, enough shards not in use are evicted; None
+        when the shards in use leave no room."""
+        tmp = os.path.join(self.dir, f"{entry}.{size}.{secrets.token_hex(4)}{TEMP}")
+        with self._cache_lock():
+            listing = self._sweep(self._list(), entry)
+            if self.limit is not None and not self._make_room(listing, size):
+                return None
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return tmp
+
+    @contextlib.contextmanager
+    def _cache_lock(self) -> Iterator[None]:
+        fd = os.open(self.dir, os.O_RDONLY)   # the folder itself: no lock file to leave behind
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _list(self) -> _Listing:
+        listing = _Listing()
+        with os.scandir(self.dir) as entries:
+            for e in entries:
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                if e.name.endswith(TEMP):
+                    entry, declared, _, _ = (e.name.rsplit(".", 3) + ["", "", ""])[:4]
+                    nbytes = int(declared) if declared.isdigit() else e.stat().st_size
+                    listing.temps.append((e.path, entry, nbytes))
+                elif e.name.endswith(LOCK):
+                    listing.locks.append(e.path)
+                elif _ENTRY.fullmatch(e.name):   # anything else in the folder is not ours
+                    st = e.stat(follow_symlinks=False)
+                    listing.shards.append((st.st_mtime_ns, e.path, st.st_size))
+        return listing
+
+    def _sweep(self, listing: _Listing, mine: str) -> _Listing:
+        """Remove the temporary and lock files of fillers that died (their entry lock is
+        free); the others stay, and their temporary files count at their declared size."""
+        live = []
+        for entry in sorted({e for _, e, _ in listing.temps} | {
+                os.path.basename(p)[:-len(LOCK)] for p in listing.locks}):
+            lock_path = os.path.join(self.dir, entry + LOCK)
+            # `mine`: this process holds its lock and has no temporary file yet
+            fd = -1 if entry == mine else _lock_entry(lock_path, wait=False)
+            temps = [t for t in listing.temps if t[1] == entry]
+            if fd is None:   # being filled: its temporary files count
+                live += temps
+                continue
+            for path, _, _ in temps:
+                log.info("removing %s, left by a filler that died", path)
+                _remove(path)
+            if fd != -1:
+                _unlock_entry(fd, lock_path)
+        listing.temps = live
+        return listing
+
+    def _make_room(self, listing: _Listing, size: int) -> bool:
+        """Evict least recently used shards not in use until `size` more bytes fit."""
+        used = sum(n for _, _, n in listing.shards) + sum(n for _, _, n in listing.temps)
+        for _, path, nbytes in sorted(listing.shards):
+            if used + size <= self.limit:
+                break
+            if _evict(path):
+                log.info("evicted %s (%d bytes) from the cache", path, nbytes)
+                used -= nbytes
+        if used + size <= self.limit:
+            return True
+        if self.dir not in _warned:
+            _warned.add(self.dir)
+            log.warning("cache %s: %d of its %d bytes (cache_limit_bytes) are shards in use; "
+                        "reading a shard of %d bytes uncached. Fix: raise cache_limit_bytes "
+                        "to hold a shard per reading worker and rank, and one more", self.dir,
+                        used, self.limit, size)
+        return False
