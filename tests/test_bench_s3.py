@@ -1,0 +1,44 @@
+"""tools/bench_s3.py runs end to end at a tiny size, against its own moto server on 127.0.0.1,
+and prints every table row with positive figures (no timing is asserted: figures belong in
+docs/benchmarks.md). Each cell checks its own sample count against the manifest."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_s3.py"
+NUM = r"([0-9.]+)"
+CASES = ("local", "s3", "s3 cold cache", "s3 warm cache")
+
+
+def test_bench_s3_prints_every_row(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH), "--workdir", str(tmp_path),
+                           "--episodes", "1", "--frames", "24", "--max-samples", "8",
+                           "--image-size", "180x64", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for w in (0, 2):
+        for case in CASES:   # samples/s, range, ratio, paired range, open ms, CPU s
+            row = re.search(rf"^\| {case} \| {w} \| {NUM} \| {NUM}-{NUM} \| {NUM}x \| "
+                            rf"{NUM}-{NUM}x \| {NUM} \| {NUM} \| {NUM} \|$", out, re.M)
+            assert row, (case, w, out)
+            rate, low, high, ratio, _, _, _, cpu, _ = (float(v) for v in row.groups())
+            assert rate > 0 and 0 < low <= rate <= high and ratio > 0 and cpu > 0, row.group(0)
+        noise = re.search(rf"^\| {w} \| {NUM}-{NUM} \| {NUM}% \| {NUM} \| {NUM}x \| (yes|no) \|$",
+                          out, re.M)
+        assert noise and float(noise.group(1)) > 0 and float(noise.group(4)) > 0, out
+    pieces = re.findall(rf"^\| ([^|]+) \| {NUM} \| {NUM} \|$", out, re.M)
+    names = [name for name, *_ in pieces]
+    assert any(n.startswith("moto:") for n in names) and any("sha256" in n for n in names)
+    assert sum("scaled to one shard" in n for n in names) == len(CASES), names
+    assert all(float(ms) > 0 and float(mbs) > 0 for _, ms, mbs in pieces), out
+    # the profile: at least one function row with a call count
+    assert re.search(r"^\| \S.*\| [0-9.]+ \| [0-9.]+ \| \d+ \|$", out, re.M), out
