@@ -67,6 +67,10 @@ def main(verbose: bool) -> None:
 @click.option("--allow-pickle-input", is_flag=True,
               help="Read pickled raw .npy files (TCP supervision, TransFuser 2022 LiDAR) from "
                    "a local source you trust; shards never hold pickles.")
+@click.option("--stage", default=None, type=click.Path(file_okay=False),
+              help="OUTPUT_DIR s3://...: the local folder each shard is written to before its "
+                   "upload (at most 3 shards at a time) and the journal --resume reads; default "
+                   "$XDG_CACHE_HOME/carla-wds/stage/<hash of the URL>.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted pack in OUTPUT_DIR.")
 @click.option("--overwrite", is_flag=True, help="Replace what OUTPUT_DIR holds.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
@@ -89,7 +93,8 @@ def main(verbose: bool) -> None:
                    "temporary file.")
 def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
     """Pack raw CARLA route folders (or Bench2Drive clips and their .tar.gz) into WebDataset
-    shards plus manifest.json."""
+    shards plus manifest.json. OUTPUT_DIR is a folder or an s3:// prefix (credentials and
+    endpoint from the AWS environment: AWS_PROFILE or AWS_ACCESS_KEY_ID/..., AWS_ENDPOINT_URL)."""
     from .pack.packer import PackOptions
     from .pack.packer import pack as run_pack
     opts = PackOptions(resize=_pair(resize), part=_part(part),
@@ -111,10 +116,12 @@ def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
 
 @main.command()
 @click.argument("part_dirs", nargs=-1, required=True)
-@click.option("--out", "out_dir", required=True, help="Empty folder for the merged pack.")
+@click.option("--out", "out_dir", required=True,
+              help="Empty folder or s3:// prefix for the merged pack.")
 @click.option("--prefix", default="shard", show_default=True)
 def merge(part_dirs, out_dir, prefix) -> None:
-    """Combine `pack --part i/N` outputs into one folder and manifest."""
+    """Combine `pack --part i/N` outputs (folders or s3:// prefixes) into one folder or s3://
+    prefix and manifest; shards are copied server-side within a store, and each is checked."""
     from .pack.audit import merge as run_merge
     try:
         m = run_merge(list(part_dirs), out_dir, prefix)
@@ -128,11 +135,12 @@ def merge(part_dirs, out_dir, prefix) -> None:
 @click.argument("directory")
 @click.option("--deep", is_flag=True, help="Decode and validate every sample.")
 @click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds an http(s) read may wait for bytes.")
+              help="Seconds an http(s) or s3 read may wait for bytes.")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="Further attempts per remote object after a failure.")
 def verify(directory, deep, read_timeout, retries) -> None:
-    """Check shard counts and sha256 against the manifest (a folder, a path or a URL)."""
+    """Check shard counts and sha256 against the manifest (a folder, a path, an http(s)://
+    URL or an s3:// prefix or manifest URL; s3 credentials from the AWS environment)."""
     from .pack.audit import verify as run_verify
     from .remote import RemoteOptions
     try:
@@ -151,7 +159,8 @@ def verify(directory, deep, read_timeout, retries) -> None:
 @click.argument("directory")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def inspect(directory, as_json) -> None:
-    """Summarise a pack: samples, shards, sizes, commands, speeds."""
+    """Summarise a pack (a folder, a manifest path or URL, an s3:// prefix): samples, shards,
+    sizes, commands, speeds."""
     from .pack.audit import summary
     try:
         s = summary(directory)

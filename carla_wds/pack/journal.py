@@ -18,8 +18,10 @@ from .shards import JOURNAL, JournalEntry, ShardRecord, shard_name
 OVERWRITE = "Fix: pack again with --overwrite"
 
 
-def write_header(out: Path, identity: dict[str, Any]) -> None:
-    atomic_write_bytes(out / JOURNAL, (json.dumps({"options": identity}) + "\n").encode())
+def write_header(out: Path, identity: dict[str, Any], output: str | None = None) -> None:
+    """`output`: where the shards go when that is not `out` (an s3:// prefix; `out` stages)."""
+    header = {"options": identity, **({"output": output} if output else {})}
+    atomic_write_bytes(out / JOURNAL, (json.dumps(header) + "\n").encode())
 
 
 def committed_shards(out: Path) -> int:
@@ -30,8 +32,10 @@ def committed_shards(out: Path) -> int:
         return 0
 
 
-def read_journal(out: Path, identity: dict[str, Any], prefix: str) -> list[JournalEntry]:
-    """The committed shards of an interrupted pack in `out`, checked against the disk."""
+def read_journal(out: Path, identity: dict[str, Any], prefix: str, output: str | None = None,
+                 held: dict[str, int] | None = None) -> list[JournalEntry]:
+    """The committed shards of an interrupted pack in `out`, checked against the disk, or,
+    for a pack to `output` (an s3:// prefix), against `held`: the sizes of its objects."""
     journal = out / JOURNAL
     lines, cut = [], False
     for line in journal.read_text().splitlines():
@@ -44,19 +48,33 @@ def read_journal(out: Path, identity: dict[str, Any], prefix: str) -> list[Journ
     if saved != json.loads(json.dumps(identity)):
         raise PackError(f"--resume: {journal} was written with options {saved}, now "
                         f"{identity}. Fix: resume with the same options, or --overwrite")
+    if lines[0].get("output") != output:
+        raise PackError(f"--resume: {journal} is the journal of a pack to "
+                        f"{lines[0].get('output') or out}, not to {output or out}. Fix: pass the "
+                        "--stage folder of the pack to resume, or --overwrite")
     done = [_entry(line, journal, i, prefix) for i, line in enumerate(lines[1:])]
     for entry in done:
-        path = out / entry.shard.name
         # The size, not the sha256: the entry was written after its shard was fsynced and
-        # renamed, so only a later outside change can make them differ, and re-hashing every
-        # committed byte would cost a resume what re-packing costs; `verify` hashes them.
-        if not path.is_file() or path.stat().st_size != entry.shard.bytes:
-            raise PackError(f"--resume: shard {path} is missing or differs in size from the "
+        # renamed (or uploaded and read back), so only a later outside change can make them
+        # differ, and re-hashing every committed byte would cost a resume what re-packing
+        # costs; `verify` hashes them.
+        where, size = _held(out, output, held, entry.shard.name)
+        if size != entry.shard.bytes:
+            raise PackError(f"--resume: shard {where} is missing or differs in size from the "
                             f"journal ({entry.shard.bytes} bytes). {OVERWRITE}")
     if cut:   # drop the cut line, or the lines a resumed pack appends would follow garbage
         atomic_write_bytes(journal, "".join([json.dumps(lines[0]) + "\n"]
                                             + [e.line() for e in done]).encode())
     return done
+
+
+def _held(out: Path, output: str | None, held: dict[str, int] | None, name: str
+          ) -> tuple[str, int | None]:
+    """(where a committed shard is, its size there or None when it is absent)."""
+    if output is not None:
+        return f"{output}/{name}", (held or {}).get(name)
+    path = out / name
+    return str(path), path.stat().st_size if path.is_file() else None
 
 
 def _entry(line: dict[str, Any], journal: Path, i: int, prefix: str) -> JournalEntry:

@@ -62,11 +62,16 @@ class PackOptions:
     box_radius: float | None = None
     sensors: tuple[str, ...] | None = None
     spool_bytes: int = 1 << 30
+    # OUTPUT_DIR an s3:// (fsspec) prefix: the local folder shards are staged in before their
+    # upload (None: under the user's cache folder, keyed by the URL; see pack/upload.py), and
+    # fsspec's options for the store (None: the AWS environment and config)
+    stage: str | None = None
+    storage_options: dict[str, Any] | None = None
 
     def identity(self) -> dict[str, Any]:
         """The options that change the output bytes; a resume must match them exactly."""
         skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
-                "spool_bytes"}
+                "spool_bytes", "stage", "storage_options"}
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def validate(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import shutil
 import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -23,17 +22,16 @@ from typing import Any, Callable, Iterator
 from tqdm import tqdm
 
 from .. import __version__
-from ..fileio import atomic_write_json
-from ..manifest import MANIFEST
+from ..objstore import is_objstore
 from ..schema import SampleSpec, SchemaError, make_key
 from .layout_spec import layout_spec, readers
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
-from .journal import committed_shards, read_journal, write_header
 from .layouts import Layout, load_layout
 from .options import PackOptions
+from .output import LocalOutput
 from .report import PackReport, build_manifest
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
-from .shards import JOURNAL, JournalEntry, ShardSink, output_error
+from .shards import ShardSink
 
 log = logging.getLogger(__name__)
 CHUNK = 16   # frames per worker task: large enough to amortise IPC, small enough to stream
@@ -86,41 +84,6 @@ def _changed(detail: str) -> PackError:
                      f"({detail}); the input changed. Fix: pack again with --overwrite")
 
 
-def _prepare_output(out: Path, opts: PackOptions) -> list[JournalEntry]:
-    """Refuse to clobber, clear for --overwrite, or load the journal for --resume."""
-    out.mkdir(parents=True, exist_ok=True)
-    existing = [p for p in out.iterdir()]
-    if existing and not (opts.resume or opts.overwrite):
-        raise PackError(f"OUTPUT_DIR {out} is not empty ({len(existing)} entries). Fix: pass "
-                        "--resume to continue an interrupted pack, --overwrite to replace it, "
-                        "or choose an empty folder")
-    if opts.overwrite:
-        for p in existing:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-    for p in out.glob(".*.tmp"):
-        p.unlink()   # a half-written shard from a killed pack
-    if not opts.resume:
-        return []
-    if not (out / JOURNAL).exists():
-        if (out / MANIFEST).exists():
-            raise PackError(f"{out} holds a finished pack (manifest.json); nothing to resume. "
-                            "Use --overwrite to pack again")
-        return []
-    return read_journal(out, opts.identity(), opts.prefix)
-
-
-def _discard_if_nothing_committed(out: Path, created: bool, wrote_journal: bool) -> None:
-    """A pack that failed before its first shard was committed leaves nothing to resume: drop
-    the journal it wrote (else the corrected rerun is told the folder is not empty) and the
-    folder if it made it. A journal this run did not write is never touched."""
-    if not out.is_dir() or committed_shards(out):
-        return
-    if wrote_journal:
-        (out / JOURNAL).unlink(missing_ok=True)
-    if created and not any(out.iterdir()):
-        out.rmdir()
-
-
 def _check_key_collisions(routes: list[str], dot_replacement: str | None) -> None:
     """Two routes whose keys coincide (a.b and a_b with --dot-replacement _) would interleave."""
     seen: dict[str, str] = {}
@@ -165,12 +128,15 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     opts.validate()
     src, opts = _clip_input(input_dir, opts) if opts.layout == CLIP_LAYOUT else \
         _route_input(input_dir, opts)
-    out = Path(output_dir)
-    created, wrote = not out.exists(), []
+    if is_objstore(str(output_dir)):
+        from .upload import StoreOutput
+        target: LocalOutput | StoreOutput = StoreOutput(str(output_dir), opts)
+    else:
+        target = LocalOutput(Path(output_dir))
     try:
-        return _pack_into(out, src, opts, wrote)
+        return _pack_into(target, src, opts)
     except BaseException:
-        _discard_if_nothing_committed(out, created, bool(wrote))
+        target.discard()
         raise
 
 
@@ -218,12 +184,12 @@ def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackO
                   lambda ref: _checked_clip(ref, settings, opts), encoder, None, missing), opts
 
 
-def _pack_into(out: Path, src: _Input, opts: PackOptions, wrote: list[Path]) -> dict[str, Any]:
-    done = _prepare_output(out, opts)
+def _pack_into(target: LocalOutput | Any, src: _Input, opts: PackOptions) -> dict[str, Any]:
+    done = target.prepare(opts)
     if not done:
-        _write_or_explain(out / JOURNAL, out, lambda: write_header(out, opts.identity()))
-        wrote.append(out / JOURNAL)
-    sink = ShardSink(out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync)
+        target.start_journal(opts)
+    sink = ShardSink(target.out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync,
+                     target.publisher)
     sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
     # Frames the committed shards skipped (bad images in skip mode) are not seen again.
@@ -233,7 +199,7 @@ def _pack_into(out: Path, src: _Input, opts: PackOptions, wrote: list[Path]) -> 
         _run(src, opts, sink, report, sizes, start)
         records = sink.close()
         if not any(r.samples for r in records):
-            raise _nothing_packed(report, out)
+            raise _nothing_packed(report, target.label)
     except BaseException:
         sink.abort()
         raise
@@ -241,21 +207,13 @@ def _pack_into(out: Path, src: _Input, opts: PackOptions, wrote: list[Path]) -> 
                               len(src.episodes), sizes.stored)
     if src.split_missing:
         manifest["split_missing"] = src.split_missing
-    _write_or_explain(out / MANIFEST, out, lambda: atomic_write_json(out / MANIFEST, manifest))
-    (out / JOURNAL).unlink(missing_ok=True)
+    target.write_manifest(manifest)
     log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
-             len(records), out, len(manifest["skipped"]))
+             len(records), target.label, len(manifest["skipped"]))
     return manifest
 
 
-def _write_or_explain(path: Path, out: Path, write) -> None:
-    try:
-        write()
-    except OSError as exc:
-        raise output_error(path, exc, out) from exc
-
-
-def _nothing_packed(report: PackReport, out: Path) -> PackError:
+def _nothing_packed(report: PackReport, out: str) -> PackError:
     """Every frame skipped: no manifest, since a manifest of 0 samples would load as a valid,
     empty dataset and a training run would start on nothing."""
     skipped = report.all_skipped()

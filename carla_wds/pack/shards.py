@@ -17,18 +17,21 @@ import errno
 import json
 import os
 import tarfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..fileio import HashingWriter, fsync_dir
+from ..remote import RemoteError
 from .routes import PackError
 
 TAR_BLOCK = 512
 TAR_RECORD = 20 * TAR_BLOCK   # tarfile pads a closed stream to whole 10240-byte records
 JOURNAL = ".pack-journal.jsonl"
 _ZEROS = bytes(TAR_BLOCK)
+PUBLISH_AHEAD = 2   # finished shards a publisher may lag behind the one being written
 # With fsync on, ask the kernel to start writing every this many bytes (sync_file_range), so
 # the fsync before a shard's rename waits for the tail only; None: no early writeback.
 WRITEBACK_BYTES: int | None = 32 << 20
@@ -119,6 +122,13 @@ class JournalEntry:
                            "meta": self.meta}) + "\n"
 
 
+class Publisher(Protocol):
+    """Where a committed shard goes besides OUTPUT_DIR (which then only stages it): `publish`
+    puts it there and checks it, raising OSError (RemoteError) when it cannot."""
+
+    def publish(self, path: Path, record: ShardRecord) -> None: ...
+
+
 def output_error(path: Path, exc: OSError, out_dir: Path) -> PackError:
     """A failed write to OUTPUT_DIR as a one-line error naming the file and the way on."""
     what = f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else str(exc)
@@ -139,7 +149,8 @@ class ShardSink:
     """
 
     def __init__(self, out_dir: Path, prefix: str, max_samples: int, max_bytes: int | None,
-                 done: list[JournalEntry] | None = None, fsync: bool = True) -> None:
+                 done: list[JournalEntry] | None = None, fsync: bool = True,
+                 publisher: Publisher | None = None) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, got {max_samples}")
         self.out_dir, self.prefix = Path(out_dir), prefix
@@ -159,6 +170,10 @@ class ShardSink:
         # One committer thread: fsync, rename and journal each finished shard, in order, while
         # the next shard is being written (the fsync wait was a quarter of the pack time).
         self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-commit")
+        # With a publisher, a finished shard waits for at most PUBLISH_AHEAD shards ahead of it
+        # to be published: the staging folder then holds at most PUBLISH_AHEAD + 1 shards.
+        self.publisher = publisher
+        self._slots = threading.BoundedSemaphore(PUBLISH_AHEAD) if publisher else None
 
     def _write_sample(self, sample: dict[str, Any]) -> None:
         key, parts = sample["__key__"], []
@@ -231,6 +246,8 @@ class ShardSink:
         entry = JournalEntry(ShardRecord(shard_name(self.prefix, len(self.records)),
                                          self._count, 0, ""),
                              self._through, self._last_key, self._shard_skips, dict(self.meta))
+        if self._slots is not None:
+            self._slots.acquire()   # released once a shard ahead is published (or failed)
         self.records.append(self._committer.submit(self._commit, self._file, self._hasher,
                                                    self._tmp, entry))
         self._file = self._hasher = None
@@ -239,15 +256,24 @@ class ShardSink:
 
     def _commit(self, f, hasher: HashingWriter, tmp: Path, entry: JournalEntry
                 ) -> ShardRecord | None:
-        """Runs on the committer thread: the shard becomes visible only once it is durable.
+        """Runs on the committer thread: the shard becomes visible only once it is durable
+        (and, with a publisher, published and checked there).
 
         After one failure no later shard is renamed or journaled: --resume trusts the journal
         to list shards 0..k-1 with nothing missing in between."""
-        if self._error is not None:
-            f.close()
-            hasher.close()
-            tmp.unlink(missing_ok=True)
-            return None
+        try:
+            if self._error is not None:
+                f.close()
+                hasher.close()
+                tmp.unlink(missing_ok=True)
+                return None
+            return self._commit_one(f, hasher, tmp, entry)
+        finally:
+            if self._slots is not None:
+                self._slots.release()
+
+    def _commit_one(self, f, hasher: HashingWriter, tmp: Path, entry: JournalEntry
+                    ) -> ShardRecord:
         path = tmp
         try:
             if self.fsync:
@@ -258,17 +284,25 @@ class ShardSink:
             if self.fsync:
                 fsync_dir(self.out_dir)
             entry.shard.bytes, entry.shard.sha256 = hasher.size, hasher.hexdigest()
-            path = self.journal
+            if self.publisher is not None:
+                self.publisher.publish(path, entry.shard)
+            staged, path = path, self.journal
             with open(self.journal, "a") as j:
                 j.write(entry.line())
                 j.flush()
                 if self.fsync:
                     os.fsync(j.fileno())
+            if self.publisher is not None:
+                staged.unlink()   # published and journaled: the staged copy has done its part
         except OSError as exc:
             f.close()
             hasher.close()
             tmp.unlink(missing_ok=True)
-            self._error = output_error(path, exc, self.out_dir)
+            if self.publisher is not None:
+                (self.out_dir / entry.shard.name).unlink(missing_ok=True)
+            self._error = output_error(path, exc, self.out_dir) if not isinstance(
+                exc, RemoteError) else PackError(f"{exc} Then run the same command with "
+                                                 "--resume; the shards uploaded so far are kept")
             raise self._error from exc
         return entry.shard
 

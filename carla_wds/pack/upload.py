@@ -1,0 +1,161 @@
+"""OUTPUT_DIR as an s3:// (or other fsspec) prefix: `carla-wds pack RAW s3://bucket/prefix`.
+
+Each shard is written to a local staging folder exactly as a local pack writes it (a temporary
+name, fsync, rename), uploaded, checked where it landed (its size and the sha256 of its bytes
+read back, objwrite.py), journaled in the staging folder's journal, and only then deleted
+locally. The manifest is uploaded last, after every shard, in one PUT. So the staging folder
+holds at most shards.PUBLISH_AHEAD + 1 = 3 shards (one being written, two finished and
+waiting for their upload) and the journal, whatever the size of the pack.
+
+--resume reads the journal in the staging folder: the shards it lists must be in the store
+with their journaled size; objects of later shards (uploaded, but not journaled before a kill)
+are deleted and packed again, to the same bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..manifest import MANIFEST
+from ..objwrite import StoreWriter, json_bytes
+from ..remote import RemoteError, RemoteOptions
+from .journal import committed_shards, read_journal, write_header
+from .options import PackOptions
+from .output import write_or_explain
+from .routes import PackError
+from .shards import JOURNAL, JournalEntry, ShardRecord
+
+log = logging.getLogger(__name__)
+
+
+def default_stage(url: str) -> Path:
+    """$XDG_CACHE_HOME (or ~/.cache)/carla-wds/stage/<sha256 of the URL, 16 hex>: one folder
+    per output, so a --resume finds the journal of the pack it continues."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "carla-wds" / "stage" / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def _shard_names(prefix: str, names: list[str]) -> list[str]:
+    rule = re.compile(rf"^{re.escape(prefix)}-\d{{6}}\.tar$")
+    return sorted(n for n in names if rule.match(n))
+
+
+class StoreOutput:
+    """OUTPUT_DIR on an object store; `out` is the local staging folder (the sink's folder)."""
+
+    def __init__(self, url: str, opts: PackOptions) -> None:
+        self.url = self.label = url.rstrip("/")
+        self.store = StoreWriter(self.url, RemoteOptions(storage_options=opts.storage_options),
+                                 "pack output")
+        self.default = opts.stage is None
+        self.out = default_stage(self.url) if self.default else Path(opts.stage)
+        self.publisher = self
+        self.prefix = opts.prefix
+        self.made: list[Path] = []   # folders this run created, deepest first
+        self.wrote_journal = self.fresh = False
+
+    def prepare(self, opts: PackOptions) -> list[JournalEntry]:
+        """Refuse a busy output, clear it for --overwrite, or load the journal for --resume.
+        Nothing is written before the store has answered (credentials, bucket)."""
+        held = self.store.listing()
+        staged = sorted(self.out.iterdir()) if self.out.is_dir() else []
+        if (held or staged) and not (opts.resume or opts.overwrite):
+            raise PackError(self._busy(held, staged))
+        if opts.overwrite:
+            self.store.remove(sorted(held))
+            held = {}
+            for p in staged:
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        self._make_stage()
+        for p in self._staged_shards():
+            p.unlink()   # the journal says which shards are done; these are redone
+        self.fresh = not held
+        if not opts.resume:
+            return []
+        if not (self.out / JOURNAL).exists():
+            if held:
+                raise PackError(self._no_journal(held))
+            return []
+        done = read_journal(self.out, opts.identity(), opts.prefix, self.url, held)
+        journaled = {e.shard.name for e in done}
+        # uploaded before the kill but never journaled: packed again, so not kept meanwhile
+        self.store.remove([n for n in _shard_names(self.prefix, list(held))
+                           if n not in journaled])
+        return done
+
+    def _busy(self, held: dict[str, int], staged: list[Path]) -> str:
+        what = []
+        if held:
+            what.append(f"{self.url} already holds {len(held)} object(s), e.g. {min(held)}")
+        if staged:
+            what.append(f"its staging folder {self.out} holds {len(staged)} entries")
+        return ("; ".join(what) + ". Fix: pass --resume to continue an interrupted pack, "
+                "--overwrite to replace it, or choose an empty prefix (and --stage folder)")
+
+    def _no_journal(self, held: dict[str, int]) -> str:
+        if MANIFEST in held:
+            return (f"{self.url} holds a finished pack (manifest.json); nothing to resume. Use "
+                    "--overwrite to pack again")
+        return (f"--resume: {self.url} holds {len(held)} object(s) but the staging folder "
+                f"{self.out} has no journal of that pack. Fix: pass the --stage folder the "
+                "interrupted pack used, or --overwrite to pack again")
+
+    def _make_stage(self) -> None:
+        p, missing = self.out, []
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.made = missing
+
+    def _staged_shards(self) -> list[Path]:
+        return [p for p in self.out.iterdir()
+                if p.name.endswith(".tmp") or p.name in _shard_names(self.prefix, [p.name])]
+
+    def start_journal(self, opts: PackOptions) -> None:
+        write_or_explain(self.out / JOURNAL, self.out,
+                         lambda: write_header(self.out, opts.identity(), self.url))
+        self.wrote_journal = True
+
+    def publish(self, path: Path, record: ShardRecord) -> None:
+        """On the committer thread: upload a staged shard and check what landed."""
+        self.store.put_file(path, record.name, record.bytes, record.sha256)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """The manifest, uploaded after every shard (a reader sees it whole or not at all);
+        then the journal and the staging folder have done their part."""
+        self.store.put_bytes(MANIFEST, json_bytes(manifest))
+        (self.out / JOURNAL).unlink(missing_ok=True)
+        self._tidy(remove_stage=True)
+
+    def _tidy(self, remove_stage: bool) -> None:
+        """Remove the staging folder if it is empty and is ours to remove (made by this run,
+        or the default one), and the empty parents this run made."""
+        folders = self.made or ([self.out] if remove_stage and self.default else [])
+        for p in folders:
+            try:
+                p.rmdir()
+            except OSError:
+                break   # not empty (or already gone): its parents are not empty either
+
+    def discard(self) -> None:
+        """After a failure: a pack that committed no shard leaves nothing behind (no journal,
+        no staging folder it made, and, for an output that was empty, no shard objects); one
+        that did keeps it all for --resume."""
+        if not self.out.is_dir() or committed_shards(self.out):
+            return
+        if self.wrote_journal:
+            (self.out / JOURNAL).unlink(missing_ok=True)
+            for p in self._staged_shards():
+                p.unlink()
+        if self.fresh:
+            try:
+                self.store.remove(_shard_names(self.prefix, list(self.store.listing())))
+            except RemoteError as exc:
+                log.warning("could not remove the shards of the failed pack: %s", exc)
+        self._tidy(remove_stage=self.wrote_journal)
