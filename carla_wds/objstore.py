@@ -75,6 +75,62 @@ def _permanent(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
+def with_retries(owner: Any, call: Callable[[], Any]) -> Any:
+    """call(), retried after a transient failure with the doubling backoff of owner.opts; a
+    permanent failure, or the last transient one, raises owner._fail(cause, fix). `owner`
+    (a reader or a lister) counts its failures in `_failures`, so `retries` bounds them for
+    the whole object or listing, not for a streak."""
+    while True:
+        attempt = owner._failures
+        try:
+            return call()
+        except Exception as exc:   # backends raise their own types: sorted by _permanent
+            permanent = _permanent(exc)
+            if permanent:
+                raise owner._fail(*permanent) from None
+            owner._failures += 1
+            pause_or_fail(owner, exc, attempt, "check the endpoint and the network; for a "
+                          "slow store raise the read timeout or the retries (RemoteOptions)")
+
+
+class ObjectLister:
+    """Listings of the folders under a prefix (`url`), one level per call, each with the
+    timeouts of `filesystem` and the bounded retries of `with_retries`. Never from fsspec's
+    listing cache: a prefix is listed as it is now, so objects uploaded since are seen."""
+
+    def __init__(self, url: str, opts: RemoteOptions | None = None, what: str = "prefix"
+                 ) -> None:
+        self.url, self.opts, self.what = url, opts or RemoteOptions(), what
+        self.scheme = url.split("://", 1)[0]
+        self._failures = 0
+        self.fs, self.path = filesystem(url, self.opts)
+        self.path = self.path.rstrip("/")
+
+    def _fail(self, cause: str, fix: str) -> RemoteError:
+        return RemoteError(f"{self.what} {self.url}: {cause}. Fix: {fix}")
+
+    def url_of(self, path: str) -> str:
+        """The URL of a listed path, in the scheme the user gave (s3a:// stays s3a://)."""
+        return f"{self.scheme}://{path}"
+
+    def folder(self, path: str) -> tuple[list[str], dict[str, int]]:
+        """(sub-folder paths, {object path: size}) directly under `path`, sorted; a path
+        holding nothing is FileNotFoundError's 'no such object', a permanent failure."""
+        def ls() -> list[dict[str, Any]]:
+            self.fs.invalidate_cache(path)
+            return self.fs.ls(path, detail=True)
+        dirs, files = [], {}
+        for info in with_retries(self, ls):
+            name = info["name"].rstrip("/")
+            if info["type"] == "directory":
+                if name != path:
+                    dirs.append(name)
+            else:
+                files[name] = int(info.get("size") or 0)
+        self.fs.invalidate_cache(path)   # later reads ask the store, not this listing
+        return sorted(dirs), dict(sorted(files.items()))
+
+
 class ObjectReader(CheckedStream):
     """A read-only stream of one object, at most `limit` bytes, hashed as it is read, fetched
     in ranged reads of BLOCK bytes. `exact`: the object must have `limit` bytes (a shard);
@@ -102,18 +158,7 @@ class ObjectReader(CheckedStream):
                            f"{declared}arrived. Fix: {fix}")
 
     def _with_retries(self, call: Callable[[], Any]) -> Any:
-        while True:
-            attempt = self._failures
-            try:
-                return call()
-            except Exception as exc:   # backends raise their own types: sorted by _permanent
-                permanent = _permanent(exc)
-                if permanent:
-                    raise self._fail(*permanent) from None
-                self._failures += 1
-                pause_or_fail(self, exc, attempt, "check the endpoint and the network; for a "
-                              "slow store raise the read timeout or the retries "
-                              "(RemoteOptions)")
+        return with_retries(self, call)
 
     def _more(self, n: int) -> bytes:
         if self._i >= len(self._buf):

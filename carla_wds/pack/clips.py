@@ -9,6 +9,14 @@ the whole clip has been read; the spool is what bounds that. It lives in memory 
 temporary file beyond that, which is deleted when the clip is closed. So a pack worker holds
 at most one clip: its memory is bounded by min(clip size, spool_bytes) whatever the dataset's
 size, and no archive is ever extracted into files.
+
+INPUT_DIR may also be an s3:// (any fsspec) prefix of clip archives: they are listed through
+objstore.ObjectLister and each is read as the same stream, from an objstore.ObjectReader
+(ranged reads of objstore.BLOCK bytes, read timeouts, bounded retries at the same offset), so
+memory is bounded as for a local archive. Credentials and the endpoint come from the AWS
+environment or config (ClipRef.remote carries RemoteOptions, storage_options included, for
+library callers). Extracted clip folders are refused on a store: a clip is thousands of small
+objects, a request each.
 """
 from __future__ import annotations
 
@@ -17,9 +25,11 @@ import os
 import tarfile
 import tempfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ..objstore import ObjectLister, ObjectReader, is_objstore, read_object
+from ..remote import RemoteError, RemoteOptions
 from .errors import PackError
 from .sources import MAX_RAW_BYTES, read_bytes
 
@@ -27,17 +37,34 @@ ARCHIVE_EXT = ".tar.gz"
 DEFAULT_SPOOL_BYTES = 1 << 30
 MAX_CLIP_BYTES = 64 << 30    # a Full clip is ~0.3 GB; a stream past this is not a clip
 SUBSETS = ("train", "val", "all")
+MAX_SPLIT_BYTES = 16 << 20   # Bench2Drive's split file is ~1 MB for 13,638 clips
 
 
 class ClipError(ValueError):
     """A clip that cannot be read as a whole (a truncated or corrupt archive)."""
 
 
+class ClipURL(str):
+    """An archive's URL on an object store. A str (never a Path: pathlib would fold the '//'
+    of 's3://'), with a Path's `.name`, so that messages naming a clip's file (b2d.py,
+    packer.py) read the same for a local archive and a stored one."""
+
+    @property
+    def name(self) -> str:
+        return self.rsplit("/", 1)[-1]
+
+
 @dataclass(frozen=True)
 class ClipRef:
-    name: str     # the clip folder's name: the episode of its sample keys
-    path: Path    # the folder, or the archive
+    name: str              # the clip folder's name: the episode of its sample keys
+    path: Path | ClipURL   # the folder, or the archive (a local file or an object's URL)
     archive: bool
+    # how a stored archive is read (timeouts, retries, storage_options); None: defaults
+    remote: RemoteOptions | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def stored(self) -> bool:
+        return isinstance(self.path, ClipURL)
 
 
 class FolderClip:
@@ -74,8 +101,11 @@ class ArchiveClip:
 
     def _stream(self) -> None:
         size = 0
+        reader = ObjectReader(self.ref.path, MAX_CLIP_BYTES, self.ref.remote, "clip archive",
+                              exact=False) if self.ref.stored else None
+        source = {"fileobj": reader} if reader else {"name": self.ref.path}
         try:
-            with tarfile.open(self.ref.path, mode="r|gz") as tar:
+            with tarfile.open(**source, mode="r|gz") as tar:
                 for member in tar:
                     rel = self._member_name(member)
                     if rel is None:
@@ -91,9 +121,14 @@ class ArchiveClip:
                         raise EOFError(f"member {member.name} is cut short")
                     self._index[rel] = (self._spool.tell(), len(data))
                     self._spool.write(data)
+        except RemoteError:
+            raise   # the store failed, not the archive: an error, never a clip left out
         except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
             raise ClipError(f"truncated or corrupt archive after {len(self._index)} members "
                             f"({type(exc).__name__}: {exc}); expected a complete .tar.gz") from None
+        finally:
+            if reader:
+                reader.close()
 
     def _member_name(self, member: tarfile.TarInfo) -> str | None:
         """The member's path inside its clip folder; None for folders. Anything that is not a
@@ -124,10 +159,22 @@ def open_clip(ref: ClipRef, spool_bytes: int = DEFAULT_SPOOL_BYTES) -> FolderCli
     return ArchiveClip(ref, spool_bytes) if ref.archive else FolderClip(ref)
 
 
-def find_clips(input_dir: str | Path, marker: str = "anno") -> list[ClipRef]:
+def find_clips(input_dir: str | Path, marker: str = "anno",
+               remote: RemoteOptions | None = None) -> list[ClipRef]:
     """Clip folders (holding `marker/`) and `*.tar.gz` clip archives under input_dir, sorted
     by clip name, so a folder tree and the archives of the same clips give the same order.
-    A clip found twice (a folder and an archive, or two archives) is an error."""
+    A clip found twice (a folder and an archive, or two archives) is an error.
+
+    input_dir may be an s3:// (any fsspec) URL prefix: its archives are listed, recursively
+    (`remote`: timeouts, retries, storage_options). A failing store raises RemoteError."""
+    if isinstance(input_dir, str) and is_objstore(input_dir):
+        found = _stored_clips(input_dir, marker, remote)
+        if not found:
+            raise PackError(f"INPUT_DIR {input_dir}: no clip {ARCHIVE_EXT} archives found under "
+                            f"this prefix; expected one <clip>{ARCHIVE_EXT} object per clip. "
+                            "Fix: check the bucket and prefix (the URL), and that the archives "
+                            "were uploaded there")
+        return [found[n] for n in sorted(found)]
     root = Path(input_dir)
     if not root.is_dir():
         raise PackError(f"INPUT_DIR {root} is not a directory")
@@ -135,15 +182,12 @@ def find_clips(input_dir: str | Path, marker: str = "anno") -> list[ClipRef]:
     for dirpath, dirnames, files in os.walk(root, followlinks=True):
         dirnames.sort()
         refs = [ClipRef(f[:-len(ARCHIVE_EXT)], Path(dirpath) / f, True)
-                for f in sorted(files) if f.endswith(ARCHIVE_EXT) and not f.startswith(".")]
+                for f in sorted(files) if _is_archive(f)]
         if marker in dirnames:
             refs.append(ClipRef(Path(dirpath).name, Path(dirpath), False))
             dirnames.clear()
         for ref in refs:
-            if ref.name in found:
-                raise PackError(f"clip {ref.name} is found twice: {found[ref.name].path} and "
-                                f"{ref.path}. Fix: pack either the folders or the archives")
-            found[ref.name] = ref
+            _add_clip(found, ref, "pack either the folders or the archives")
     if not found:
         raise PackError(f"INPUT_DIR {root}: no clips found; expected clip folders holding "
                         f"'{marker}/' or clip {ARCHIVE_EXT} archives. Fix: point INPUT_DIR at "
@@ -151,14 +195,61 @@ def find_clips(input_dir: str | Path, marker: str = "anno") -> list[ClipRef]:
     return [found[n] for n in sorted(found)]
 
 
-def split_clips(clips: list[ClipRef], split_file: str | Path, subset: str
-                ) -> tuple[list[ClipRef], list[str]]:
+def _is_archive(name: str) -> bool:
+    return name.endswith(ARCHIVE_EXT) and not name.startswith(".")
+
+
+def _add_clip(found: dict[str, ClipRef], ref: ClipRef, fix: str) -> None:
+    if ref.name in found:
+        raise PackError(f"clip {ref.name} is found twice: {found[ref.name].path} and "
+                        f"{ref.path}. Fix: {fix}")
+    found[ref.name] = ref
+
+
+def _stored_clips(url: str, marker: str, remote: RemoteOptions | None) -> dict[str, ClipRef]:
+    """The archives under an object-store prefix, folder by folder (one listing request per
+    folder and page). A folder holding `marker/` is an extracted clip: refused at the first."""
+    lister = ObjectLister(url, remote, "INPUT_DIR")
+    found: dict[str, ClipRef] = {}
+    todo = [lister.path]
+    while todo:
+        folder = todo.pop()
+        dirs, files = lister.folder(folder)
+        if folder == lister.path and list(files) == [folder]:
+            raise PackError(f"INPUT_DIR {url} is one object; expected the prefix (folder) "
+                            "holding the clip archives. Fix: pass that prefix, e.g. "
+                            f"{lister.url_of(folder.rsplit('/', 1)[0])}/")
+        if any(d.rsplit("/", 1)[-1] == marker for d in dirs):
+            raise PackError(
+                f"INPUT_DIR {url} holds extracted clip folders (e.g. "
+                f"{lister.url_of(folder)}/{marker}/); clips are read from object storage only "
+                f"as their {ARCHIVE_EXT} archives, since a clip folder is thousands of small "
+                f"objects, a request each. Fix: upload the clip archives as downloaded (one "
+                f"<clip>{ARCHIVE_EXT} per clip) and pack their prefix, or download the folders "
+                "and pack the local copy")
+        for path in files:
+            base = path.rsplit("/", 1)[-1]
+            if _is_archive(base):
+                _add_clip(found, ClipRef(base[:-len(ARCHIVE_EXT)],
+                                         ClipURL(lister.url_of(path)), True, remote),
+                          "keep one copy of each clip's archive under INPUT_DIR")
+        todo.extend(reversed(dirs))   # depth first, in name order
+    return found
+
+
+def split_clips(clips: list[ClipRef], split_file: str | Path, subset: str,
+                remote: RemoteOptions | None = None) -> tuple[list[ClipRef], list[str]]:
     """The clips of `subset` in Bench2Drive's split JSON ({"val": ["v1/<clip>", ...]}, with
     an optional "train" list; without one, train is every clip not in val). Returns the kept
     clips and the names the split lists that INPUT_DIR lacks. A clip the file lists in
-    neither subset, when it has both, is an error naming it."""
+    neither subset, when it has both, is an error naming it. The file may be an s3:// (any
+    fsspec) URL, read bounded with `remote`'s timeouts and retries (RemoteError if the store
+    fails)."""
+    stored = isinstance(split_file, str) and is_objstore(split_file)
+    if stored:
+        data = read_object(split_file, MAX_SPLIT_BYTES, remote, what="--split")
     try:
-        doc = json.loads(Path(split_file).read_text())
+        doc = json.loads(data if stored else read_bytes(Path(split_file), MAX_SPLIT_BYTES))
     except (OSError, ValueError) as exc:
         raise PackError(f"--split {split_file}: {exc}; expected Bench2Drive's split JSON "
                         '({"val": ["v1/<clip>", ...]})') from None

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..objstore import is_objstore
 from ..schema import SchemaError, make_key
 from .errors import PackError
 from .labels import layout_labels, non_finite_label
@@ -89,6 +90,12 @@ def find_routes(input_dir: str | Path, layout: Layout) -> list[str]:
     Symlinked folders are followed (datasets are often assembled from links); a folder reached
     a second time, through a loop or a second link, is searched once and the repeat is logged.
     """
+    if isinstance(input_dir, str) and is_objstore(input_dir):
+        # a route is hundreds of small files per sensor: a request each from a store
+        raise PackError(f"INPUT_DIR {input_dir}: --layout {layout.name} reads route folders "
+                        "from a local (or mounted) folder; only --layout bench2drive streams "
+                        "its .tar.gz clip archives from an object store. Fix: download the "
+                        f"routes first (e.g. aws s3 sync {input_dir} DIR) and pack DIR")
     root = Path(input_dir)
     if not root.is_dir():
         raise PackError(f"INPUT_DIR {root} is not a directory")
