@@ -14,8 +14,9 @@ a killed process never leaves a lock held:
   shard, so no eviction can come between;
 - the cache lock, an exclusive lock on the cache folder, serialises the bookkeeping: sweep the
   leftovers of killed fillers, evict least recently used shards not in use until the new one
-  fits, then create its temporary file, whose declared size (in its name) counts from then on.
-  So the shards and the temporary files together never exceed the limit.
+  fits, then create its temporary file, whose declared size (in its name) counts from then on;
+  and the renames that publish shards. So the shards and the temporary files together never
+  exceed the limit, and `usage()` sees them at one instant.
 
 A temporary file is `<entry>.<declared bytes>.<random>.temp`, written only while its filler
 holds the entry lock: a temporary file whose entry lock is free is a dead filler's, and the
@@ -45,6 +46,7 @@ from .tario import ShardError
 log = logging.getLogger(__name__)
 TEMP, LOCK = ".temp", ".lock"
 _ENTRY = re.compile(r"[0-9a-f]{12}-.+")
+CHUNK = 8 << 20   # bytes a download reads before it writes them to its temporary file
 _warned: set[str] = set()   # cache folders whose "full" warning this process gave already
 
 
@@ -148,31 +150,32 @@ def _evict(path: str) -> bool:
         os.close(fd)
 
 
-def download(url: str, dest: str, size: int, sha256: str | None,
-             remote: RemoteOptions | None, tmp: str | None = None, lease: bool = False
-             ) -> Lease | None:
-    """url -> dest, which appears (by rename) only once its size and sha256 match the
-    manifest; a failed download leaves no temporary file behind. `tmp`: the temporary file
-    to write (by default a new one beside dest); `lease`: hold dest in use from the rename on."""
-    tmp = tmp or f"{dest}.{size}.{secrets.token_hex(4)}{TEMP}"
-    held, reader = None, None
+def _write(url: str, tmp: str, size: int, sha256: str | None,
+           remote: RemoteOptions | None) -> None:
+    """The shard at url into the file tmp, checked against the manifest's size and sha256;
+    tmp is removed if it does not match or the download fails."""
+    reader = None
     try:
         with open(tmp, "wb") as f:
             reader = remote_reader(url, size, remote)
-            while chunk := reader.read(8 << 20):
+            while chunk := reader.read(CHUNK):
                 f.write(chunk)
         reader.finish(sha256)
-        held = _lease(tmp) if lease else None
-        os.replace(tmp, dest)
     except BaseException:
-        if held is not None:
-            held.close()
         _remove(tmp)
         raise
     finally:
         if reader is not None:
             reader.close()
-    return held
+
+
+def download(url: str, dest: str, size: int, sha256: str | None,
+             remote: RemoteOptions | None) -> None:
+    """url -> dest, which appears (by rename) only once its size and sha256 match the
+    manifest; a failed download leaves no temporary file behind."""
+    tmp = f"{dest}.{size}.{secrets.token_hex(4)}{TEMP}"
+    _write(url, tmp, size, sha256, remote)
+    os.replace(tmp, dest)
 
 
 @dataclass
@@ -258,7 +261,15 @@ class ShardCache:
         tmp = self._reserve(os.path.basename(dest), size)
         if tmp is None:
             return None
-        lease = download(url, dest, size, sha256, remote, tmp=tmp, lease=True)
+        _write(url, tmp, size, sha256, remote)
+        lease = _lease(tmp)   # in use from before it is published: no eviction between
+        try:
+            with self._cache_lock():   # so that a look under the lock sees it once, not twice
+                os.replace(tmp, dest)
+        except BaseException:
+            lease.close()
+            _remove(tmp)
+            raise
         log.info("cached %s (%d bytes) as %s", url, size, dest)
         self._touch(dest)
         return Cached(dest, open(dest, "rb"), lease, True)
@@ -274,6 +285,18 @@ class ShardCache:
                 return None
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         return tmp
+
+    def usage(self) -> dict[str, int]:
+        """name -> bytes of every file in the cache folder at one instant: under the cache
+        lock, when no shard is published or evicted."""
+        if not os.path.isdir(self.dir):
+            return {}
+        found = {}
+        with self._cache_lock(), os.scandir(self.dir) as entries:
+            for e in entries:
+                with contextlib.suppress(FileNotFoundError):   # a lock file let go meanwhile
+                    found[e.name] = e.stat(follow_symlinks=False).st_size
+        return found
 
     @contextlib.contextmanager
     def _cache_lock(self) -> Iterator[None]:
