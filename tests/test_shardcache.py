@@ -28,6 +28,7 @@ from carla_wds.tario import ShardError   # noqa: E402
 
 from .helpers import SCRIPTS, SIZE, manifest_of, make_pack   # noqa: E402
 from .s3server import FAST, env, options, upload   # noqa: E402
+from .test_objstore import assert_same, batches   # noqa: E402  (same eval loads, same checks)
 
 SCRIPT = str(SCRIPTS / "s3_cache_check.py")
 
@@ -74,18 +75,6 @@ def assert_clean(cache: Path, shards: list[dict]) -> None:
 
 def shard_url(manifest_url: str, name: str) -> str:
     return manifest_url.rsplit("/", 1)[0] + "/" + name
-
-
-def batches(source: str, **kw) -> list:
-    kw = {"batch_size": 4, "image_size": SIZE, "num_workers": 0, "mode": "eval", **kw}
-    return list(CARLAWebData(source, **kw))
-
-
-def assert_same(a: list, b: list) -> None:
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        assert x.keys == y.keys
-        assert (x.images == y.images).all() and (x.waypoints == y.waypoints).all()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "100"])
