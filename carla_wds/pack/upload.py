@@ -71,15 +71,14 @@ class StoreOutput:
             held = {}
             for p in staged:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
+        journal = opts.resume and (self.out / JOURNAL).exists()
+        if opts.resume and not journal and held:
+            raise PackError(self._no_journal(held))
         self._make_stage()
         for p in self._staged_shards():
             p.unlink()   # the journal says which shards are done; these are redone
         self.fresh = not held
-        if not opts.resume:
-            return []
-        if not (self.out / JOURNAL).exists():
-            if held:
-                raise PackError(self._no_journal(held))
+        if not journal:
             return []
         done = read_journal(self.out, opts.identity(), opts.prefix, self.url, held)
         journaled = {e.shard.name for e in done}
@@ -99,8 +98,8 @@ class StoreOutput:
 
     def _no_journal(self, held: dict[str, int]) -> str:
         if MANIFEST in held:
-            return (f"{self.url} holds a finished pack (manifest.json); nothing to resume. Use "
-                    "--overwrite to pack again")
+            return (f"{self.url} holds a finished pack (manifest.json); nothing to resume. "
+                    "Fix: pass --overwrite to pack again, or choose an empty prefix")
         return (f"--resume: {self.url} holds {len(held)} object(s) but the staging folder "
                 f"{self.out} has no journal of that pack. Fix: pass the --stage folder the "
                 "interrupted pack used, or --overwrite to pack again")
@@ -134,9 +133,13 @@ class StoreOutput:
         self._tidy(remove_stage=True)
 
     def _tidy(self, remove_stage: bool) -> None:
-        """Remove the staging folder if it is empty and is ours to remove (made by this run,
-        or the default one), and the empty parents this run made."""
-        folders = self.made or ([self.out] if remove_stage and self.default else [])
+        """Remove the staging folder if it is empty and ours to remove (made by this run, or
+        the default one with its carla-wds/stage parents), and the empty parents this run
+        made."""
+        folders = list(self.made)
+        if remove_stage and self.default:   # .../carla-wds/stage/<hash>: ours, when empty
+            ours = [self.out, self.out.parent, self.out.parent.parent]
+            folders = ours + [p for p in folders if p not in ours]
         for p in folders:
             try:
                 p.rmdir()

@@ -1,0 +1,343 @@
+"""`carla-wds pack RAW s3://...`, `merge`, `verify` and `inspect` on a real S3 server (moto's,
+on 127.0.0.1, through the real s3fs client), with a real HTTP proxy in front of it where the
+test needs to see or disturb the traffic (tests/pack/s3proxy.py), and the real CLI in a
+subprocess where it is killed. Every object is compared byte for byte with a local pack."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+from carla_wds.manifest_schema import ManifestError   # noqa: E402
+from carla_wds.pack.audit import merge, summary, verify   # noqa: E402
+from carla_wds.pack.routes import PackError   # noqa: E402
+from carla_wds.pack.upload import default_stage   # noqa: E402
+from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
+
+from ..helpers import SIZE   # noqa: E402
+from ..s3server import BUCKET, FAST, client, env, fresh_prefix, keys, options   # noqa: E402
+from .s3proxy import Proxy, Rule   # noqa: E402
+
+EXE = str(Path(sys.executable).parent / "carla-wds")
+
+
+@pytest.fixture(scope="module")
+def local3(tmp_path_factory, raw_tcp, packer) -> Path:
+    """The local pack the killed packs are compared with: 26 shards of 3 samples."""
+    out = tmp_path_factory.mktemp("local3") / "shards"
+    packer(raw_tcp, out, max_samples=3)
+    return out
+
+
+@pytest.fixture
+def proxy(s3_endpoint):
+    p = Proxy(s3_endpoint)
+    p.endpoint = p.start()
+    yield p
+    p.stop()
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def objects(endpoint: str, prefix: str) -> dict[str, bytes]:
+    """name under the prefix -> bytes of every object there."""
+    return {k[len(prefix) + 1:]: v for k, v in keys(endpoint, prefix + "/").items()}
+
+
+def s3_pack(raw: Path, endpoint: str, prefix: str, stage: Path, **kw) -> dict:
+    from carla_wds.pack import PackOptions, pack
+    kw = {"max_samples": 7, "progress": False, **kw}
+    opts = PackOptions(stage=str(stage), storage_options=options(endpoint), **kw)
+    return pack(raw, f"s3://{BUCKET}/{prefix}", opts)
+
+
+def run_cli(endpoint: str, home: Path, *args, log: Path | None = None):
+    """The real `carla-wds` in a child process, reaching the store through the AWS
+    environment, with its default staging folder under `home`: the finished process
+    (CompletedProcess), or with `log` the running one (Popen), writing to that file."""
+    child_env = {**os.environ, **env(endpoint), "XDG_CACHE_HOME": str(home)}
+    cmd = [EXE, *map(str, args)]
+    if log is None:
+        return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=240)
+    with open(log, "w") as f:
+        return subprocess.Popen(cmd, env=child_env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def test_pack_to_s3_equals_a_local_pack_and_loads(raw_tcp, packed_tcp, s3_endpoint, tmp_path):
+    from carla_wds import CARLAWebData
+    prefix, stage = fresh_prefix(), tmp_path / "stage"
+    manifest = s3_pack(raw_tcp, s3_endpoint, prefix, stage)
+    assert objects(s3_endpoint, prefix) == files_of(packed_tcp)   # manifest.json included
+    assert len(manifest["shards"]) == 12 and not stage.exists()   # nothing staged is left
+    url = f"s3://{BUCKET}/{prefix}/manifest.json"
+
+    def batches(source, **kw):
+        return list(CARLAWebData(source, batch_size=5, image_size=SIZE, mode="eval", **kw))
+    got, want = batches(url, storage_options=options(s3_endpoint), remote=FAST), \
+        batches(str(packed_tcp))
+    assert [b.keys for b in got] == [b.keys for b in want] and len(got) == 16
+    for a, b in zip(got, want):
+        assert (a.images == b.images).all() and (a.waypoints == b.waypoints).all()
+
+
+@pytest.fixture
+def s3_env(s3_endpoint, monkeypatch, tmp_path):
+    """The AWS environment of the test server, for the CLI in this process."""
+    for name, value in env(s3_endpoint).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return s3_endpoint
+
+
+def test_verify_and_inspect_on_s3(raw_tcp, packed_tcp, s3_env, tmp_path, cli):
+    prefix = fresh_prefix()
+    s3_pack(raw_tcp, s3_env, prefix, tmp_path / "stage")
+    url = f"s3://{BUCKET}/{prefix}"
+    for source in (url, url + "/", url + "/manifest.json"):
+        for deep in ([], ["--deep"]):
+            result = cli("verify", source, *deep)
+            assert result.exit_code == 0 and f"OK {source}" in result.output, result.output
+    inspected = cli("inspect", url, "--json")
+    assert inspected.exit_code == 0, inspected.output
+    assert json.loads(inspected.output) == summary(packed_tcp) == summary(url)
+    assert "78 samples in 12 shards" in cli("inspect", url).output
+
+    s3 = client(s3_env)
+    body = bytearray(s3.get_object(Bucket=BUCKET, Key=f"{prefix}/shard-000004.tar")["Body"].read())
+    body[len(body) // 2] ^= 1                          # same size, other bytes
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/shard-000004.tar", Body=bytes(body))
+    s3.delete_object(Bucket=BUCKET, Key=f"{prefix}/shard-000007.tar")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/shard-000012.tar", Body=b"stray")
+    result = cli("verify", url)
+    assert result.exit_code != 0
+    fails = [line for line in result.output.splitlines() if line.startswith("FAIL")]
+    assert any(f"{url}/shard-000004.tar" in f and "sha256" in f for f in fails), fails
+    assert any(f"{url}/shard-000007.tar" in f and "no such object" in f for f in fails), fails
+    assert any(f"{url}/shard-000012.tar: in the store but not in the manifest" in f
+               for f in fails), fails
+    assert len(fails) == 4, fails   # the 3 above, and the total that the lost shard breaks
+    assert sorted(verify(url, progress=False)) == sorted(f[len("FAIL "):] for f in fails)
+
+
+def test_resume_after_a_clean_interruption(raw_tcp, packed_tcp, copy_raw, proxy, tmp_path):
+    raw = copy_raw(raw_tcp)
+    bad = raw / "Town03" / "routes_town03_02" / "rgb" / "0020.png"
+    good = bad.read_bytes()
+    bad.write_bytes(good[:100])
+    prefix, stage = fresh_prefix(), tmp_path / "stage"
+    with pytest.raises(PackError, match="0020"):
+        s3_pack(raw, proxy.endpoint, prefix, stage)
+    done = json.loads("[" + ",".join((stage / ".pack-journal.jsonl").read_text().splitlines()
+                                     [1:]) + "]")
+    names = [d["shard"]["name"] for d in done]
+    assert 0 < len(names) < 12 and sorted(objects(proxy.upstream, prefix)) == names
+    assert not [p for p in stage.iterdir() if p.name != ".pack-journal.jsonl"]
+
+    bad.write_bytes(good)
+    proxy.seen.clear()
+    with pytest.raises(PackError, match="Fix: pass --resume"):
+        s3_pack(raw, proxy.endpoint, prefix, stage)
+    s3_pack(raw, proxy.endpoint, prefix, stage, resume=True)
+    assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
+    put = [s.path.rsplit("/", 1)[1] for s in proxy.puts()]
+    assert put == [f"shard-{i:06d}.tar" for i in range(len(names), 12)] + ["manifest.json"]
+    assert list(stage.iterdir()) == []   # a --stage folder that was there before stays, empty
+
+
+def _kill_inside_upload(proxy: Proxy, raw: Path, url: str, home: Path, log: Path) -> None:
+    """The real CLI, killed with SIGKILL while the proxy holds its upload of shard 5."""
+    proc = run_cli(proxy.endpoint, home, "pack", raw, url, "--max-samples", "3", log=log)
+    try:
+        assert proxy.held.wait(timeout=120), log.read_text()[-3000:]
+        # it goes on writing while the upload hangs, up to the bound on staged shards
+        stage, deadline = default_stage(url), time.monotonic() + 60
+
+        def staged() -> list[str]:
+            return [p.name for p in stage.iterdir() if ".tar" in p.name]
+        while len(staged()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # being uploaded, waiting for it, written and waiting for a slot
+        assert sorted(staged()) == [".shard-000006.tar.tmp", ".shard-000007.tar.tmp",
+                                    "shard-000005.tar"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        proxy.release()
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["lost", "landed"])
+def test_kill_9_during_upload_then_resume_is_byte_identical(raw_tcp, local3, proxy, tmp_path,
+                                                            monkeypatch, landed):
+    prefix, home = fresh_prefix(), tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))   # default_stage here, as in the child
+    url = f"s3://{BUCKET}/{prefix}"
+    proxy.rule = Rule("/shard-000005.tar", "hold", land=landed)
+    _kill_inside_upload(proxy, raw_tcp, url, home, tmp_path / "killed.log")
+    # what the kill left: shards 0-4 uploaded and journaled, 5 in flight (or landed but not
+    # journaled), no manifest
+    stage = default_stage(url)
+    assert stage.parent.parent.parent == home
+    journal = (stage / ".pack-journal.jsonl").read_text().splitlines()
+    assert [json.loads(line)["shard"]["name"] for line in journal[1:]] == \
+        [f"shard-{i:06d}.tar" for i in range(5)]
+    held = sorted(objects(proxy.upstream, prefix))
+    assert held == [f"shard-{i:06d}.tar" for i in range(6 if landed else 5)]
+
+    plain = run_cli(proxy.upstream, home, "pack", raw_tcp, url, "--max-samples", "3")
+    assert plain.returncode != 0 and "--resume" in plain.stderr
+    resumed = run_cli(proxy.upstream, home, "pack", raw_tcp, url, "--max-samples", "3",
+                      "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert objects(proxy.upstream, prefix) == files_of(local3)   # 26 shards and the manifest
+    assert list(home.iterdir()) == []   # the staging folder and its carla-wds/stage are gone
+    check = run_cli(proxy.upstream, home, "verify", url)
+    assert check.returncode == 0 and f"OK {url}" in check.stdout, check.stderr[-3000:]
+
+
+SDK_CHECKSUMS_OFF = {"config_kwargs": {"request_checksum_calculation": "when_required",
+                                       "response_checksum_validation": "when_required"}}
+
+
+@pytest.mark.parametrize("sdk", ["crc32", "off"])
+def test_a_corrupted_upload_is_detected(raw_tcp, packed_tcp, proxy, tmp_path, sdk):
+    """The proxy flips a byte of shard 2's body on its way to the store. With the SDK's own
+    CRC32 on (botocore's default), reading the object back fails its CRC32; with it off (as
+    for stores that refuse it), the read-back sha256 differs. Either way the upload is
+    retried, and a corruption that persists stops the pack with an error naming the URL."""
+    extra = SDK_CHECKSUMS_OFF if sdk == "off" else {}
+    prefix, stage = fresh_prefix(), tmp_path / "stage"
+    proxy.rule = Rule("/shard-000002.tar", "corrupt", times=99)
+    url = f"s3://{BUCKET}/{prefix}/shard-000002.tar"
+    why = "did not match calculated checksum" if sdk == "crc32" else "hash to sha256"
+    from carla_wds.pack import PackOptions, pack
+    opts = PackOptions(max_samples=7, progress=False, stage=str(stage),
+                       storage_options={**options(proxy.endpoint), **extra})
+    with pytest.raises(PackError, match=f"{url}: .*{why}.*tried 4 times.*--resume"):
+        pack(raw_tcp, f"s3://{BUCKET}/{prefix}", opts)
+    assert sorted(objects(proxy.upstream, prefix)) == ["shard-000000.tar", "shard-000001.tar"]
+    assert [s.path.endswith("/shard-000002.tar") for s in proxy.puts()].count(True) == 4
+
+    proxy.rule.times = 1   # once more, then the proxy lets it through: the retry mends it
+    pack(raw_tcp, f"s3://{BUCKET}/{prefix}", PackOptions(**{**opts.__dict__, "resume": True}))
+    assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
+
+
+def _no_stage_made(home: Path) -> None:
+    assert not home.exists(), list(home.rglob("*"))
+
+
+def test_refusals_leave_nothing_behind(raw_tcp, s3_env, tmp_path, cli, monkeypatch):
+    home = tmp_path / "cache"   # XDG_CACHE_HOME of s3_env: the default staging folder's root
+    prefix = fresh_prefix()
+    url = f"s3://{BUCKET}/{prefix}"
+    assert cli("pack", raw_tcp, url, "--max-samples", "7").exit_code == 0
+    before = objects(s3_env, prefix)
+    for args, says in ((["--max-samples", "7"], "already holds 13 object(s)"),
+                       (["--max-samples", "7", "--resume"], "finished pack"),
+                       (["--max-samples", "0"], "--max-samples")):
+        result = cli("pack", raw_tcp, url, *args)
+        assert result.exit_code != 0 and says in result.output and "Fix:" in result.output
+        assert objects(s3_env, prefix) == before
+        _no_stage_made(home)
+    result = cli("pack", raw_tcp, "s3://no-such-bucket/x", "--max-samples", "7")
+    assert result.exit_code != 0 and "s3://no-such-bucket/x: no such bucket" in result.output
+    assert "create it" in result.output
+    _no_stage_made(home)
+
+    for name in [n for n in os.environ if n.startswith("AWS_") and n != "AWS_ENDPOINT_URL"]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from carla_wds.pack import PackOptions, pack
+    with pytest.raises(RemoteError, match=f"s3://{BUCKET}/new: access refused.*Fix: check "
+                                          "the credentials"):
+        pack(raw_tcp, f"s3://{BUCKET}/new", PackOptions(max_samples=7, progress=False,
+             storage_options={"endpoint_url": s3_env, "skip_instance_cache": True}))
+    _no_stage_made(home)
+    assert objects(s3_env, "new") == {}
+
+
+@pytest.fixture(scope="module")
+def local_parts(tmp_path_factory, raw_tcp, packer) -> list[Path]:
+    root = tmp_path_factory.mktemp("parts")
+    for i in range(2):
+        packer(raw_tcp, root / f"part{i}", max_samples=7, part=(i, 2))
+    return [root / "part0", root / "part1"]
+
+
+def merged_equal(got: dict[str, bytes], want: dict[str, bytes]) -> None:
+    """Every shard byte for byte; the manifests equal but for where the parts were."""
+    assert sorted(got) == sorted(want)
+    for name in want:
+        if name != "manifest.json":
+            assert got[name] == want[name], name
+    a, b = (json.loads(x["manifest.json"]) for x in (got, want))
+    assert len(a.pop("merged_from")) == len(b.pop("merged_from")) == 2 and a == b
+
+
+def test_merge_of_s3_parts(raw_tcp, local_parts, proxy, tmp_path):
+    s3 = proxy.upstream
+    parts = []
+    for i in range(2):
+        prefix = fresh_prefix(f"part{i}")
+        s3_pack(raw_tcp, s3, prefix, tmp_path / f"stage{i}", part=(i, 2))
+        assert objects(s3, prefix) == files_of(local_parts[i])
+        parts.append(f"s3://{BUCKET}/{prefix}")
+    reference = tmp_path / "merged"
+    merge(local_parts, reference)
+    want = files_of(reference)
+    remote = RemoteOptions(storage_options=options(proxy.endpoint))
+
+    out = fresh_prefix("merged")
+    merge(parts, f"s3://{BUCKET}/{out}", remote=remote)          # s3 parts -> s3
+    merged_equal(objects(s3, out), want)
+    shard_puts = [s for s in proxy.puts() if s.path.endswith(".tar")]
+    assert len(shard_puts) == len(want) - 1   # one request per shard: a server-side copy
+    assert all("x-amz-copy-source" in {k.lower() for k in s.headers} and s.body_bytes == 0
+               for s in shard_puts)
+    assert verify(f"s3://{BUCKET}/{out}", progress=False, remote=remote) == []
+
+    merge(parts, tmp_path / "from_s3", remote=remote)            # s3 parts -> local
+    merged_equal(files_of(tmp_path / "from_s3"), want)
+    out2 = fresh_prefix("merged")
+    merge(local_parts, f"s3://{BUCKET}/{out2}", remote=remote)   # local parts -> s3
+    merged_equal(objects(s3, out2), want)
+
+
+def test_merge_refuses_a_damaged_s3_part_and_leaves_nothing(raw_tcp, local_parts, s3_endpoint,
+                                                          tmp_path):
+    parts = []
+    for i in range(2):
+        prefix = fresh_prefix(f"part{i}")
+        s3_pack(raw_tcp, s3_endpoint, prefix, tmp_path / f"stage{i}", part=(i, 2))
+        parts.append(prefix)
+    key = f"{parts[1]}/shard-000001.tar"
+    s3 = client(s3_endpoint)
+    body = bytearray(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    body[1000] ^= 0xFF
+    s3.put_object(Bucket=BUCKET, Key=key, Body=bytes(body))
+    remote = RemoteOptions(storage_options=options(s3_endpoint), retries=1, backoff=0.05)
+    urls = [f"s3://{BUCKET}/{p}" for p in parts]
+    out = fresh_prefix("merged")
+    with pytest.raises(ManifestError, match=f"part {urls[1]}/manifest.json: shard "
+                                            f"{urls[1]}/shard-000001.tar did not land"):
+        merge(urls, f"s3://{BUCKET}/{out}", remote=remote)
+    assert objects(s3_endpoint, out) == {}
+    with pytest.raises(ManifestError, match="shard-000001.tar could not be fetched"):
+        merge(urls, tmp_path / "local", remote=remote)
+    assert not (tmp_path / "local").exists()
+    with pytest.raises(FileExistsError, match="not empty"):
+        merge(urls, urls[0], remote=remote)
