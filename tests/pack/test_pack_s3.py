@@ -148,6 +148,10 @@ def test_resume_after_a_clean_interruption(raw_tcp, packed_tcp, copy_raw, proxy,
     proxy.seen.clear()
     with pytest.raises(PackError, match="Fix: pass --resume"):
         s3_pack(raw, proxy.endpoint, prefix, stage)
+    with pytest.raises(PackError, match=f"{prefix} holds {len(names)} object.*{tmp_path}/"
+                                        "elsewhere has no journal.*Fix: pass the --stage"):
+        s3_pack(raw, proxy.endpoint, prefix, tmp_path / "elsewhere", resume=True)
+    assert not (tmp_path / "elsewhere").exists()
     s3_pack(raw, proxy.endpoint, prefix, stage, resume=True)
     assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
     put = [s.path.rsplit("/", 1)[1] for s in proxy.puts()]
@@ -197,9 +201,13 @@ def test_kill_9_during_upload_then_resume_is_byte_identical(raw_tcp, local3, pro
 
     plain = run_cli(proxy.upstream, home, "pack", raw_tcp, url, "--max-samples", "3")
     assert plain.returncode != 0 and "--resume" in plain.stderr
-    resumed = run_cli(proxy.upstream, home, "pack", raw_tcp, url, "--max-samples", "3",
+    proxy.rule = None
+    proxy.seen.clear()
+    resumed = run_cli(proxy.endpoint, home, "pack", raw_tcp, url, "--max-samples", "3",
                       "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    put = [s.path.rsplit("/", 1)[1] for s in proxy.puts()]   # the journaled ones are kept
+    assert put == [f"shard-{i:06d}.tar" for i in range(5, 26)] + ["manifest.json"]
     assert objects(proxy.upstream, prefix) == files_of(local3)   # 26 shards and the manifest
     assert list(home.iterdir()) == []   # the staging folder and its carla-wds/stage are gone
     check = run_cli(proxy.upstream, home, "verify", url)
@@ -232,6 +240,44 @@ def test_a_corrupted_upload_is_detected(raw_tcp, packed_tcp, proxy, tmp_path, sd
     proxy.rule.times = 1   # once more, then the proxy lets it through: the retry mends it
     pack(raw_tcp, f"s3://{BUCKET}/{prefix}", PackOptions(**{**opts.__dict__, "resume": True}))
     assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
+
+
+def test_overwrite_replaces_every_object(raw_tcp, packed_tcp, s3_env, tmp_path, cli):
+    url = f"s3://{BUCKET}/{fresh_prefix()}"
+    assert cli("pack", raw_tcp, url, "--max-samples", "3").exit_code == 0   # 26 shards
+    result = cli("pack", raw_tcp, url, "--max-samples", "7", "--overwrite")    # 12 shards
+    assert result.exit_code == 0, result.output
+    assert objects(s3_env, url[len(f"s3://{BUCKET}/"):]) == files_of(packed_tcp)
+    _no_stage_made(tmp_path / "cache")
+
+
+def test_a_failure_before_the_first_upload_leaves_nothing(raw_tcp, proxy, tmp_path,
+                                                          monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    prefix = fresh_prefix()
+    proxy.rule = Rule("/shard-000000.tar", "corrupt", times=99)
+    from carla_wds.pack import PackOptions, pack
+    with pytest.raises(PackError, match="shard-000000.tar: .*tried 4 times"):
+        pack(raw_tcp, f"s3://{BUCKET}/{prefix}", PackOptions(
+            max_samples=7, progress=False, storage_options=options(proxy.endpoint)))
+    assert objects(proxy.upstream, prefix) == {}
+    _no_stage_made(tmp_path / "cache")
+
+
+def test_cli_pack_parts_merge_verify_on_s3(raw_tcp, local_parts, s3_env, tmp_path, cli):
+    root = f"s3://{BUCKET}/{fresh_prefix('run')}"
+    for i in range(2):
+        result = cli("pack", raw_tcp, f"{root}/part{i}", "--max-samples", "7", "--part",
+                     f"{i}/2")
+        assert result.exit_code == 0, result.output
+    result = cli("merge", f"{root}/part0", f"{root}/part1", "--out", f"{root}/all")
+    assert result.exit_code == 0 and "12 shards" in result.output, result.output
+    merge(local_parts, tmp_path / "merged")
+    merged_equal(objects(s3_env, f"{root[len(f's3://{BUCKET}/'):]}/all"),
+                 files_of(tmp_path / "merged"))
+    assert cli("verify", f"{root}/all", "--deep").exit_code == 0
+    result = cli("merge", f"{root}/part0", f"{root}/part1", "--out", f"{root}/all")
+    assert result.exit_code != 0 and f"{root}/all is not empty" in result.output
 
 
 def _no_stage_made(home: Path) -> None:
