@@ -5,7 +5,8 @@ read and check camera files, re-encode if asked (worker processes, in order) -> 
 (main process) -> manifest, written last. A pack killed at any point resumes with --resume to
 byte-identical shards, because shard boundaries depend only on the ordered sample stream: the
 journal says where in that stream each committed shard ended, so a resume re-plans the routes
-(measurements only) and reads no image that went into a committed shard.
+(measurements only) and reads no image that went into a committed shard. Where the shards go
+is output.LocalOutput (a folder) or upload.StoreOutput (an s3:// prefix, staged locally).
 """
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ class _Input:
 
 
 def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> dict[str, Any]:
-    """Pack input_dir into output_dir; returns the manifest that was written.
+    """Pack input_dir into output_dir (a folder, or an s3:// prefix: see upload.py); returns
+    the manifest that was written.
 
     Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
     first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
