@@ -6,6 +6,8 @@ the manifest's declared bytes and hashed as it is read. fsspec and its backend (
 optional extra `carla-wds[s3]`, imported only when such a URL is met. Credentials and the
 endpoint come from the backend's own sources (for S3: the AWS environment and config files,
 AWS_ENDPOINT_URL included) or from `storage_options`; nothing is set here but timeouts.
+ObjectLister lists a prefix folder by folder under the same timeouts and retries (the packer
+finds Bench2Drive's clip archives on a store with it).
 """
 from __future__ import annotations
 
@@ -144,7 +146,7 @@ class ObjectReader(CheckedStream):
         self._failures, self._buf, self._i = 0, b"", 0
         self._fs, self._path = filesystem(url, self.opts)
         # ask for the size now: a missing object or a refused credential is reported at open
-        self.size = int(self._with_retries(lambda: self._fs.size(self._path)))
+        self.size = int(with_retries(self, lambda: self._fs.size(self._path)))
         if self.size > limit or (exact and self.size != limit):
             raise self._fail(f"the store holds {self.size} bytes, not the declared size" if exact
                              else f"{self.size} bytes, larger than {limit}",
@@ -157,16 +159,13 @@ class ObjectReader(CheckedStream):
         return RemoteError(f"{self.what} {self.url}: {cause}, after {self.pos} bytes "
                            f"{declared}arrived. Fix: {fix}")
 
-    def _with_retries(self, call: Callable[[], Any]) -> Any:
-        return with_retries(self, call)
-
     def _more(self, n: int) -> bytes:
         if self._i >= len(self._buf):
             if self._off >= self.size:
                 return b""
             end = min(self.size, self._off + BLOCK)
-            self._buf = self._with_retries(
-                lambda: self._fs.cat_file(self._path, start=self._off, end=end))
+            self._buf = with_retries(
+                self, lambda: self._fs.cat_file(self._path, start=self._off, end=end))
             self._i, self._off = 0, self._off + len(self._buf)
             if not self._buf:   # the object shrank since it was opened: finish() reports it
                 self._off = self.size
