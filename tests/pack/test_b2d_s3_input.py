@@ -1,7 +1,8 @@
 """--layout bench2drive with INPUT_DIR an s3:// prefix of the .tar.gz clips, on a real S3 server
 (moto's ThreadedMotoServer on 127.0.0.1) through the real s3fs client, credentials and endpoint
 from the AWS environment as the CLI has them. The same archives give the same shards and
-manifest from the store as from a local folder (and as the extracted folders); a truncated
+manifest from the store as from a local folder (and as the extracted folders), also with the
+output on the store, through the CLI, in parts and with worker processes; a truncated
 object is the same skip or error as locally, naming its URL; listing and reading failures
 (missing bucket or prefix, no archives, extracted folders, no credentials, a store that stalls
 mid-archive) end in errors naming the URL and the fix, and leave no output behind."""
@@ -27,7 +28,7 @@ from carla_wds.pack.synth import synth_dataset   # noqa: E402
 from carla_wds.pack.synth_b2d import SPLIT_FILE, clip_name   # noqa: E402
 from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
 from tests.conftest import read_pack, run_pack   # noqa: E402
-from tests.s3server import BUCKET, client, env, fresh_prefix, options   # noqa: E402
+from tests.s3server import BUCKET, client, env, fresh_prefix, keys, options   # noqa: E402
 
 EPISODES = 3
 # clips under sub-prefixes in an order other than their names': the listing is recursive and
@@ -114,6 +115,20 @@ def test_parts_from_s3_through_the_cli(raw, aws, tmp_path, cli):
     assert not set(parts[0]) & set(parts[1])
     assert {**parts[0], **parts[1]} == read_pack(tmp_path / "whole")
     assert len(parts[0]) + len(parts[1]) == whole["total_samples"]
+
+
+def test_from_s3_archives_to_an_s3_prefix(raw, aws, tmp_path, cli, monkeypatch):
+    """Both ends on the store (the packer's s3:// output, upload.py): the same objects as the
+    files of a local pack of the local archives."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))   # the default staging
+    url, out = upload_archives(aws, raw / "archives"), fresh_prefix("out")
+    result = cli("pack", url, f"s3://{BUCKET}/{out}", "--layout", "bench2drive",
+                 "--max-samples", "3")
+    assert result.exit_code == 0, result.output
+    run_pack(raw / "archives", tmp_path / "local", layout="bench2drive", max_samples=3)
+    local = {p.name: p.read_bytes() for p in (tmp_path / "local").iterdir()}
+    assert {k.rsplit("/", 1)[-1]: v for k, v in keys(aws, out).items()} == local
+    assert len(local) > 2 and "manifest.json" in local
 
 
 def test_a_truncated_archive_object(raw, aws, tmp_path):
