@@ -39,10 +39,12 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from proc_stats import children_cpu, cpu_seconds
+from proc_stats import children_cpu, cpu_seconds, steal_seconds
 
 BUCKET, PREFIX, BATCH = "bench", "pack", 16
-CASES = ("local", "s3", "s3 cold cache", "s3 warm cache")
+# "local again" is the same cell as "local" a moment later: its ratio to local, repeat by
+# repeat, is the noise of a pair of cells that do identical work
+CASES = ("local", "local again", "s3", "s3 cold cache", "s3 warm cache")
 CREDS = {"key": "testing", "secret": "testing"}
 
 
@@ -100,8 +102,8 @@ def loader_kwargs(args: argparse.Namespace) -> dict:
 
 
 def child(args: argparse.Namespace) -> None:
-    """One eval epoch; prints samples, the open's and the epoch's seconds, and the CPU seconds
-    of this process tree. The libraries are imported before the clock starts, as in
+    """One eval epoch; prints samples, the open's and the epoch's seconds, and the epoch's CPU
+    seconds (this process and its workers). The libraries are imported before the clock starts, as in
     bench_loader.py (import time is not loader throughput); the open (manifest read, and for
     s3:// the first S3 session) is timed apart from the epoch."""
     from carla_wds.load import CARLAWebData
@@ -110,11 +112,11 @@ def child(args: argparse.Namespace) -> None:
     kw = loader_kwargs(args)
     size = tuple(int(v) for v in args.out_size.split("x"))[::-1]
     prof = cProfile.Profile() if args.profile_out else None
-    cpu0 = cpu_seconds(resource.RUSAGE_SELF) + children_cpu()
     t0 = time.perf_counter()
     data = CARLAWebData(args.source, batch_size=BATCH, num_workers=args.workers,
                         image_size=size, mode="eval", **kw)
     t1 = time.perf_counter()
+    cpu0 = cpu_seconds(resource.RUSAGE_SELF) + children_cpu()
     if prof:
         prof.enable()
     n = sum(int(batch.valid.sum()) for batch in data)
@@ -163,7 +165,7 @@ def run_cells(args: argparse.Namespace, shards: Path, url: str) -> dict[tuple, l
             cache = {"s3 cold cache": cold, "s3 warm cache": warm}.get(case)
             if case == "s3 cold cache":
                 shutil.rmtree(cold, ignore_errors=True)
-            source = str(shards) if case == "local" else url
+            source = str(shards) if case.startswith("local") else url
             runs.setdefault((case, w), []).append(measure(args, source, w, cache))
     return runs
 
@@ -174,34 +176,42 @@ def _mid(values: list[float]) -> float:
 
 def table(runs: dict[tuple, list[dict]], workers_list: list[int]) -> list[str]:
     rows = ["| case | workers | samples/s | per repeat | vs local disk | per repeat vs local | "
-            "open ms | loader CPU s | server CPU s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "open ms | epoch CPU ms/sample | server CPU s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for w in workers_list:
         local = runs[("local", w)]
         for case in CASES:
             rs = runs[(case, w)]
             rates = sorted(r["rate"] for r in rs)
-            paired = sorted(a["rate"] / b["rate"] for a, b in zip(rs, local))
+            paired = _paired(runs, case, w)
             rows.append(f"| {case} | {w} | {_mid(rates):.1f} | {rates[0]:.1f}-{rates[-1]:.1f} | "
                         f"{_mid(rates) / _mid([r['rate'] for r in local]):.2f}x | "
                         f"{paired[0]:.2f}-{paired[-1]:.2f}x | "
                         f"{_mid([r['open'] for r in rs]) * 1e3:.0f} | "
-                        f"{_mid([r['cpu'] for r in rs]):.2f} | "
+                        f"{_mid([r['cpu'] / r['samples'] for r in rs]) * 1e3:.2f} | "
                         f"{_mid([r['server_cpu'] for r in rs]):.2f} |")
     return rows
 
 
+def _paired(runs: dict[tuple, list[dict]], case: str, w: int) -> list[float]:
+    """Sorted ratios of `case` to local disk, each within one repeat (cells close in time)."""
+    return sorted(a["rate"] / b["rate"] for a, b in zip(runs[(case, w)], runs[("local", w)]))
+
+
 def noise(runs: dict[tuple, list[dict]], workers_list: list[int]) -> list[str]:
-    """Local disk's own spread, and whether the warm cache's median falls inside it."""
+    """Local disk's own spread, and whether the warm cache's ratio to local disk lies inside
+    the spread of "local again" / local, repeat by repeat (identical work, so pure noise)."""
     rows = ["| workers | local disk min-max samples/s | spread (max-min)/median | "
-            "warm cache median | warm / local | within local's range |",
-            "|---:|---:|---:|---:|---:|---|"]
+            "local again / local, per repeat | warm cache / local, per repeat | "
+            "warm / local, median | within noise |", "|---:|---:|---:|---:|---:|---:|---|"]
     for w in workers_list:
         local = sorted(r["rate"] for r in runs[("local", w)])
-        warm = _mid([r["rate"] for r in runs[("s3 warm cache", w)]])
-        inside = local[0] <= warm <= local[-1]
+        same, warm = _paired(runs, "local again", w), _paired(runs, "s3 warm cache", w)
+        inside = same[0] <= _mid(warm) <= same[-1]
         rows.append(f"| {w} | {local[0]:.1f}-{local[-1]:.1f} | "
-                    f"{(local[-1] - local[0]) / _mid(local) * 100:.1f}% | {warm:.1f} | "
-                    f"{warm / _mid(local):.3f}x | {'yes' if inside else 'no'} |")
+                    f"{(local[-1] - local[0]) / _mid(local) * 100:.1f}% | "
+                    f"{same[0]:.2f}-{same[-1]:.2f}x | {warm[0]:.2f}-{warm[-1]:.2f}x | "
+                    f"{_mid(warm):.3f}x | {'yes' if inside else 'no'} |")
     return rows
 
 
@@ -271,7 +281,7 @@ def pieces(args: argparse.Namespace, shards: Path, runs: dict[tuple, list[dict]]
     ]
     dest.unlink(missing_ok=True)
     for case in CASES:
-        if (case, 0) in runs:
+        if (case, 0) in runs and case != "local again":
             epoch = _mid([r["seconds"] for r in runs[(case, 0)]])
             timed.append((f"loader epoch at 0 workers, {case}, scaled to one shard",
                           epoch * size / total))
@@ -282,21 +292,46 @@ def pieces(args: argparse.Namespace, shards: Path, runs: dict[tuple, list[dict]]
     return rows
 
 
-def profile(args: argparse.Namespace, url: str, top: int = 14) -> list[str]:
-    """cProfile of one s3 no-cache epoch at 0 workers: the functions with the most own time."""
+# functions of the loader's thread under cProfile, by what they stand for: the rest is parsing,
+# batching and the loader's own Python
+PROFILE_GROUPS = {
+    "PNG decode (spng)": ("spng_decode_image_bytes",),
+    "waiting for s3fs's event-loop thread (lock waits, waking it)": (
+        "method 'acquire' of '_thread.lock'", "method 'send' of '_socket.socket'"),
+    "sha256 as it is read": ("method 'update' of '_hashlib.HASH'",),
+}
+
+
+def profile(args: argparse.Namespace, sources: dict[str, str]) -> list[str]:
+    """cProfile of one epoch at 0 workers per source, own time grouped by PROFILE_GROUPS."""
     import pstats
-    out = Path(args.workdir) / "s3_epoch.prof"
-    cmd = [sys.executable, __file__, "--child", "--profile-out", str(out), "--workdir",
-           args.workdir, "--source", url, "--workers", "0", "--endpoint", args.endpoint,
-           "--out-size", args.out_size]
-    subprocess.run(cmd, check=True, capture_output=True)
-    stats = pstats.Stats(str(out))
-    rows = ["| function | own s | cumulative s | calls |", "|---|---:|---:|---:|"]
-    for func in sorted(stats.stats, key=lambda f: -stats.stats[f][2])[:top]:
-        calls, _, own, cum, _ = stats.stats[func]
-        where = f"{Path(func[0]).name}:{func[1]}({func[2]})"
-        rows.append(f"| {where} | {own:.3f} | {cum:.3f} | {calls} |")
+    groups: dict[str, dict[str, float]] = {}
+    for name, source in sources.items():
+        out = Path(args.workdir) / f"epoch_{name.replace(' ', '_')}.prof"
+        cmd = [sys.executable, __file__, "--child", "--profile-out", str(out), "--workdir",
+               args.workdir, "--source", source, "--workers", "0", "--endpoint", args.endpoint,
+               "--out-size", args.out_size]
+        subprocess.run(cmd, check=True, capture_output=True)
+        stats = pstats.Stats(str(out)).stats
+        total = sum(own for _, _, own, _, _ in stats.values())
+        got = groups.setdefault(name, {})
+        for group, marks in PROFILE_GROUPS.items():
+            got[group] = sum(st[2] for func, st in stats.items()
+                             if any(m in func[2] for m in marks))
+        got["everything else (tar parsing, batching, Python)"] = total - sum(got.values())
+        got["total (profiled)"] = total
+    names = list(sources)
+    rows = ["| own time of the loader's thread, s | " + " | ".join(names) + " |",
+            "|---|" + "---:|" * len(names)]
+    for group in groups[names[0]]:
+        rows.append(f"| {group} | " + " | ".join(f"{groups[n][group]:.3f}" for n in names)
+                    + " |")
     return rows
+
+
+def _package_dir() -> str:
+    import carla_wds
+    return str(Path(carla_wds.__file__).parent)
 
 
 def main() -> None:
@@ -332,22 +367,25 @@ def main() -> None:
     args.cache_limit = 2 * total   # room for every shard: the limit is on, never hit
     server, args.endpoint, url = start_server(shards)
     try:
+        steal0 = steal_seconds()
         runs = run_cells(args, shards, url)
+        steal = steal_seconds() - steal0
         workers_list = [int(w) for w in args.workers_list.split(",")]
         limit = "on (2x the pack)" if runs[("s3 warm cache", workers_list[0])][0]["limit"] \
             else "not passed: CARLAWebData has no cache_limit_bytes yet"
         print(f"{manifest['total_samples']} samples in {len(manifest['shards'])} shards, "
               f"{total / 1e6:.0f} MB; batch {BATCH}, decoded at {args.out_size}; "
               f"{os.cpu_count()} cores; median of {args.repeats} interleaved repeats; "
-              f"cache_limit_bytes {limit}\n")
+              f"cache_limit_bytes {limit}; carla_wds from {_package_dir()}; load average "
+              f"{os.getloadavg()[0]:.2f} at the end, steal {steal:.1f} s during the cells\n")
         print("\n".join(table(runs, workers_list)))
         print("\nnoise: local disk's spread across its own repeats\n")
         print("\n".join(noise(runs, workers_list)))
         print("\nwhere the time goes: one shard's fetch, piece by piece\n")
         print("\n".join(pieces(args, shards, runs)))
         if not args.no_profile:
-            print("\ncProfile of one s3 epoch without cache, 0 workers (most own time)\n")
-            print("\n".join(profile(args, url)))
+            print("\ncProfile of one epoch at 0 workers (cProfile's overhead included)\n")
+            print("\n".join(profile(args, {"local": str(shards), "s3 no cache": url})))
     finally:
         server.stop()
 
