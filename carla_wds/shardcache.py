@@ -262,12 +262,14 @@ class ShardCache:
         if tmp is None:
             return None
         _write(url, tmp, size, sha256, remote)
-        lease = _lease(tmp)   # in use from before it is published: no eviction between
+        lease = None
         try:
+            lease = _lease(tmp)   # in use from before it is published: no eviction between
             with self._cache_lock():   # so that a look under the lock sees it once, not twice
                 os.replace(tmp, dest)
         except BaseException:
-            lease.close()
+            if lease is not None:
+                lease.close()
             _remove(tmp)
             raise
         log.info("cached %s (%d bytes) as %s", url, size, dest)
