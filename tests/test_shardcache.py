@@ -22,7 +22,7 @@ pytest.importorskip("moto.server")
 
 from carla_wds import CARLAWebData   # noqa: E402
 from carla_wds.shardcache import ShardCache, cache_name   # noqa: E402
-from carla_wds.shardread import open_shard   # noqa: E402
+from carla_wds.shardread import MappedShard, open_shard   # noqa: E402
 from carla_wds.remote import with_storage   # noqa: E402
 from carla_wds.tario import ShardError   # noqa: E402
 
@@ -180,6 +180,34 @@ def test_a_shard_in_use_by_another_process_is_not_evicted(pristine, shards, s3_e
     assert_clean(cache, shards)
 
 
+def test_a_shard_with_no_room_beside_the_shards_in_use_is_read_uncached(
+        pristine, shards, s3_endpoint, tmp_path, caplog):
+    url = upload(s3_endpoint, pristine)
+    cache = tmp_path / "cache"
+    a, b, c = shards[:3]
+    limit = a["bytes"] + b["bytes"] + c["bytes"] - 1
+    remote = with_storage(FAST, options(s3_endpoint))
+
+    def open_(s: dict):
+        return open_shard(shard_url(url, s["name"]), str(cache), s["sha256"], s["bytes"],
+                          remote=remote, cache_limit_bytes=limit)
+    held = [open_(a), open_(b)]   # both in use: neither may go
+    stream = open_(c)
+    assert not isinstance(stream, MappedShard)   # streamed from the store, checked at the end
+    data = stream.read()
+    stream.finish(c["sha256"])
+    stream.close()
+    assert hashlib.sha256(data).hexdigest() == c["sha256"]
+    assert set(cached_shards(cache)) == {a["name"], b["name"]}
+    assert f"cache {cache}:" in caplog.text and "reading a shard of" in caplog.text \
+        and "uncached. Fix: raise cache_limit_bytes" in caplog.text
+    for stream in held:
+        stream.close()
+    open_(c).close()   # given back: now c is cached in a's place
+    assert set(cached_shards(cache)) == {b["name"], c["name"]}
+    assert_clean(cache, shards)
+
+
 class SlowRelay:
     """A TCP relay to the S3 server that passes its answers on at `rate` bytes/s, so that a
     fill lasts long enough for other processes to race it or for a kill to land midway; the
@@ -226,7 +254,7 @@ class SlowRelay:
 
 @pytest.fixture
 def relay(s3_endpoint):
-    r = SlowRelay(s3_endpoint, rate=100_000)
+    r = SlowRelay(s3_endpoint, rate=200_000)   # a shard of 60 kB: 0.3 s
     yield r
     r.close()
 
@@ -273,6 +301,7 @@ def test_concurrent_bounded_fills_stay_under_the_limit(pristine, shards, s3_endp
         now = ShardCache(str(cache)).usage()
         assert sum(now.values()) <= limit, now
         seen = max(seen, len(now))
+        time.sleep(0.005)
     assert [p.returncode for p in procs] == [0] * len(procs)
     want = {s["name"]: s["sha256"] for s in shards}
     for i in range(len(procs)):
