@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..fileio import atomic_write_json
 from ..manifest import MANIFEST
@@ -14,6 +14,22 @@ from .journal import committed_shards, read_journal, write_header
 from .options import PackOptions
 from .routes import PackError
 from .shards import JOURNAL, JournalEntry, Publisher, output_error
+
+
+class Output(Protocol):
+    """Where one pack writes: `out` is the local folder of the journal and the shards (the
+    output itself, or its staging folder), `label` what messages call the output."""
+    out: Path
+    label: str
+    publisher: Publisher | None
+
+    def prepare(self, opts: PackOptions) -> list[JournalEntry]: ...
+
+    def start_journal(self, opts: PackOptions) -> None: ...
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None: ...
+
+    def discard(self) -> None: ...
 
 
 def write_or_explain(path: Path, out: Path, write) -> None:

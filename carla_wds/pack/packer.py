@@ -29,7 +29,7 @@ from .layout_spec import layout_spec, readers
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .layouts import Layout, load_layout
 from .options import PackOptions
-from .output import LocalOutput
+from .output import LocalOutput, Output
 from .report import PackReport, build_manifest
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
 from .shards import ShardSink
@@ -132,7 +132,7 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
         _route_input(input_dir, opts)
     if is_objstore(str(output_dir)):
         from .upload import StoreOutput
-        target: LocalOutput | StoreOutput = StoreOutput(str(output_dir), opts)
+        target: Output = StoreOutput(str(output_dir), opts)
     else:
         target = LocalOutput(Path(output_dir))
     try:
@@ -186,7 +186,7 @@ def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackO
                   lambda ref: _checked_clip(ref, settings, opts), encoder, None, missing), opts
 
 
-def _pack_into(target: LocalOutput | Any, src: _Input, opts: PackOptions) -> dict[str, Any]:
+def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]:
     done = target.prepare(opts)
     if not done:
         target.start_journal(opts)
