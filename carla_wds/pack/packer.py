@@ -166,14 +166,16 @@ def _route_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, Pack
 def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackOptions]:
     """Bench2Drive clips, extracted or as their .tar.gz archives (pack/b2d.py)."""
     from .b2d import CLIP_LAYOUT_INFO, ClipEncoder, b2d_settings, b2d_spec
+    from ..remote import with_storage
     from .clips import find_clips, split_clips
     settings = b2d_settings(opts)
     opts = replace(opts, pred_len=settings.pred_len)
     spec = b2d_spec(settings, opts.image_format or "jpg")
-    clips = find_clips(input_dir)
+    remote = with_storage(None, opts.storage_options)   # an s3:// INPUT_DIR's credentials
+    clips = find_clips(input_dir, remote=remote)
     missing: list[str] = []
     if opts.split is not None:
-        clips, missing = split_clips(clips, opts.split, opts.subset)
+        clips, missing = split_clips(clips, opts.split, opts.subset, remote=remote)
         if missing and opts.on_error == "fail":
             raise PackError(f"--split {opts.split} lists {len(missing)} {opts.subset} clip(s) "
                             f"that INPUT_DIR {input_dir} lacks, e.g. {missing[0]}. Fix: point "

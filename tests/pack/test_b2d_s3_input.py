@@ -99,6 +99,29 @@ def test_s3_archives_pack_like_local_archives_and_folders(raw, aws, tmp_path):
     assert {k.rsplit("__", 1)[0] for k in keys} == {clip_name(i) for i in range(EPISODES)}
 
 
+def test_library_credentials_from_storage_options(raw, aws, tmp_path, monkeypatch):
+    """A library user without the AWS environment passes the endpoint and keys in
+    PackOptions.storage_options; they reach the listing, the split file and every archive."""
+    url = upload_archives(aws, raw / "archives")
+    split = put(aws, f"{fresh_prefix('split')}/split.json", (raw / SPLIT_FILE).read_bytes())
+    for name in list(env(aws)):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    import s3fs
+    s3fs.S3FileSystem.clear_instance_cache()
+    kw = {"layout": "bench2drive", "max_samples": 3, "split": split, "subset": "all"}
+    run_pack(url, tmp_path / "s3", storage_options=options(aws), **kw)
+    run_pack(raw / "archives", tmp_path / "local", **{**kw, "split": None})
+    ma, mb = (json.loads((tmp_path / p / "manifest.json").read_text()) for p in ("s3", "local"))
+    assert ma["pack_args"]["split"] == split
+    ma["pack_args"]["split"] = None
+    assert ma == mb and ma["total_samples"] > 0
+    with pytest.raises((PackError, RemoteError), match=url):   # no credentials at all
+        run_pack(url, tmp_path / "bare", **kw)
+    assert not (tmp_path / "bare").exists()
+
+
 def test_parts_from_s3_through_the_cli(raw, aws, tmp_path, cli):
     url = upload_archives(aws, raw / "archives")
     whole = run_pack(raw / "archives", tmp_path / "whole", layout="bench2drive", max_samples=2)
