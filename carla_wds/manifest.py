@@ -30,8 +30,12 @@ def is_url(source: str) -> bool:
 
 
 def manifest_location(source: str | Path) -> str:
-    """A shard folder, a manifest path, or a manifest URL -> the manifest's path or URL."""
+    """A shard folder, a manifest path, or a manifest URL -> the manifest's path or URL. An
+    s3:// (fsspec) prefix stands for its manifest.json, as a folder does; an http(s):// URL
+    is taken as the manifest's own (a server has no folders to list)."""
     source = str(source)
+    if is_objstore(source) and not source.endswith(".json"):
+        return f"{source.rstrip('/')}/{MANIFEST}"
     if is_url(source) or source.endswith(".json"):
         return source
     return str(Path(source) / MANIFEST)

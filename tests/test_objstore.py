@@ -172,3 +172,12 @@ def test_stalled_endpoint_is_a_bounded_error():
             conn.close()
         listener.close()
     assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize("tail", ["", "/"])
+def test_a_prefix_stands_for_its_manifest(pristine, endpoint, tail):
+    url = upload(endpoint, pristine)
+    prefix = url[:-len("/manifest.json")] + tail
+    kw = {"storage_options": options(endpoint), "remote": FAST}
+    assert read_manifest(prefix, FAST, storage_options=options(endpoint)).where == url
+    assert_same(batches(prefix, **kw), batches(str(pristine)))

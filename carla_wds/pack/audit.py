@@ -28,7 +28,7 @@ from ..objstore import is_objstore
 from ..schema import COMMANDS, SchemaError, decode_member, validate_sample
 from ..shardread import ShardRef, open_shard, samples_of
 from ..tario import ShardError
-from .merge import manifest_source, merge  # noqa: F401  (merge: re-exported)
+from .merge import merge  # noqa: F401  (re-exported)
 from .shards import shard_name
 
 _SEQUENCE = re.compile(r"^(.*)-(\d{6})\.tar$")
@@ -73,7 +73,7 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True,
 
     Returns the list of problems found (empty when the shards match the manifest).
     """
-    manifest = read_manifest(manifest_source(directory), remote)
+    manifest = read_manifest(directory, remote)
     spec = manifest.spec
     sizes = manifest.sizes_of(spec.cameras)
     problems = _sequence_problems(manifest, remote)
@@ -133,7 +133,7 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
     import numpy as np
 
     from .labels import command_index
-    manifest = read_manifest(manifest_source(directory), remote)
+    manifest = read_manifest(directory, remote)
     spec = manifest.spec
     speeds, commands = [], {}
     for shard, url in zip(manifest.shards, manifest.shard_urls()):

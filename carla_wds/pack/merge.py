@@ -24,14 +24,6 @@ from ..schema import SchemaError
 from .shards import shard_name
 
 
-def manifest_source(source: str | Path) -> str:
-    """An s3:// prefix stands for its manifest.json, as a local folder does."""
-    text = str(source)
-    if is_objstore(text) and not text.endswith(".json"):
-        return f"{text.rstrip('/')}/{MANIFEST}"
-    return text
-
-
 def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard",
           remote: RemoteOptions | None = None) -> dict:
     """Combine the outputs of `pack --part i/N` into one folder (or s3:// prefix) and one
@@ -42,7 +34,7 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
         _LocalDest(Path(out), remote)
     dest.refuse_busy()
     # merge writes a new document from the parts' documents as written
-    manifests = [(m.doc, m.where) for m in (read_manifest(manifest_source(p), remote)
+    manifests = [(m.doc, m.where) for m in (read_manifest(p, remote)
                                             for p in part_dirs)]
     other = [w for _, w in manifests if is_url(w) and not is_objstore(w)]
     if other:
