@@ -88,6 +88,10 @@ def main(verbose: bool) -> None:
               help="bench2drive: keep boxes within this many metres (default 75).")
 @click.option("--sensors", default=None, help="bench2drive: comma list from lidar, boxes, "
               "expert, radar, depth, semantic, instance (default lidar,boxes,expert).")
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="s3:// INPUT_DIR or OUTPUT_DIR: seconds a read may wait for bytes.")
+@click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="s3:// INPUT_DIR or OUTPUT_DIR: further attempts per object after a failure.")
 @click.option("--spool-bytes", type=int, default=1 << 30, show_default=True,
               help="bench2drive archives: bytes of a clip held in memory; the rest goes to one "
                    "temporary file.")
@@ -119,12 +123,18 @@ def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
 @click.option("--out", "out_dir", required=True,
               help="Empty folder or s3:// prefix for the merged pack.")
 @click.option("--prefix", default="shard", show_default=True)
-def merge(part_dirs, out_dir, prefix) -> None:
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="s3:// parts or output: seconds a read may wait for bytes.")
+@click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="s3:// parts or output: further attempts per object after a failure.")
+def merge(part_dirs, out_dir, prefix, read_timeout, retries) -> None:
     """Combine `pack --part i/N` outputs (folders or s3:// prefixes) into one folder or s3://
     prefix and manifest; shards are copied server-side within a store, and each is checked."""
     from .pack.audit import merge as run_merge
+    from .remote import RemoteOptions
     try:
-        m = run_merge(list(part_dirs), out_dir, prefix)
+        m = run_merge(list(part_dirs), out_dir, prefix,
+                      RemoteOptions(read_timeout=read_timeout, retries=retries))
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"merged {len(part_dirs)} parts: {m['total_samples']} samples, "

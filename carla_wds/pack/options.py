@@ -5,6 +5,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..remote import RemoteOptions
 from ..schema import IMAGE_FORMATS
 from .errors import PackError
 
@@ -67,12 +68,21 @@ class PackOptions:
     # fsspec's options for the store (None: the AWS environment and config)
     stage: str | None = None
     storage_options: dict[str, Any] | None = None
+    # reads and writes of an object store (INPUT_DIR or OUTPUT_DIR): seconds a read may wait
+    # for bytes, and further attempts after a transient failure (see remote.RemoteOptions)
+    read_timeout: float = 30.0
+    retries: int = 3
 
     def identity(self) -> dict[str, Any]:
         """The options that change the output bytes; a resume must match them exactly."""
         skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
-                "spool_bytes", "stage", "storage_options"}
+                "spool_bytes", "stage", "storage_options", "read_timeout", "retries"}
         return {k: v for k, v in asdict(self).items() if k not in skip}
+
+    def remote(self) -> RemoteOptions:
+        """How an object store's objects are read and written: timeouts, retries, options."""
+        return RemoteOptions(read_timeout=float(self.read_timeout), retries=self.retries,
+                             storage_options=self.storage_options)
 
     def validate(self) -> None:
         """Raise PackError naming the first bad option, what it expects and the fix."""
@@ -87,6 +97,11 @@ class PackOptions:
         _whole("--quality", self.quality, 1, 100, "pass a JPEG quality such as --quality 95")
         _whole("--workers", self.workers, 1, None, "pass the number of processes, e.g. "
                "--workers 4")
+        _whole("--retries", self.retries, 0, None, "pass further attempts per object, e.g. "
+               "--retries 3")
+        if not isinstance(self.read_timeout, (int, float)) or not self.read_timeout > 0:
+            raise _bad("--read-timeout", self.read_timeout, "seconds > 0",
+                       "pass e.g. --read-timeout 30")
         if not isinstance(self.prefix, str) or not _PREFIX.match(self.prefix) or (
                 ".." in self.prefix):
             raise _bad("--prefix", repr(self.prefix), "a plain file-name part of letters, "

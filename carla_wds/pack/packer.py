@@ -166,12 +166,11 @@ def _route_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, Pack
 def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackOptions]:
     """Bench2Drive clips, extracted or as their .tar.gz archives (pack/b2d.py)."""
     from .b2d import CLIP_LAYOUT_INFO, ClipEncoder, b2d_settings, b2d_spec
-    from ..remote import with_storage
     from .clips import find_clips, split_clips
     settings = b2d_settings(opts)
     opts = replace(opts, pred_len=settings.pred_len)
     spec = b2d_spec(settings, opts.image_format or "jpg")
-    remote = with_storage(None, opts.storage_options)   # an s3:// INPUT_DIR's credentials
+    remote = opts.remote()   # an s3:// INPUT_DIR's credentials, timeouts and retries
     clips = find_clips(input_dir, remote=remote)
     missing: list[str] = []
     if opts.split is not None:

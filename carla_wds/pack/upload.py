@@ -23,7 +23,7 @@ from typing import Any
 
 from ..manifest import MANIFEST
 from ..objwrite import StoreWriter, json_bytes
-from ..remote import RemoteError, RemoteOptions
+from ..remote import RemoteError
 from .journal import committed_shards, read_journal, write_header
 from .options import PackOptions
 from .output import write_or_explain
@@ -50,7 +50,7 @@ class StoreOutput:
 
     def __init__(self, url: str, opts: PackOptions) -> None:
         self.url = self.label = url.rstrip("/")
-        self.store = StoreWriter(self.url, RemoteOptions(storage_options=opts.storage_options),
+        self.store = StoreWriter(self.url, opts.remote(),
                                  "pack output")
         self.default = opts.stage is None
         self.out = default_stage(self.url) if self.default else Path(opts.stage)

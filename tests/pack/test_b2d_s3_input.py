@@ -9,6 +9,7 @@ mid-archive) end in errors naming the URL and the fix, and leave no output behin
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import threading
@@ -389,3 +390,19 @@ def test_a_stalled_endpoint_is_a_bounded_listing_error(stalling):
                                           r".*tried 2 times.*Fix: check the endpoint"):
         find_clips(url, remote=short(proxy.url))
     assert proxy.stalls == 2
+
+
+def test_cli_read_timeout_and_retries_bound_a_stalled_store(stalling, cli, tmp_path,
+                                                             monkeypatch):
+    proxy = stalling(after=0, times=100)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    url = f"s3://{BUCKET}/{fresh_prefix('stalled')}"
+    result = cli("pack", url, tmp_path / "out", "--layout", "bench2drive", "--read-timeout",
+                 "0.5", "--retries", "2")
+    assert result.exit_code != 0
+    assert re.search(f"INPUT_DIR {url}: ReadTimeoutError.*tried 3 times", result.output), \
+        result.output
+    assert proxy.stalls == 3 and not (tmp_path / "out").exists()
+    for bad in (["--retries", "-1"], ["--read-timeout", "0"]):
+        result = cli("pack", url, tmp_path / "out", "--layout", "bench2drive", *bad)
+        assert result.exit_code == 2 and bad[0] in result.output

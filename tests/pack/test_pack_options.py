@@ -138,3 +138,13 @@ def test_a_refused_pack_never_removes_a_journal_it_did_not_write(raw_tcp, tmp_pa
     result = cli("pack", raw_tcp, out)
     assert result.exit_code != 0 and "not empty" in result.output
     assert journal.read_text() == '{"options": {}}\n'
+
+
+@pytest.mark.parametrize("field, value, named", [("read_timeout", 0, "--read-timeout 0"),
+                                                 ("retries", -1, "--retries -1")])
+def test_bad_store_options_are_refused_by_the_library(field, value, named, raw_tcp, tmp_path):
+    from carla_wds.pack.errors import PackError
+    from carla_wds.pack.packer import PackOptions, pack
+    with pytest.raises(PackError, match=f"{named}.*expected.*Fix:"):
+        pack(raw_tcp, tmp_path / "out", PackOptions(progress=False, **{field: value}))
+    assert not (tmp_path / "out").exists()
