@@ -272,7 +272,7 @@ class ShardCache:
                 lease.close()
             _remove(tmp)
             raise
-        log.info("cached %s (%d bytes) as %s", url, size, dest)
+        log.debug("cached %s (%d bytes) as %s", url, size, dest)
         self._touch(dest)
         return Cached(dest, open(dest, "rb"), lease, True)
 
@@ -354,14 +354,15 @@ class ShardCache:
             if used + size <= self.limit:
                 break
             if _evict(path):
-                log.info("evicted %s (%d bytes) from the cache", path, nbytes)
+                log.debug("evicted %s (%d bytes) from the cache", path, nbytes)
                 used -= nbytes
         if used + size <= self.limit:
             return True
         if self.dir not in _warned:
             _warned.add(self.dir)
-            log.warning("cache %s: %d of its %d bytes (cache_limit_bytes) are shards in use; "
-                        "reading a shard of %d bytes uncached. Fix: raise cache_limit_bytes "
+            log.warning("cache %s: %d of its %d bytes (cache_limit_bytes) are shards in use "
+                        "or being downloaded; reading a shard of %d bytes uncached (warned "
+                        "once per process). Fix: raise cache_limit_bytes "
                         "to hold a shard per reading worker and rank, and one more", self.dir,
                         used, self.limit, size)
         return False
