@@ -336,3 +336,25 @@ def test_a_filler_killed_midway_leaves_no_wrong_shard(pristine, shards, s3_endpo
                 batches(str(pristine)))
     assert sum(listing(cache).values()) <= limit
     assert_clean(cache, shards)
+
+
+def test_the_trainer_config_bounds_its_cache(pristine, shards, s3_endpoint, tmp_path,
+                                             monkeypatch):
+    from carla_wds.train.config import ConfigError, load_config
+    from carla_wds.train.loop import build_data
+    with pytest.raises(ConfigError, match=r"data.cache_limit_bytes=0 is invalid.*integer >= 1, "
+                                          r"or null"):
+        load_config(None, ["data.cache_limit_bytes=0"])
+    url = upload(s3_endpoint, pristine)
+    for name, value in env(s3_endpoint).items():   # the trainer reads the AWS environment
+        monkeypatch.setenv(name, value)
+    cache, limit = tmp_path / "cache", 2 * max(s["bytes"] for s in shards)
+    cfg = load_config(None, [f"data.train={url}", f"data.val={url}", "data.num_workers=0",
+                             f"data.cache_dir={cache}", f"data.cache_limit_bytes={limit}",
+                             "data.batch_size=4", "data.eval_batch_size=4"])
+    train, val = build_data(cfg, 0, 1, False)
+    assert train.cache_limit_bytes == val.cache_limit_bytes == limit
+    for _ in val:
+        assert usage(cache) <= limit
+    assert 0 < len(cached_shards(cache)) <= 2
+    assert_clean(cache, shards)
