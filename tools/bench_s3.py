@@ -5,20 +5,24 @@ in one run (docs/benchmarks.md has the figures).
 The server is moto's ThreadedMotoServer on 127.0.0.1, started by this tool in its own process
 (whose main thread only waits for the cells, so the CPU time it uses is the server's). The
 shards are uploaded once; then each cell is one eval epoch of `CARLAWebData` in a fresh
-process, timed from the loader's construction (manifest read included) to its last batch:
+process, samples/s timed over the epoch and the open (the manifest's read) timed apart:
 
-  local          the pack's folder on local disk (page cache warm after the first repeat)
+  local          the pack's folder on local disk (page cache warmed by an untimed epoch)
+  local again    the local cell once more: its per-repeat ratio to local is pure noise
   s3             s3://.../manifest.json, no cache: every shard streamed in ranged GETs
   s3 cold cache  cache_dir emptied before each repeat: each shard downloaded, checked, cached
   s3 warm cache  a cache_dir filled beforehand by one epoch, then read as local files
 
-at each --workers-list count. The cells are interleaved, every other repeat in reverse (ABBA),
-so that this VM's drift hits each case alike; medians are reported. The noise is the spread of
-the local-disk repeats themselves, against which the warm cache is judged. A second table
-times the pieces of one shard's fetch, per ranged GET of objstore.BLOCK bytes.
+at each --workers-list count, with cache_limit_bytes (twice the pack) where CARLAWebData has
+it. The cells are interleaved, every other repeat in reverse (ABBA), so that this VM's drift
+hits each case alike; medians are reported. The warm cache is judged against the noise: local
+disk's spread across its repeats, and local again / local per repeat. Then the pieces of one
+shard's fetch are timed alone (ranged GETs of objstore.BLOCK bytes to moto over plain HTTP and
+through s3fs, sha256, the copy into the cache), and one epoch from local disk and one from
+s3:// without cache are profiled (cProfile).
 
-    .venv/bin/python tools/bench_s3.py --workdir /tmp/bench_s3 [--episodes 4 --frames 100
-                                       --max-samples 80 --repeats 5 --workers-list 0,2]
+    .venv/bin/python tools/bench_s3.py --workdir /tmp/bench_s3 [--episodes 6 --frames 100
+                                       --max-samples 80 --repeats 9 --workers-list 0,2]
 """
 from __future__ import annotations
 
@@ -103,9 +107,9 @@ def loader_kwargs(args: argparse.Namespace) -> dict:
 
 def child(args: argparse.Namespace) -> None:
     """One eval epoch; prints samples, the open's and the epoch's seconds, and the epoch's CPU
-    seconds (this process and its workers). The libraries are imported before the clock starts, as in
-    bench_loader.py (import time is not loader throughput); the open (manifest read, and for
-    s3:// the first S3 session) is timed apart from the epoch."""
+    seconds (this process and its workers). The libraries are imported before the clock
+    starts, as in bench_loader.py (import time is not loader throughput); the open (manifest
+    read, and for s3:// the first S3 session) is timed apart from the epoch."""
     from carla_wds.load import CARLAWebData
     if args.source.startswith("s3://"):
         import s3fs  # noqa: F401
@@ -334,16 +338,41 @@ def _package_dir() -> str:
     return str(Path(carla_wds.__file__).parent)
 
 
+def report(args: argparse.Namespace, shards: Path, url: str) -> None:
+    """Run every cell, then print the tables."""
+    manifest = json.loads((shards / "manifest.json").read_text())
+    total = sum(s["bytes"] for s in manifest["shards"])
+    steal0 = steal_seconds()
+    runs = run_cells(args, shards, url)
+    steal = steal_seconds() - steal0
+    workers_list = [int(w) for w in args.workers_list.split(",")]
+    limit = "on (2x the pack)" if runs[("s3 warm cache", workers_list[0])][0]["limit"] \
+        else "not passed: CARLAWebData has no cache_limit_bytes yet"
+    print(f"{manifest['total_samples']} samples in {len(manifest['shards'])} shards, "
+          f"{total / 1e6:.0f} MB; batch {BATCH}, decoded at {args.out_size}; "
+          f"{os.cpu_count()} cores; median of {args.repeats} interleaved repeats; "
+          f"cache_limit_bytes {limit}; carla_wds from {_package_dir()}; load average "
+          f"{os.getloadavg()[0]:.2f} at the end, steal {steal:.1f} s during the cells\n")
+    print("\n".join(table(runs, workers_list)))
+    print("\nnoise: local disk's spread across its own repeats\n")
+    print("\n".join(noise(runs, workers_list)))
+    print("\nwhere the time goes: one shard's fetch, piece by piece\n")
+    print("\n".join(pieces(args, shards, runs)))
+    if not args.no_profile:
+        print("\ncProfile of one epoch at 0 workers (cProfile's overhead included)\n")
+        print("\n".join(profile(args, {"local": str(shards), "s3 no cache": url})))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default="/tmp/bench_s3")
-    p.add_argument("--episodes", type=int, default=4)
+    p.add_argument("--episodes", type=int, default=6)
     p.add_argument("--frames", type=int, default=100)
     p.add_argument("--max-samples", type=int, default=80, help="samples per shard")
     p.add_argument("--image-size", default=None, help="WxH of the synthetic camera (smoke "
                    "tests); default tcp's 900x256")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--workers-list", default="0,2")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile epoch")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -361,31 +390,12 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
     shards = make_data(work, args.episodes, args.frames, args.max_samples, size)
-    manifest = json.loads((shards / "manifest.json").read_text())
-    total = sum(s["bytes"] for s in manifest["shards"])
+    total = sum(s["bytes"] for s in json.loads((shards / "manifest.json").read_text())["shards"])
     args.out_size = args.image_size or "900x256"   # decoded at the camera's own size
     args.cache_limit = 2 * total   # room for every shard: the limit is on, never hit
     server, args.endpoint, url = start_server(shards)
     try:
-        steal0 = steal_seconds()
-        runs = run_cells(args, shards, url)
-        steal = steal_seconds() - steal0
-        workers_list = [int(w) for w in args.workers_list.split(",")]
-        limit = "on (2x the pack)" if runs[("s3 warm cache", workers_list[0])][0]["limit"] \
-            else "not passed: CARLAWebData has no cache_limit_bytes yet"
-        print(f"{manifest['total_samples']} samples in {len(manifest['shards'])} shards, "
-              f"{total / 1e6:.0f} MB; batch {BATCH}, decoded at {args.out_size}; "
-              f"{os.cpu_count()} cores; median of {args.repeats} interleaved repeats; "
-              f"cache_limit_bytes {limit}; carla_wds from {_package_dir()}; load average "
-              f"{os.getloadavg()[0]:.2f} at the end, steal {steal:.1f} s during the cells\n")
-        print("\n".join(table(runs, workers_list)))
-        print("\nnoise: local disk's spread across its own repeats\n")
-        print("\n".join(noise(runs, workers_list)))
-        print("\nwhere the time goes: one shard's fetch, piece by piece\n")
-        print("\n".join(pieces(args, shards, runs)))
-        if not args.no_profile:
-            print("\ncProfile of one epoch at 0 workers (cProfile's overhead included)\n")
-            print("\n".join(profile(args, {"local": str(shards), "s3 no cache": url})))
+        report(args, shards, url)
     finally:
         server.stop()
 
