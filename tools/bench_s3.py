@@ -2,7 +2,7 @@
 """Loader samples/s from a local S3 server against the same shards on local disk, side by side
 in one run (docs/benchmarks.md has the figures).
 
-The server is moto's ThreadedMotoServer on 127.0.0.1, started by this tool in its own process
+The server is moto's ThreadedMotoServer on 127.0.0.1, run in this tool's own process
 (whose main thread only waits for the cells, so the CPU time it uses is the server's). The
 shards are uploaded once; then each cell is one eval epoch of `CARLAWebData` in a fresh
 process, samples/s timed over the epoch and the open (the manifest's read) timed apart:
