@@ -11,6 +11,7 @@ finds Bench2Drive's clip archives on a store with it).
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from .remote import (CheckedStream, RemoteError, RemoteOptions, describe_failure,
@@ -144,6 +145,8 @@ class ObjectReader(CheckedStream):
         super().__init__(limit)
         self.url, self.opts, self.what, self.exact = url, opts or RemoteOptions(), what, exact
         self._failures, self._buf, self._i = 0, b"", 0
+        self._next: Future | None = None   # the next block, asked for while this one is read
+        self._pool: ThreadPoolExecutor | None = None
         self._fs, self._path = filesystem(url, self.opts)
         # ask for the size now: a missing object or a refused credential is reported at open
         self.size = int(with_retries(self, lambda: self._fs.size(self._path)))
@@ -159,13 +162,28 @@ class ObjectReader(CheckedStream):
         return RemoteError(f"{self.what} {self.url}: {cause}, after {self.pos} bytes "
                            f"{declared}arrived. Fix: {fix}")
 
+    def _fetch(self, start: int) -> bytes:
+        return self._fs.cat_file(self._path, start=start, end=min(self.size, start + BLOCK))
+
+    def _block(self) -> bytes:
+        """The block at the current offset, and the next one asked for in the background,
+        so that a store's latency overlaps the reader's decoding instead of adding to it.
+        The block fetched ahead is the first attempt: its failure counts as one, and the
+        retries fetch the block again here."""
+        start, ahead, self._next = self._off, self._next, None
+        first = [ahead.result] if ahead is not None else []
+        data = with_retries(self, lambda: first.pop()() if first else self._fetch(start))
+        if data and start + len(data) < self.size:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="objstore-ahead")
+            self._next = self._pool.submit(self._fetch, start + len(data))
+        return data
+
     def _more(self, n: int) -> bytes:
         if self._i >= len(self._buf):
             if self._off >= self.size:
                 return b""
-            end = min(self.size, self._off + BLOCK)
-            self._buf = with_retries(
-                self, lambda: self._fs.cat_file(self._path, start=self._off, end=end))
+            self._buf = self._block()
             self._i, self._off = 0, self._off + len(self._buf)
             if not self._buf:   # the object shrank since it was opened: finish() reports it
                 self._off = self.size
@@ -175,7 +193,12 @@ class ObjectReader(CheckedStream):
         return chunk
 
     def close(self) -> None:
-        self._buf, self._i = b"", 0
+        self._buf, self._i, self._next = b"", 0, None
+        if self._pool is not None:
+            # a block still on its way is left to finish in its thread (its read timeout
+            # bounds it) rather than waited for: closing early must not stall the reader
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
 
 def read_object(url: str, limit: int, opts: RemoteOptions | None = None,
