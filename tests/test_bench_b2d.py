@@ -21,6 +21,6 @@ def test_bench_b2d_prints_every_table(tmp_path: Path) -> None:
         row = re.search(rf"^\| {w} \| {NUMBER} \| {NUMBER} \| {NUMBER}x \| {NUMBER} \| "
                         rf"{NUMBER}x \|$", out, re.M)
         assert row and all(float(v) > 0 for v in row.groups()), out
-    for name in ("tar xzf", "pack", "pack --no-fsync"):
+    for name in ("tar xzf", "pack", "pack --no-fsync", "pack --workers 2"):
         assert re.search(rf"^\| {name} \| {NUMBER} \| {NUMBER} \| {NUMBER}x \|$", out, re.M), out
     assert re.search(rf"^\| 20 \| {NUMBER} \| {NUMBER} \(scaled", out, re.M), out
