@@ -160,7 +160,11 @@ def _write(url: str, tmp: str, size: int, sha256: str | None,
             reader = remote_reader(url, size, remote)
             while chunk := reader.read(CHUNK):
                 f.write(chunk)
-        reader.finish(sha256)
+            reader.finish(sha256)
+            # durable before the rename publishes it: a cache hit checks only the size, so a
+            # power loss must not leave a shard of the right size and wrong bytes behind
+            f.flush()
+            os.fsync(f.fileno())
     except BaseException:
         _remove(tmp)
         raise
