@@ -67,7 +67,7 @@ def filesystem(url: str, opts: RemoteOptions) -> tuple[Any, str]:
     return fs, path
 
 
-def _permanent(exc: BaseException) -> tuple[str, str] | None:
+def permanent(exc: BaseException) -> tuple[str, str] | None:
     """(cause, fix) for a failure that a retry cannot mend; None for a transient one."""
     if isinstance(exc, FileNotFoundError):
         return "no such object (or bucket)", FIX_MISSING
@@ -87,10 +87,10 @@ def with_retries(owner: Any, call: Callable[[], Any]) -> Any:
         attempt = owner._failures
         try:
             return call()
-        except Exception as exc:   # backends raise their own types: sorted by _permanent
-            permanent = _permanent(exc)
-            if permanent:
-                raise owner._fail(*permanent) from None
+        except Exception as exc:   # backends raise their own types: sorted by permanent()
+            failure = permanent(exc)
+            if failure:
+                raise owner._fail(*failure) from None
             owner._failures += 1
             pause_or_fail(owner, exc, attempt, "check the endpoint and the network; for a "
                           "slow store raise the read timeout or the retries (RemoteOptions)")

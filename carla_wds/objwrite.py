@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .objstore import BLOCK, FIX_DENIED, ObjectReader, filesystem, is_objstore
+from .objstore import BLOCK, ObjectReader, filesystem, is_objstore, permanent
 from .remote import RemoteError, RemoteOptions, describe_failure
 
 log = logging.getLogger(__name__)
@@ -33,16 +33,11 @@ FIX_RETRY = ("check the endpoint and the network (a proxy or gateway that alters
 
 
 def _permanent(exc: BaseException) -> tuple[str, str] | None:
-    """(cause, fix) of a failure a retry cannot mend: a missing bucket, a refused credential."""
+    """(cause, fix) of a failure a retry cannot mend, as for reads (objstore.permanent), but
+    a missing bucket is the likelier cause when writing."""
     if isinstance(exc, FileNotFoundError):
         return f"no such bucket or object ({describe_failure(exc)})", FIX_BUCKET
-    name = type(exc).__name__
-    if isinstance(exc, PermissionError) or name in {"NoCredentialsError", "NoRegionError",
-                                                    "PartialCredentialsError"}:
-        return f"access refused ({describe_failure(exc)})", FIX_DENIED
-    if isinstance(exc, (IsADirectoryError, NotADirectoryError, ValueError, TypeError)):
-        return describe_failure(exc), "check the URL and storage_options"
-    return None
+    return permanent(exc)
 
 
 def sha256_bytes(data: bytes) -> str:
