@@ -50,9 +50,13 @@ CHUNK = 8 << 20   # bytes a download reads before it writes them to its temporar
 _warned: set[str] = set()   # cache folders whose "full" warning this process gave already
 
 
-def cache_name(url: str) -> str:
-    # webdataset's default keeps only the basename: two servers' shard-000000.tar would collide.
-    return f"{hashlib.sha1(url.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
+def cache_name(url: str, sha256: str | None = None) -> str:
+    """The entry of a shard: keyed by its URL (webdataset's default keeps only the basename,
+    so two servers' shard-000000.tar would collide) and the manifest's sha256 of it, since a
+    hit checks only the size: a shard re-packed under the same URL, with the same size and
+    other bytes, is a new entry, never the stale copy."""
+    key = url if sha256 is None else f"{url}\n{sha256}"
+    return f"{hashlib.sha1(key.encode()).hexdigest()[:12]}-{os.path.basename(url)}"
 
 
 def check_limit(limit: int | None) -> int | None:
@@ -208,8 +212,8 @@ class ShardCache:
     def __init__(self, cache_dir: str, limit_bytes: int | None = None) -> None:
         self.dir, self.limit = cache_dir, check_limit(limit_bytes)
 
-    def path_of(self, url: str) -> str:
-        return os.path.join(self.dir, cache_name(url))
+    def path_of(self, url: str, sha256: str | None = None) -> str:
+        return os.path.join(self.dir, cache_name(url, sha256))
 
     def open(self, url: str, size: int, sha256: str | None, remote: RemoteOptions | None
              ) -> Cached | None:
@@ -222,7 +226,7 @@ class ShardCache:
                              f"raise cache_limit_bytes to at least a few times {size}, or "
                              "re-pack with smaller shards (carla-wds pack --max-bytes)")
         os.makedirs(self.dir, exist_ok=True)
-        dest = self.path_of(url)
+        dest = self.path_of(url, sha256)
         found = self._hit(dest, size)
         if found is not None:
             return found

@@ -160,7 +160,7 @@ def test_a_shard_in_use_by_another_process_is_not_evicted(pristine, shards, s3_e
                               env={**os.environ, **env(s3_endpoint)})
     try:
         assert holder.stdout.readline() == "held\n"
-        held = cache / cache_name(shard_url(url, shards[0]["name"]))
+        held = cache / cache_name(shard_url(url, shards[0]["name"]), shards[0]["sha256"])
         inode = held.stat().st_ino
         # every other shard passes through the cache beside it, oldest first evicted
         assert_same(batches(url, storage_options=options(s3_endpoint), remote=FAST,
@@ -358,3 +358,31 @@ def test_the_trainer_config_bounds_its_cache(pristine, shards, s3_endpoint, tmp_
         assert usage(cache) <= limit
     assert 0 < len(cached_shards(cache)) <= 2
     assert_clean(cache, shards)
+
+
+def test_a_shard_repacked_under_the_same_url_is_not_read_from_the_stale_copy(
+        pristine, shards, s3_endpoint, tmp_path):
+    """Same URL, same size, other bytes (a re-pack with --overwrite): the manifest's new
+    sha256 names a new entry, so the cache downloads the new shard instead of handing back
+    the old one, whose size alone would match."""
+    from carla_wds.manifest import shard_url
+    from .s3server import BUCKET, client
+    url = upload(s3_endpoint, pristine)
+    shard, cache = shards[0], str(tmp_path / "cache")
+    where = shard_url(url, shard["name"])
+    remote = with_storage(FAST, options(s3_endpoint))
+    old = (pristine / shard["name"]).read_bytes()
+    new = old[:-1] + bytes([old[-1] ^ 0xFF])   # the end padding: a valid shard of other bytes
+    for body in (old, new):
+        client(s3_endpoint).put_object(Bucket=BUCKET, Key=where[len(f"s3://{BUCKET}/"):],
+                                       Body=body)
+        sha = hashlib.sha256(body).hexdigest()
+        stream = open_shard(where, cache, sha, len(body), remote=remote,
+                            cache_limit_bytes=10 * len(body))
+        try:
+            assert bytes(stream.read(len(body))) == body
+        finally:
+            stream.close()
+    held = [hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (tmp_path / "cache").iterdir() if p.name.endswith(shard["name"])]
+    assert sorted(held) == sorted(hashlib.sha256(b).hexdigest() for b in (old, new))

@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +63,18 @@ class StoreOutput:
         Nothing is written before the store has answered (credentials, bucket)."""
         held = self.store.listing()
         staged = sorted(self.out.iterdir()) if self.out.is_dir() else []
+        foreign = [p for p in staged if not self._ours(p)]
+        if foreign:   # --overwrite and --resume clear staged files: never a user's own
+            raise PackError(f"the staging folder {self.out} holds {len(foreign)} entries a "
+                            f"pack did not write, e.g. {foreign[0].name}. Fix: pass an empty "
+                            "--stage folder (or none, for one under the cache folder)")
         if (held or staged) and not (opts.resume or opts.overwrite):
             raise PackError(self._busy(held, staged))
         if opts.overwrite:
             self.store.remove(sorted(held))
             held = {}
             for p in staged:
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                p.unlink()
         journal = opts.resume and (self.out / JOURNAL).exists()
         if opts.resume and not journal and held:
             raise PackError(self._no_journal(held))
@@ -113,8 +117,16 @@ class StoreOutput:
         self.made = missing
 
     def _staged_shards(self) -> list[Path]:
-        return [p for p in self.out.iterdir()
-                if p.name.endswith(".tmp") or p.name in _shard_names(self.prefix, [p.name])]
+        return [p for p in self.out.iterdir() if self._ours(p) and p.name != JOURNAL]
+
+    def _ours(self, path: Path) -> bool:
+        """A file a pack writes in its staging folder: the journal, a shard of this prefix,
+        or a shard's temporary name (shards.ShardSink: .<shard>.tmp)."""
+        name = path.name
+        if name.startswith(".") and name.endswith(".tmp"):
+            name = name[1:-len(".tmp")]
+        return path.is_file() and (path.name == JOURNAL or
+                                   bool(_shard_names(self.prefix, [name])))
 
     def start_journal(self, opts: PackOptions) -> None:
         write_or_explain(self.out / JOURNAL, self.out,

@@ -387,3 +387,22 @@ def test_merge_refuses_a_damaged_s3_part_and_leaves_nothing(raw_tcp, local_parts
     assert not (tmp_path / "local").exists()
     with pytest.raises(FileExistsError, match="not empty"):
         merge(urls, urls[0], remote=remote)
+
+
+@pytest.mark.parametrize("flag", ["overwrite", "resume", None])
+def test_a_stage_folder_with_the_users_files_is_refused_untouched(raw_tcp, s3_endpoint,
+                                                                  tmp_path, flag):
+    """--overwrite and --resume clear what a pack staged; a --stage folder holding anything
+    else (a user's own files) is refused before any of it is touched."""
+    stage = tmp_path / "scratch"
+    (stage / "precious").mkdir(parents=True)
+    files = {stage / "precious" / "thesis.txt": b"years", stage / "notes.txt": b"notes",
+             stage / "draft.tmp": b"draft", stage / ".other-000000.tar.tmp": b"x"}
+    for path, body in files.items():
+        path.write_bytes(body)
+    prefix = fresh_prefix()
+    with pytest.raises(PackError, match=f"staging folder {stage} holds .* entries a pack did "
+                                        "not write.*Fix: pass an empty --stage"):
+        s3_pack(raw_tcp, s3_endpoint, prefix, stage, **({flag: True} if flag else {}))
+    assert all(path.read_bytes() == body for path, body in files.items())
+    assert not objects(s3_endpoint, prefix)
