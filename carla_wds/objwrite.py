@@ -108,6 +108,26 @@ class StoreWriter:
             self._retrying(f"deleting from the {self.what}", self.url,
                            lambda: (self.fs.rm([self._path(n) for n in names]), None))
 
+    def abort_unfinished(self) -> int:
+        """Abort the multipart uploads left unfinished under the prefix (by a pack killed in
+        a large shard's upload): a store keeps their parts, unlisted and billed, until they
+        are aborted. S3 only (other fsspec stores have no such uploads); how many there were."""
+        if not hasattr(self.fs, "call_s3"):
+            return 0
+        bucket, key, _ = self.fs.split_path(self.root)
+
+        def call():
+            found = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key + "/")
+            uploads = found.get("Uploads") or []
+            for up in uploads:
+                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=up["Key"],
+                                UploadId=up["UploadId"])
+            return len(uploads), None
+        n = self._retrying(f"aborting unfinished uploads of the {self.what}", self.url, call)
+        if n:
+            log.info("%s: aborted %d unfinished multipart upload(s)", self.url, n)
+        return n
+
     def put_file(self, local: str | Path, name: str, size: int, sha256: str) -> None:
         """Upload a local file whose size and sha256 the caller knows; checked after."""
         self._landed(name, size, sha256, lambda: self.fs.put_file(str(local), self._path(name)))

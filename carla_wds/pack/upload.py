@@ -70,6 +70,8 @@ class StoreOutput:
                             "--stage folder (or none, for one under the cache folder)")
         if (held or staged) and not (opts.resume or opts.overwrite):
             raise PackError(self._busy(held, staged))
+        if opts.resume or opts.overwrite:
+            self.store.abort_unfinished()
         if opts.overwrite:
             self.store.remove(sorted(held))
             held = {}

@@ -4,6 +4,7 @@ test needs to see or disturb the traffic (tests/pack/s3proxy.py), and the real C
 subprocess where it is killed. Every object is compared byte for byte with a local pack."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -406,3 +407,32 @@ def test_a_stage_folder_with_the_users_files_is_refused_untouched(raw_tcp, s3_en
         s3_pack(raw_tcp, s3_endpoint, prefix, stage, **({flag: True} if flag else {}))
     assert all(path.read_bytes() == body for path, body in files.items())
     assert not objects(s3_endpoint, prefix)
+
+
+def test_a_large_shard_goes_up_in_parts_and_unfinished_uploads_are_aborted(
+        raw_tcp, s3_endpoint, tmp_path):
+    """A shard over s3fs's multipart threshold (100 MiB) lands whole and checked; the parts of
+    an upload a kill left unfinished (unlisted, but kept by the store) are aborted by the
+    next --overwrite or --resume of that prefix, and no one else's."""
+    from carla_wds.objwrite import StoreWriter
+    prefix = fresh_prefix()
+    big = tmp_path / "big.tar"
+    body = os.urandom(1 << 20) * 101
+    big.write_bytes(body)
+    writer = StoreWriter(f"s3://{BUCKET}/{prefix}", RemoteOptions(storage_options=options(
+        s3_endpoint)))
+    writer.put_file(big, "shard-000000.tar", len(body), hashlib.sha256(body).hexdigest())
+    assert objects(s3_endpoint, prefix)["shard-000000.tar"] == body
+    s3 = client(s3_endpoint)
+    other = fresh_prefix()
+    for where in (prefix, other):   # a killed upload here, and another pack's in progress
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key=f"{where}/shard-000001.tar")
+        s3.upload_part(Bucket=BUCKET, Key=f"{where}/shard-000001.tar", PartNumber=1,
+                       UploadId=up["UploadId"], Body=b"x" * 1024)
+
+    def unfinished(where: str) -> int:
+        return len(s3.list_multipart_uploads(Bucket=BUCKET, Prefix=where + "/").get(
+            "Uploads", []))
+    assert unfinished(prefix) == unfinished(other) == 1
+    s3_pack(raw_tcp, s3_endpoint, prefix, tmp_path / "stage", overwrite=True)
+    assert unfinished(prefix) == 0 and unfinished(other) == 1
