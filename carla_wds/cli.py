@@ -168,12 +168,17 @@ def verify(directory, deep, read_timeout, retries) -> None:
 @main.command()
 @click.argument("directory")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def inspect(directory, as_json) -> None:
+@click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds a remote read may wait for bytes.")
+@click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Further attempts per remote object after a failure.")
+def inspect(directory, as_json, read_timeout, retries) -> None:
     """Summarise a pack (a folder, a manifest path or URL, an s3:// prefix): samples, shards,
     sizes, commands, speeds."""
     from .pack.audit import summary
+    from .remote import RemoteOptions
     try:
-        s = summary(directory)
+        s = summary(directory, RemoteOptions(read_timeout=read_timeout, retries=retries))
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

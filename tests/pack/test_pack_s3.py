@@ -109,7 +109,7 @@ def test_verify_and_inspect_on_s3(raw_tcp, packed_tcp, s3_env, tmp_path, cli):
         for deep in ([], ["--deep"]):
             result = cli("verify", source, *deep)
             assert result.exit_code == 0 and f"OK {source}" in result.output, result.output
-    inspected = cli("inspect", url, "--json")
+    inspected = cli("inspect", url, "--json", "--read-timeout", "10", "--retries", "1")
     assert inspected.exit_code == 0, inspected.output
     assert json.loads(inspected.output) == summary(packed_tcp) == summary(url)
     assert "78 samples in 12 shards" in cli("inspect", url).output
