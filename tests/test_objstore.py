@@ -54,11 +54,14 @@ def test_s3_batches_equal_local(pristine, endpoint, tmp_path, workers):
     opts = options(endpoint)
     assert_same(batches(url, num_workers=workers, storage_options=opts, remote=FAST), local)
     cache = tmp_path / "cache"
+    inodes = []
     for _ in range(2):   # a cold cache, then a warm one
         assert_same(batches(url, num_workers=workers, storage_options=opts, remote=FAST,
                             cache_dir=str(cache)), local)
+        inodes.append({p.name: p.stat().st_ino for p in cache.iterdir()})
     names = json.loads((pristine / "manifest.json").read_text())["shards"]
-    assert len(os.listdir(cache)) == len(names)   # only checked shards, no temporary files
+    assert len(inodes[0]) == len(names)   # only checked shards, no temporary files
+    assert inodes[1] == inodes[0]   # the warm pass read the cached files: nothing re-fetched
 
 
 def test_credentials_from_the_aws_environment(pristine, endpoint, monkeypatch):
