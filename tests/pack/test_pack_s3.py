@@ -436,3 +436,24 @@ def test_a_large_shard_goes_up_in_parts_and_unfinished_uploads_are_aborted(
     assert unfinished(prefix) == unfinished(other) == 1
     s3_pack(raw_tcp, s3_endpoint, prefix, tmp_path / "stage", overwrite=True)
     assert unfinished(prefix) == 0 and unfinished(other) == 1
+
+
+def test_a_stalled_upload_ends_in_a_bounded_error_and_resumes(raw_tcp, packed_tcp, proxy,
+                                                               tmp_path):
+    """The store never answers shard 2's PUT: each attempt ends at the read timeout, the pack
+    stops after retries + 1 of them with an error naming the object's URL, and --resume
+    (once the store answers again) finishes byte-identical to a local pack."""
+    from carla_wds.pack import PackOptions, pack
+    prefix, stage = fresh_prefix(), tmp_path / "stage"
+    proxy.rule = Rule("/shard-000002.tar", "hold")
+    url = f"s3://{BUCKET}/{prefix}/shard-000002.tar"
+    opts = PackOptions(max_samples=7, progress=False, stage=str(stage), read_timeout=1,
+                       retries=1, storage_options=options(proxy.endpoint))
+    with pytest.raises(PackError, match=f"{url}: .*[Tt]imeout.*tried 2 times.*--resume"):
+        pack(raw_tcp, f"s3://{BUCKET}/{prefix}", opts)
+    assert [s.path.endswith("/shard-000002.tar") for s in proxy.puts()].count(True) == 2
+    assert sorted(objects(proxy.upstream, prefix)) == ["shard-000000.tar", "shard-000001.tar"]
+    proxy.release()
+    proxy.rule = None
+    pack(raw_tcp, f"s3://{BUCKET}/{prefix}", PackOptions(**{**opts.__dict__, "resume": True}))
+    assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
