@@ -78,22 +78,27 @@ def permanent(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
-def with_retries(owner: Any, call: Callable[[], Any]) -> Any:
+FIX_TRANSIENT = ("check the endpoint and the network; for a slow store raise the read "
+                 "timeout or the retries (RemoteOptions)")
+
+
+def with_retries(owner: Any, call: Callable[[], Any],
+                 classify: Callable[[BaseException], tuple[str, str] | None] = permanent,
+                 fix: str = FIX_TRANSIENT) -> Any:
     """call(), retried after a transient failure with the doubling backoff of owner.opts; a
-    permanent failure, or the last transient one, raises owner._fail(cause, fix). `owner`
-    (a reader or a lister) counts its failures in `_failures`, so `retries` bounds them for
-    the whole object or listing, not for a streak."""
+    permanent failure (`classify`), or the last transient one, raises owner._fail(cause,
+    fix). `owner` (a reader, a lister, a write) counts its failures in `_failures`, so
+    `retries` bounds them for the whole object or listing, not for a streak."""
     while True:
         attempt = owner._failures
         try:
             return call()
-        except Exception as exc:   # backends raise their own types: sorted by permanent()
-            failure = permanent(exc)
+        except Exception as exc:   # backends raise their own types: sorted by classify()
+            failure = classify(exc)
             if failure:
                 raise owner._fail(*failure) from None
             owner._failures += 1
-            pause_or_fail(owner, exc, attempt, "check the endpoint and the network; for a "
-                          "slow store raise the read timeout or the retries (RemoteOptions)")
+            pause_or_fail(owner, exc, attempt, fix)
 
 
 class ObjectLister:

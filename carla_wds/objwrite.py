@@ -18,11 +18,10 @@ import hashlib
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .objstore import BLOCK, ObjectReader, filesystem, is_objstore, permanent
+from .objstore import BLOCK, ObjectReader, filesystem, is_objstore, permanent, with_retries
 from .remote import RemoteError, RemoteOptions, describe_failure
 
 log = logging.getLogger(__name__)
@@ -38,6 +37,21 @@ def _permanent(exc: BaseException) -> tuple[str, str] | None:
     if isinstance(exc, FileNotFoundError):
         return f"no such bucket or object ({describe_failure(exc)})", FIX_BUCKET
     return permanent(exc)
+
+
+class Mismatch(Exception):
+    """An object that landed other than it was sent: worth writing again."""
+
+
+class _Attempts:
+    """The attempts of one write or listing: what with_retries and pause_or_fail count and
+    name in their messages."""
+
+    def __init__(self, opts: RemoteOptions, what: str, url: str) -> None:
+        self.opts, self.what, self.url, self._failures = opts, what, url, 0
+
+    def _fail(self, cause: str, fix: str) -> RemoteError:
+        return RemoteError(f"{self.what} {self.url}: {cause}. Fix: {fix}")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -70,27 +84,14 @@ class StoreWriter:
 
     def _retrying(self, doing: str, url: str, call: Callable[[], Any]) -> Any:
         """call(): (result, None) when done, (None, problem) to try again; exceptions are
-        sorted into permanent (raised at once) and transient (tried again)."""
-        problem = ""
-        for attempt in range(self.opts.retries + 1):
-            if attempt:
-                delay = self.opts.backoff * 2 ** (attempt - 1)
-                log.warning("%s %s: %s; retry %d of %d in %.1f s", doing, url, problem,
-                            attempt, self.opts.retries, delay)
-                time.sleep(delay)
-            try:
-                result, problem = call()
-            except Exception as exc:   # backends raise their own types: sorted by _permanent
-                permanent = _permanent(exc)
-                if permanent:
-                    raise RemoteError(f"{doing} {url}: {permanent[0]}. Fix: {permanent[1]}."
-                                      ) from None
-                problem = describe_failure(exc)
-                continue
-            if problem is None:
-                return result
-        raise RemoteError(f"{doing} {url}: {problem} (tried {self.opts.retries + 1} times). "
-                          f"Fix: {FIX_RETRY}")
+        sorted into permanent (raised at once) and transient (tried again), as for reads
+        (objstore.with_retries), with `retries` counted afresh for each call."""
+        def attempt() -> Any:
+            result, problem = call()
+            if problem is not None:
+                raise Mismatch(problem)
+            return result
+        return with_retries(_Attempts(self.opts, doing, url), attempt, _permanent, FIX_RETRY)
 
     def listing(self) -> dict[str, int]:
         """Name (relative to the prefix) -> size of every object under the prefix."""

@@ -128,11 +128,9 @@ class _Bounded(CheckedStream):
         self.stream.close()
 
 
-def _is_remote(url: str) -> bool:
+def is_remote(url: str) -> bool:
+    """A shard read over the network (http(s):// or an object store), which a cache can hold."""
     return is_http(url) or is_objstore(url)
-
-
-_reader = remote_reader   # the bounded, hashed stream of a remote shard
 
 
 def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
@@ -148,7 +146,7 @@ def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | No
     """A remote shard checked whole before any sample is used, without holding it in memory:
     an unnamed temporary file (gone when closed) of at most the declared size."""
     f = tempfile.TemporaryFile()
-    reader = _reader(url, size, remote)
+    reader = remote_reader(url, size, remote)
     try:
         while chunk := reader.read(8 << 20):
             f.write(chunk)
@@ -178,17 +176,17 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
     (shardcache.py); the shard stays in use there, safe from eviction, until it is closed.
     """
     path = _local_path(url)
-    if path is None and cache_dir is not None and _is_remote(url) and size is not None:
+    if path is None and cache_dir is not None and is_remote(url) and size is not None:
         held = ShardCache(cache_dir, cache_limit_bytes).open(url, size, sha256, remote)
         if held is not None:   # None: the cache is full of shards in use; read it uncached
             return _checked(MappedShard(held.path, held.file, held.lease), url, size, sha256,
                             verify and not held.fresh, held.path)
     if path is not None:
         return _checked(MappedShard(path), url, size, sha256, verify, None)
-    if _is_remote(url) and size is not None:
+    if is_remote(url) and size is not None:
         if verify:
             return _spooled(url, size, sha256, remote)
-        return _reader(url, size, remote)
+        return remote_reader(url, size, remote)
     if not url.startswith("pipe:"):
         raise ShardError(f"shard {url}: carla-wds reads local paths, file://, http(s)://, "
                          "s3:// (fsspec URLs) and pipe: commands. Fix: pass one of those in "

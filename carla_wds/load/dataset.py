@@ -26,7 +26,7 @@ from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
 from ..shardcache import check_limit
-from ..shardread import ShardRef
+from ..shardread import ShardRef, is_remote
 from .batch import CARLABatch, field_layout, with_padding_fields
 from .fields import FieldOptions, check_fields, stacked_kinds, twin_options
 from .plan import batches_per_rank
@@ -93,8 +93,8 @@ def _cache_limit(limit: int | None, cache_dir: str | None, shards: tuple[ShardRe
     if limit is not None and cache_dir is None:
         raise ValueError(f"cache_limit_bytes {limit} bounds the shard cache, but cache_dir is "
                          "None. Fix: pass cache_dir= too, or leave cache_limit_bytes out")
-    cached = [s for s in shards if "://" in s.url and not s.url.startswith("file://")]
-    big = next((s for s in cached if limit is not None and (s.bytes or 0) > limit), None)
+    big = next((s for s in shards if limit is not None and is_remote(s.url)
+                and (s.bytes or 0) > limit), None)
     if big is not None:
         raise ValueError(f"shard {big.url}: {big.bytes} bytes, more than cache_limit_bytes "
                          f"{limit}. Fix: raise cache_limit_bytes to at least a few shards "
