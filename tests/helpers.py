@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import webdataset as wds
@@ -47,11 +50,50 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def torchrun(*args: str, nproc: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
+    """torchrun, whose processes (agent, ranks, DataLoader workers) on a timeout first print
+    each thread's stack (faulthandler on SIGABRT), so that a hang says where it is, and are
+    then killed: none is left behind to load the rest of the suite."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # the ranks are session leaders of their own, so not one process group: the tree
+            tree = process_tree(proc.pid)
+            for pid in tree:   # one at a time, so that the stacks do not interleave
+                _signal_all([pid], signal.SIGABRT)
+                time.sleep(0.5)
+            time.sleep(2)   # a process may ignore SIGABRT, or still be writing
+            _signal_all(tree + process_tree(proc.pid), signal.SIGKILL)
+            out, err = proc.communicate()   # with what was read before the timeout
+            raise AssertionError(f"torchrun {' '.join(args)}: no end after {timeout} s; the "
+                                 f"stacks of its processes:\n{err[-20000:]}\n{out[-2000:]}")
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and all its descendants alive now, parents first."""
+    tree, i = [pid], 0
+    while i < len(tree):
+        for task in Path(f"/proc/{tree[i]}/task").glob("*"):
+            try:
+                tree += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        i += 1
+    return tree
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 SIZE = (24, 32)

@@ -1,0 +1,40 @@
+"""The suite's torchrun helper: a hung run ends the test with every process's stack, and
+leaves no process behind to load the rest of the suite."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .helpers import torchrun
+
+HANGS = """
+    import multiprocessing, os, sys, time
+    def stuck_worker():
+        time.sleep(1000)
+    worker = multiprocessing.Process(target=stuck_worker)
+    worker.start()
+    Path = __import__("pathlib").Path
+    Path(sys.argv[1], os.environ["RANK"]).write_text(f"{os.getpid()} {worker.pid}")
+    time.sleep(1000)
+"""
+
+
+def test_a_hung_torchrun_fails_with_stacks_and_leaves_no_process(tmp_path):
+    script = tmp_path / "hangs.py"
+    script.write_text(textwrap.dedent(HANGS))
+    with pytest.raises(AssertionError) as failure:
+        torchrun(str(script), str(tmp_path), timeout=15)
+    text = str(failure.value)
+    assert "no end after 15 s" in text
+    assert "in stuck_worker" in text and "hangs.py" in text   # the worker's own stack
+    pids = [int(p) for r in "01" for p in (tmp_path / r).read_text().split()]
+    assert len(pids) == 4
+    assert all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in pids)
+
+
+def _zombie(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
