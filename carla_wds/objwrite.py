@@ -159,6 +159,15 @@ class StoreWriter:
                             exc)
             raise
 
+    def get_bytes(self, name: str, size: int) -> bytes:
+        """A small object whose size a listing gave (a pack's journal), in one ranged GET that
+        never reads past `size`, tried again like a write when it comes back short."""
+        def call():
+            data = self.fs.cat_file(self._path(name), start=0, end=size)
+            return data, (None if len(data) == size else
+                          f"{len(data)} bytes came back, the listing said {size}")
+        return self._retrying(f"reading the {self.what} object", self.url_of(name), call)
+
     def mismatch(self, name: str, size: int, sha256: str) -> str | None:
         """Why the object `name` is not `size` bytes hashing to `sha256`; None if it is. Read
         back in ranged GETs of BLOCK bytes, never past `size`."""

@@ -44,7 +44,10 @@ def read_journal(out: Path, identity: dict[str, Any], prefix: str, output: str |
         except json.JSONDecodeError:
             cut = True   # the last line was cut short by the kill; its shard is redone
             break
-    saved = lines[0].get("options") if lines else None
+    if not lines or not isinstance(lines[0], dict):
+        raise PackError(f"--resume: {journal} is not a pack journal: its first line is not "
+                        f"the JSON header carla-wds writes. {OVERWRITE}")
+    saved = lines[0].get("options")
     if saved != json.loads(json.dumps(identity)):
         raise PackError(f"--resume: {journal} was written with options {saved}, now "
                         f"{identity}. Fix: resume with the same options, or --overwrite")

@@ -124,9 +124,12 @@ class JournalEntry:
 
 class Publisher(Protocol):
     """Where a committed shard goes besides OUTPUT_DIR (which then only stages it): `publish`
-    puts it there and checks it, raising OSError (RemoteError) when it cannot."""
+    puts it there and checks it, raising OSError (RemoteError) when it cannot; `journaled`
+    follows each shard's journal line, so that the journal can be kept there too."""
 
     def publish(self, path: Path, record: ShardRecord) -> None: ...
+
+    def journaled(self, journal: Path) -> None: ...
 
 
 def output_error(path: Path, exc: OSError, out_dir: Path) -> PackError:
@@ -293,6 +296,7 @@ class ShardSink:
                 if self.fsync:
                     os.fsync(j.fileno())
             if self.publisher is not None:
+                self.publisher.journaled(self.journal)
                 staged.unlink()   # published and journaled: the staged copy has done its part
         except OSError as exc:
             f.close()

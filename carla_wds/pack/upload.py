@@ -2,14 +2,16 @@
 
 Each shard is written to a local staging folder exactly as a local pack writes it (a temporary
 name, fsync, rename), uploaded, checked where it landed (its size and the sha256 of its bytes
-read back, objwrite.py), journaled in the staging folder's journal, and only then deleted
-locally. The manifest is uploaded last, after every shard, in one PUT. So the staging folder
-holds at most shards.PUBLISH_AHEAD + 1 = 3 shards (one being written, two finished and
-waiting for their upload) and the journal, whatever the size of the pack.
+read back, objwrite.py), journaled in the staging folder's journal, which is then copied to the store, and only then
+deleted locally. The manifest is uploaded last, after every shard, in one PUT, and the
+journal's copy is deleted. So the staging folder holds at most shards.PUBLISH_AHEAD + 1 = 3
+shards (one being written, two finished and waiting for their upload) and the journal,
+whatever the size of the pack.
 
---resume reads the journal in the staging folder: the shards it lists must be in the store
-with their journaled size; objects of later shards (uploaded, but not journaled before a kill)
-are deleted and packed again, to the same bytes.
+--resume reads the journal in the staging folder, or the store's copy where that lists more
+shards (a pack resumed on another machine, whose staging folder is empty): the shards it
+lists must be in the store with their journaled size; objects of later shards (uploaded, but
+not journaled before a kill) are deleted and packed again, to the same bytes.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..fileio import atomic_write_bytes
 from ..manifest import MANIFEST
 from ..objwrite import StoreWriter, json_bytes
 from ..remote import RemoteError
@@ -30,6 +33,7 @@ from .routes import PackError
 from .shards import JOURNAL, JournalEntry, ShardRecord
 
 log = logging.getLogger(__name__)
+JOURNAL_LIMIT = 256 << 20   # a journal line is about 1 kB: 256 MB is 250,000 shards
 
 
 def default_stage(url: str) -> Path:
@@ -77,21 +81,51 @@ class StoreOutput:
             held = {}
             for p in staged:
                 p.unlink()
-        journal = opts.resume and (self.out / JOURNAL).exists()
+        copy = self._journal_copy(held) if opts.resume else None
+        journal = opts.resume and (copy is not None or (self.out / JOURNAL).exists())
         if opts.resume and not journal and held:
             raise PackError(self._no_journal(held))
         self._make_stage()
+        took = copy is not None and self._take_newer(copy)
         for p in self._staged_shards():
             p.unlink()   # the journal says which shards are done; these are redone
         self.fresh = not held
         if not journal:
             return []
-        done = read_journal(self.out, opts.identity(), opts.prefix, self.url, held)
+        try:
+            done = read_journal(self.out, opts.identity(), opts.prefix, self.url, held)
+        except PackError:
+            if took:   # a refused resume leaves no copy of the store's journal behind
+                (self.out / JOURNAL).unlink()
+                self._tidy(remove_stage=self.default)
+            raise
         journaled = {e.shard.name for e in done}
         # uploaded before the kill but never journaled: packed again, so not kept meanwhile
         self.store.remove([n for n in _shard_names(self.prefix, list(held))
                            if n not in journaled])
         return done
+
+    def _journal_copy(self, held: dict[str, int]) -> bytes | None:
+        """The store's copy of the journal (None when there is none), read within the bound
+        that a journal's size has."""
+        if JOURNAL not in held:
+            return None
+        if held[JOURNAL] > JOURNAL_LIMIT:
+            raise PackError(f"--resume: {self.store.url_of(JOURNAL)} holds {held[JOURNAL]} "
+                            f"bytes, more than any journal ({JOURNAL_LIMIT} bytes); carla-wds "
+                            "did not write it. Fix: --overwrite, or choose an empty prefix")
+        return self.store.get_bytes(JOURNAL, held[JOURNAL])
+
+    def _take_newer(self, copy: bytes) -> bool:
+        """Keep the journal that lists more shards: the store's copy is the newer one when the
+        pack went on from another staging folder (another machine). Whether it was taken."""
+        local = self.out / JOURNAL
+        mine = local.read_bytes() if local.exists() else b""
+        if copy.count(b"\n") <= mine.count(b"\n"):
+            return False
+        write_or_explain(local, self.out, lambda: atomic_write_bytes(local, copy))
+        log.info("--resume: the journal of %s comes from its copy in the store", self.url)
+        return True
 
     def _busy(self, held: dict[str, int], staged: list[Path]) -> str:
         what = []
@@ -106,9 +140,9 @@ class StoreOutput:
         if MANIFEST in held:
             return (f"{self.url} holds a finished pack (manifest.json); nothing to resume. "
                     "Fix: pass --overwrite to pack again, or choose an empty prefix")
-        return (f"--resume: {self.url} holds {len(held)} object(s) but the staging folder "
-                f"{self.out} has no journal of that pack. Fix: pass the --stage folder the "
-                "interrupted pack used, or --overwrite to pack again")
+        return (f"--resume: {self.url} holds {len(held)} object(s) but no journal of a "
+                f"pack ({JOURNAL}), nor has the staging folder {self.out}. Fix: --overwrite to "
+                "pack again, or choose an empty prefix")
 
     def _make_stage(self) -> None:
         p, missing = self.out, []
@@ -139,10 +173,16 @@ class StoreOutput:
         """On the committer thread: upload a staged shard and check what landed."""
         self.store.put_file(path, record.name, record.bytes, record.sha256)
 
+    def journaled(self, journal: Path) -> None:
+        """On the committer thread, after a shard's journal line: the store's copy of the
+        journal, for a --resume whose staging folder does not hold it."""
+        self.store.put_bytes(JOURNAL, journal.read_bytes())
+
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         """The manifest, uploaded after every shard (a reader sees it whole or not at all);
         then the journal and the staging folder have done their part."""
         self.store.put_bytes(MANIFEST, json_bytes(manifest))
+        self.store.remove([JOURNAL])
         (self.out / JOURNAL).unlink(missing_ok=True)
         self._tidy(remove_stage=True)
 

@@ -1,16 +1,12 @@
 """`carla-wds pack RAW s3://...`, `merge`, `verify` and `inspect` on a real S3 server (moto's,
 on 127.0.0.1, through the real s3fs client), with a real HTTP proxy in front of it where the
-test needs to see or disturb the traffic (tests/pack/s3proxy.py), and the real CLI in a
-subprocess where it is killed. Every object is compared byte for byte with a local pack."""
+test needs to see or disturb the traffic (tests/pack/s3proxy.py). Every object is compared
+byte for byte with a local pack. Interrupted packs and --resume: test_pack_s3_resume.py."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,58 +17,12 @@ pytest.importorskip("moto.server")
 from carla_wds.manifest_schema import ManifestError   # noqa: E402
 from carla_wds.pack.audit import merge, summary, verify   # noqa: E402
 from carla_wds.pack.routes import PackError   # noqa: E402
-from carla_wds.pack.upload import default_stage   # noqa: E402
 from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
 
 from ..helpers import SIZE   # noqa: E402
-from ..s3server import BUCKET, FAST, client, env, fresh_prefix, keys, options   # noqa: E402
-from .s3proxy import Proxy, Rule   # noqa: E402
-
-EXE = str(Path(sys.executable).parent / "carla-wds")
-
-
-@pytest.fixture(scope="module")
-def local3(tmp_path_factory, raw_tcp, packer) -> Path:
-    """The local pack the killed packs are compared with: 26 shards of 3 samples."""
-    out = tmp_path_factory.mktemp("local3") / "shards"
-    packer(raw_tcp, out, max_samples=3)
-    return out
-
-
-@pytest.fixture
-def proxy(s3_endpoint):
-    p = Proxy(s3_endpoint)
-    p.endpoint = p.start()
-    yield p
-    p.stop()
-
-
-def files_of(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-def objects(endpoint: str, prefix: str) -> dict[str, bytes]:
-    """name under the prefix -> bytes of every object there."""
-    return {k[len(prefix) + 1:]: v for k, v in keys(endpoint, prefix + "/").items()}
-
-
-def s3_pack(raw: Path, endpoint: str, prefix: str, stage: Path, **kw) -> dict:
-    from carla_wds.pack import PackOptions, pack
-    kw = {"max_samples": 7, "progress": False, **kw}
-    opts = PackOptions(stage=str(stage), storage_options=options(endpoint), **kw)
-    return pack(raw, f"s3://{BUCKET}/{prefix}", opts)
-
-
-def run_cli(endpoint: str, home: Path, *args, log: Path | None = None):
-    """The real `carla-wds` in a child process, reaching the store through the AWS
-    environment, with its default staging folder under `home`: the finished process
-    (CompletedProcess), or with `log` the running one (Popen), writing to that file."""
-    child_env = {**os.environ, **env(endpoint), "XDG_CACHE_HOME": str(home)}
-    cmd = [EXE, *map(str, args)]
-    if log is None:
-        return subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=240)
-    with open(log, "w") as f:
-        return subprocess.Popen(cmd, env=child_env, stdout=f, stderr=subprocess.STDOUT)
+from ..s3server import BUCKET, FAST, client, env, fresh_prefix, options   # noqa: E402
+from .s3pack import JOURNAL, files_of, objects, proxy, s3_pack   # noqa: E402,F401
+from .s3proxy import Rule   # noqa: E402
 
 
 def test_pack_to_s3_equals_a_local_pack_and_loads(raw_tcp, packed_tcp, s3_endpoint, tmp_path):
@@ -131,90 +81,6 @@ def test_verify_and_inspect_on_s3(raw_tcp, packed_tcp, s3_env, tmp_path, cli):
     assert sorted(verify(url, progress=False)) == sorted(f[len("FAIL "):] for f in fails)
 
 
-def test_resume_after_a_clean_interruption(raw_tcp, packed_tcp, copy_raw, proxy, tmp_path):
-    raw = copy_raw(raw_tcp)
-    bad = raw / "Town03" / "routes_town03_02" / "rgb" / "0020.png"
-    good = bad.read_bytes()
-    bad.write_bytes(good[:100])
-    prefix, stage = fresh_prefix(), tmp_path / "stage"
-    with pytest.raises(PackError, match="0020"):
-        s3_pack(raw, proxy.endpoint, prefix, stage)
-    done = json.loads("[" + ",".join((stage / ".pack-journal.jsonl").read_text().splitlines()
-                                     [1:]) + "]")
-    names = [d["shard"]["name"] for d in done]
-    assert 0 < len(names) < 12 and sorted(objects(proxy.upstream, prefix)) == names
-    assert not [p for p in stage.iterdir() if p.name != ".pack-journal.jsonl"]
-
-    bad.write_bytes(good)
-    proxy.seen.clear()
-    with pytest.raises(PackError, match="Fix: pass --resume"):
-        s3_pack(raw, proxy.endpoint, prefix, stage)
-    with pytest.raises(PackError, match=f"{prefix} holds {len(names)} object.*{tmp_path}/"
-                                        "elsewhere has no journal.*Fix: pass the --stage"):
-        s3_pack(raw, proxy.endpoint, prefix, tmp_path / "elsewhere", resume=True)
-    assert not (tmp_path / "elsewhere").exists()
-    s3_pack(raw, proxy.endpoint, prefix, stage, resume=True)
-    assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
-    put = [s.path.rsplit("/", 1)[1] for s in proxy.puts()]
-    assert put == [f"shard-{i:06d}.tar" for i in range(len(names), 12)] + ["manifest.json"]
-    assert list(stage.iterdir()) == []   # a --stage folder that was there before stays, empty
-
-
-def _kill_inside_upload(proxy: Proxy, raw: Path, url: str, home: Path, log: Path) -> None:
-    """The real CLI, killed with SIGKILL while the proxy holds its upload of shard 5."""
-    proc = run_cli(proxy.endpoint, home, "pack", raw, url, "--max-samples", "3", log=log)
-    try:
-        assert proxy.held.wait(timeout=120), log.read_text()[-3000:]
-        # it goes on writing while the upload hangs, up to the bound on staged shards
-        stage, deadline = default_stage(url), time.monotonic() + 60
-
-        def staged() -> list[str]:
-            return [p.name for p in stage.iterdir() if ".tar" in p.name]
-        while len(staged()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        # being uploaded, waiting for it, written and waiting for a slot
-        assert sorted(staged()) == [".shard-000006.tar.tmp", ".shard-000007.tar.tmp",
-                                    "shard-000005.tar"]
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        proxy.release()
-    assert proc.returncode == -signal.SIGKILL
-
-
-@pytest.mark.parametrize("landed", [False, True], ids=["lost", "landed"])
-def test_kill_9_during_upload_then_resume_is_byte_identical(raw_tcp, local3, proxy, tmp_path,
-                                                            monkeypatch, landed):
-    prefix, home = fresh_prefix(), tmp_path / "cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home))   # default_stage here, as in the child
-    url = f"s3://{BUCKET}/{prefix}"
-    proxy.rule = Rule("/shard-000005.tar", "hold", land=landed)
-    _kill_inside_upload(proxy, raw_tcp, url, home, tmp_path / "killed.log")
-    # what the kill left: shards 0-4 uploaded and journaled, 5 in flight (or landed but not
-    # journaled), no manifest
-    stage = default_stage(url)
-    assert stage.parent.parent.parent == home
-    journal = (stage / ".pack-journal.jsonl").read_text().splitlines()
-    assert [json.loads(line)["shard"]["name"] for line in journal[1:]] == \
-        [f"shard-{i:06d}.tar" for i in range(5)]
-    held = sorted(objects(proxy.upstream, prefix))
-    assert held == [f"shard-{i:06d}.tar" for i in range(6 if landed else 5)]
-
-    plain = run_cli(proxy.upstream, home, "pack", raw_tcp, url, "--max-samples", "3")
-    assert plain.returncode != 0 and "--resume" in plain.stderr
-    proxy.rule = None
-    proxy.seen.clear()
-    resumed = run_cli(proxy.endpoint, home, "pack", raw_tcp, url, "--max-samples", "3",
-                      "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    put = [s.path.rsplit("/", 1)[1] for s in proxy.puts()]   # the journaled ones are kept
-    assert put == [f"shard-{i:06d}.tar" for i in range(5, 26)] + ["manifest.json"]
-    assert objects(proxy.upstream, prefix) == files_of(local3)   # 26 shards and the manifest
-    assert list(home.iterdir()) == []   # the staging folder and its carla-wds/stage are gone
-    check = run_cli(proxy.upstream, home, "verify", url)
-    assert check.returncode == 0 and f"OK {url}" in check.stdout, check.stderr[-3000:]
-
-
 SDK_CHECKSUMS_OFF = {"config_kwargs": {"request_checksum_calculation": "when_required",
                                        "response_checksum_validation": "when_required"}}
 
@@ -235,7 +101,8 @@ def test_a_corrupted_upload_is_detected(raw_tcp, packed_tcp, proxy, tmp_path, sd
                        storage_options={**options(proxy.endpoint), **extra})
     with pytest.raises(PackError, match=f"{url}: .*{why}.*tried 4 times.*--resume"):
         pack(raw_tcp, f"s3://{BUCKET}/{prefix}", opts)
-    assert sorted(objects(proxy.upstream, prefix)) == ["shard-000000.tar", "shard-000001.tar"]
+    assert sorted(objects(proxy.upstream, prefix)) == [JOURNAL, "shard-000000.tar",
+                                                       "shard-000001.tar"]
     assert [s.path.endswith("/shard-000002.tar") for s in proxy.puts()].count(True) == 4
 
     proxy.rule.times = 1   # once more, then the proxy lets it through: the retry mends it
@@ -436,24 +303,3 @@ def test_a_large_shard_goes_up_in_parts_and_unfinished_uploads_are_aborted(
     assert unfinished(prefix) == unfinished(other) == 1
     s3_pack(raw_tcp, s3_endpoint, prefix, tmp_path / "stage", overwrite=True)
     assert unfinished(prefix) == 0 and unfinished(other) == 1
-
-
-def test_a_stalled_upload_ends_in_a_bounded_error_and_resumes(raw_tcp, packed_tcp, proxy,
-                                                               tmp_path):
-    """The store never answers shard 2's PUT: each attempt ends at the read timeout, the pack
-    stops after retries + 1 of them with an error naming the object's URL, and --resume
-    (once the store answers again) finishes byte-identical to a local pack."""
-    from carla_wds.pack import PackOptions, pack
-    prefix, stage = fresh_prefix(), tmp_path / "stage"
-    proxy.rule = Rule("/shard-000002.tar", "hold")
-    url = f"s3://{BUCKET}/{prefix}/shard-000002.tar"
-    opts = PackOptions(max_samples=7, progress=False, stage=str(stage), read_timeout=1,
-                       retries=1, storage_options=options(proxy.endpoint))
-    with pytest.raises(PackError, match=f"{url}: .*[Tt]imeout.*tried 2 times.*--resume"):
-        pack(raw_tcp, f"s3://{BUCKET}/{prefix}", opts)
-    assert [s.path.endswith("/shard-000002.tar") for s in proxy.puts()].count(True) == 2
-    assert sorted(objects(proxy.upstream, prefix)) == ["shard-000000.tar", "shard-000001.tar"]
-    proxy.release()
-    proxy.rule = None
-    pack(raw_tcp, f"s3://{BUCKET}/{prefix}", PackOptions(**{**opts.__dict__, "resume": True}))
-    assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
