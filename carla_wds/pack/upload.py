@@ -182,7 +182,11 @@ class StoreOutput:
         """The manifest, uploaded after every shard (a reader sees it whole or not at all);
         then the journal and the staging folder have done their part."""
         self.store.put_bytes(MANIFEST, json_bytes(manifest))
-        self.store.remove([JOURNAL])
+        try:
+            self.store.remove([JOURNAL])
+        except RemoteError as exc:   # the pack is whole: its manifest landed
+            log.warning("the pack is complete, but its journal's copy %s could not be "
+                        "deleted (%s); delete it by hand", self.store.url_of(JOURNAL), exc)
         (self.out / JOURNAL).unlink(missing_ok=True)
         self._tidy(remove_stage=True)
 
