@@ -189,7 +189,7 @@ def len_timing(workdir: Path) -> tuple[float, float]:
     return (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3 / 1000
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workdir", default="/tmp/bench_loader")
     p.add_argument("--episodes", type=int, default=4)
@@ -205,7 +205,52 @@ def main() -> None:
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--fmt", default="png", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def _format_runs(args: argparse.Namespace, workdir: Path, fmt: str, workers_list: list[int],
+                 kinds: list[str], seed_repeats: int) -> dict[tuple, list[dict]]:
+    """Every cell of one format, args.repeats times: results by (kind, workers)."""
+    runs: dict[tuple, list[dict]] = {}
+    for r in range(args.repeats):
+        # Interleaved, and every other repeat in reverse order (ABBA): this VM's speed
+        # drifts by +-10% over minutes, and a drift then hits each cell alike.
+        cells = [("floor", 0)] + [("floor2", 0)] * (2 in workers_list) + \
+            [(kind, w) for kind in kinds for w in workers_list
+             if (kind != "seed" or r < seed_repeats) and (kind, w) != ("persistent", 0)]
+        for kind, workers in cells if r % 2 == 0 else cells[::-1]:
+            runs.setdefault((kind, workers), []).append(
+                measure(workdir, kind, fmt, workers, args.shuffle))
+    return runs
+
+
+def _print_rates(fmt: str, runs: dict, workers_list: list[int], kinds: list[str], fl: dict) -> None:
+    """The main table's rows of one format: seed, ours and the floor per worker count."""
+    none = {"rate": float("nan"), "peak_rss_mb": float("nan")}
+    for workers in workers_list:
+        seed = _median(runs[("seed", workers)]) if "seed" in kinds else none
+        mine = _median(runs[("ours", workers)]) if "ours" in kinds else none
+        print(f"| {fmt} | {workers} | {seed['rate']:.1f} | {mine['rate']:.1f} | "
+              f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
+              f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
+              f"{mine['peak_rss_mb']:.0f} |", flush=True)
+
+
+def _print_later_tables(later: list[str], scaling: list[str]) -> None:
+    _print_table("Persistent workers (ours, persistent_workers=True), epochs 2-3 after an "
+                 "untimed first epoch, against one epoch with fresh workers. Per core: "
+                 "samples/s / floor / workers",
+                 ["format", "workers", "fresh samples/s", "persistent samples/s",
+                  "persistent/fresh", "persistent/floor per core"], later)
+    _print_table("2 workers against 1 (ours), and 2 floor processes against 1 (this machine's "
+                 "ceiling). busy: decoding CPU s / wall s / processes; CPU/sample: its ratio, 2 "
+                 "against 1; steal: seconds taken by the host during the 2-process cell",
+                 ["format", "pipeline", "2 vs 1", "per repeat", "busy at 1", "busy at 2",
+                  "CPU/sample 2 vs 1", "steal s"], scaling)
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.child:
         return child(args)
     workdir = Path(args.workdir)
@@ -225,37 +270,12 @@ def main() -> None:
     scaling: list[str] = []
     later: list[str] = []
     for fmt in args.formats.split(","):
-        runs: dict[tuple, list[dict]] = {}
-        for r in range(args.repeats):
-            # Interleaved, and every other repeat in reverse order (ABBA): this VM's speed
-            # drifts by +-10% over minutes, and a drift then hits each cell alike.
-            cells = [("floor", 0)] + [("floor2", 0)] * (2 in workers_list) + \
-                [(kind, w) for kind in kinds for w in workers_list
-                 if (kind != "seed" or r < seed_repeats) and (kind, w) != ("persistent", 0)]
-            for kind, workers in cells if r % 2 == 0 else cells[::-1]:
-                runs.setdefault((kind, workers), []).append(
-                    measure(workdir, kind, fmt, workers, args.shuffle))
+        runs = _format_runs(args, workdir, fmt, workers_list, kinds, seed_repeats)
         fl = _median(runs[("floor", 0)])
-        none = {"rate": float("nan"), "peak_rss_mb": float("nan")}
-        for workers in workers_list:
-            seed = _median(runs[("seed", workers)]) if "seed" in kinds else none
-            mine = _median(runs[("ours", workers)]) if "ours" in kinds else none
-            print(f"| {fmt} | {workers} | {seed['rate']:.1f} | {mine['rate']:.1f} | "
-                  f"{fl['rate']:.1f} | {mine['rate'] / seed['rate']:.2f}x | "
-                  f"{mine['rate'] / fl['rate']:.2f} | {seed['peak_rss_mb']:.0f} | "
-                  f"{mine['peak_rss_mb']:.0f} |", flush=True)
+        _print_rates(fmt, runs, workers_list, kinds, fl)
         later += _later_epochs(fmt, runs, workers_list, kinds, fl)
         scaling += _scaling(fmt, runs, workers_list, kinds)
-    _print_table("Persistent workers (ours, persistent_workers=True), epochs 2-3 after an "
-                 "untimed first epoch, against one epoch with fresh workers. Per core: "
-                 "samples/s / floor / workers",
-                 ["format", "workers", "fresh samples/s", "persistent samples/s",
-                  "persistent/fresh", "persistent/floor per core"], later)
-    _print_table("2 workers against 1 (ours), and 2 floor processes against 1 (this machine's "
-                 "ceiling). busy: decoding CPU s / wall s / processes; CPU/sample: its ratio, 2 "
-                 "against 1; steal: seconds taken by the host during the 2-process cell",
-                 ["format", "pipeline", "2 vs 1", "per repeat", "busy at 1", "busy at 2",
-                  "CPU/sample 2 vs 1", "steal s"], scaling)
+    _print_later_tables(later, scaling)
 
 
 def _later_epochs(fmt: str, runs: dict, workers_list: list[int], kinds: list[str],

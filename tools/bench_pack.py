@@ -130,7 +130,7 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=4, help="synthetic routes to render")
     ap.add_argument("--frames", type=int, default=200, help="frames per route")
@@ -142,40 +142,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default=None, help="scratch folder (default: a temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--out", default=None, help="append the Markdown result to this file")
-    args = ap.parse_args(argv)
+    return ap
 
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_pack_"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-        t0 = time.perf_counter()
-        raw = make_input(work, args.episodes, args.frames, args.copies, args.seed)
-        n_files, n_bytes = input_stats(raw)
-        print(f"input: {n_files} files, {n_bytes / 1e6:.0f} MB "
-              f"(written in {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-        warm = warm_up(raw)
-        print(f"warm-up read of all files: {warm:.1f} s", file=sys.stderr)
 
-        out, n = work / "out", args.max_samples
-        variants = {"tar cf": lambda: time_tar(raw, work / "out.tar", fsync=False),
-                    "tar cf + fsync": lambda: time_tar(raw, work / "out.tar", fsync=True),
-                    "pack workers=1": lambda: time_pack(raw, out, 1, n),
-                    "pack workers=2": lambda: time_pack(raw, out, 2, n),
-                    "pack --no-fsync workers=1": lambda: time_pack(raw, out, 1, n, fsync=False),
-                    "pack --no-fsync workers=2": lambda: time_pack(raw, out, 2, n, fsync=False)}
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        cpus: dict[str, list[float]] = {name: [] for name in variants}
-        for rep in range(args.repeats):          # interleaved: drift hits every variant alike
-            for name, run in variants.items():
-                wall, cpu = run()
-                times[name].append(wall)
-                cpus[name].append(cpu)
-                print(f"run {rep + 1}/{args.repeats} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU",
-                      file=sys.stderr)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+def _measure(args: argparse.Namespace, work: Path) -> tuple[int, int, float, dict, dict]:
+    """Input written and warmed, then every variant args.repeats times, interleaved:
+    (input files, input bytes, warm-up s, wall s by variant, CPU s by variant)."""
+    print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    t0 = time.perf_counter()
+    raw = make_input(work, args.episodes, args.frames, args.copies, args.seed)
+    n_files, n_bytes = input_stats(raw)
+    print(f"input: {n_files} files, {n_bytes / 1e6:.0f} MB "
+          f"(written in {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    warm = warm_up(raw)
+    print(f"warm-up read of all files: {warm:.1f} s", file=sys.stderr)
 
+    out, n = work / "out", args.max_samples
+    variants = {"tar cf": lambda: time_tar(raw, work / "out.tar", fsync=False),
+                "tar cf + fsync": lambda: time_tar(raw, work / "out.tar", fsync=True),
+                "pack workers=1": lambda: time_pack(raw, out, 1, n),
+                "pack workers=2": lambda: time_pack(raw, out, 2, n),
+                "pack --no-fsync workers=1": lambda: time_pack(raw, out, 1, n, fsync=False),
+                "pack --no-fsync workers=2": lambda: time_pack(raw, out, 2, n, fsync=False)}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    cpus: dict[str, list[float]] = {name: [] for name in variants}
+    for rep in range(args.repeats):          # interleaved: drift hits every variant alike
+        for name, run in variants.items():
+            wall, cpu = run()
+            times[name].append(wall)
+            cpus[name].append(cpu)
+            print(f"run {rep + 1}/{args.repeats} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU",
+                  file=sys.stderr)
+    return n_files, n_bytes, warm, times, cpus
+
+
+def _report(args: argparse.Namespace, argv: list[str] | None, n_files: int, n_bytes: int,
+            warm: float, times: dict[str, list[float]], cpus: dict[str, list[float]]) -> str:
+    """The Markdown result: how it was measured, then one table row per variant."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     med = {name: statistics.median(ts) for name, ts in times.items()}
     tar, tar_best = med["tar cf"], min(times["tar cf"])
@@ -207,7 +210,19 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {m:.2f} | {runs} | {n_bytes / 1e6 / m:.0f} | {tar / m:.2f}x | "
                      f"{tar_best / best:.2f}x | {peer / m:.2f}x | "
                      f"{statistics.median(cpus[name]):.2f} |")
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_pack_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        measured = _measure(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    text = _report(args, argv, *measured)
     print(text)
     if args.out:
         with open(args.out, "a") as f:

@@ -29,20 +29,18 @@ from __future__ import annotations
 import argparse
 import cProfile
 import hashlib
-import http.client
 import inspect
 import json
 import logging
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
+from bench_s3_pieces import _copy, _http_blocks, _mid, _timed
 from proc_stats import children_cpu, cpu_seconds, steal_seconds
 
 BUCKET, PREFIX, BATCH = "bench", "pack", 16
@@ -174,10 +172,6 @@ def run_cells(args: argparse.Namespace, shards: Path, url: str) -> dict[tuple, l
     return runs
 
 
-def _mid(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def table(runs: dict[tuple, list[dict]], workers_list: list[int]) -> list[str]:
     rows = ["| case | workers | samples/s | per repeat | vs local disk | per repeat vs local | "
             "open ms | epoch CPU ms/sample | server CPU s |",
@@ -217,42 +211,6 @@ def noise(runs: dict[tuple, list[dict]], workers_list: list[int]) -> list[str]:
                     f"{same[0]:.2f}-{same[-1]:.2f}x | {warm[0]:.2f}-{warm[-1]:.2f}x | "
                     f"{_mid(warm):.3f}x | {'yes' if inside else 'no'} |")
     return rows
-
-
-def _timed(call, repeats: int) -> float:
-    """Median seconds of call() over repeats."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return _mid(times)
-
-
-def _http_blocks(presigned: str, size: int, block: int) -> None:
-    """The shard in ranged GETs of `block` bytes over one plain HTTP connection, to a URL
-    signed beforehand: moto's own handling and the loopback, without an S3 client."""
-    where = urllib.parse.urlsplit(presigned)
-    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
-    try:
-        for off in range(0, size, block):
-            end = min(size, off + block) - 1
-            conn.request("GET", f"{where.path}?{where.query}",
-                         headers={"Range": f"bytes={off}-{end}"})
-            resp = conn.getresponse()
-            if resp.status != 206 or len(resp.read()) != end - off + 1:
-                raise SystemExit(f"{where.path}: ranged GET answered {resp.status}")
-    finally:
-        conn.close()
-
-
-def _copy(data: bytes, dest: Path) -> None:
-    """What the cache does with checked bytes: a temporary file, then a rename."""
-    tmp = dest.with_suffix(".temp")
-    with open(tmp, "wb") as f:
-        for off in range(0, len(data), 8 << 20):
-            f.write(data[off:off + (8 << 20)])
-    os.replace(tmp, dest)
 
 
 def pieces(args: argparse.Namespace, shards: Path, runs: dict[tuple, list[dict]]) -> list[str]:
