@@ -40,68 +40,76 @@ class Faults:
         self.ignore_range = False   # answer a Range request with the whole body (200)
 
 
-def _handler(root: Path, faults: Faults):
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
+class FaultyHandler(http.server.BaseHTTPRequestHandler):
+    """Serves the files under `root`, doing to `faults.target` what `faults.mode` says; the
+    subclass that `_handler` makes binds both."""
+
+    root: Path
+    faults: Faults
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        name = self.path.lstrip("/")
+        self.faults.requests.append((name, self.headers.get("Range")))
+        path = self.root / name
+        if not path.is_file():
+            self.send_error(404)
+            return
+        body = path.read_bytes()
+        if name == self.faults.target and self.faults.mode and self.faults.left > 0:
+            self.faults.left -= 1
+            return getattr(self, "_" + self.faults.mode)(body)
+        self._send(body, None if self.faults.ignore_range else self.headers.get("Range"))
+
+    def _send(self, body: bytes, rng: str | None = None) -> None:
+        start = int(rng.split("=")[1].rstrip("-")) if rng else 0
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        self.wfile.write(body[start:])
+
+    def _stall(self, body: bytes) -> None:   # headers and 1 MB (or a fifth), then silence
+        rng = self.headers.get("Range")
+        start = int(rng.split("=")[1].rstrip("-")) if rng else 0
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        self.wfile.write(body[start:start + min(1 << 20, len(body) // 5)])
+        self.wfile.flush()
+        self.faults.stop.wait(30)
+
+    def _error500(self, body: bytes) -> None:
+        self.send_error(500)
+
+    def _short(self, body: bytes) -> None:   # an honest Content-Length of a shorter file
+        cut = body[:len(body) // 2]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(cut)))
+        self.end_headers()
+        self.wfile.write(cut)
+
+    def _lie(self, body: bytes) -> None:   # announces it all, sends half, hangs up
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[:len(body) // 2])
+        self.close_connection = True
+
+    def _endless(self, body: bytes) -> None:   # no Content-Length, bytes for ever
+        self.send_response(200)
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+            while not self.faults.stop.is_set():
+                self.wfile.write(b"\0" * 65536)
+        except OSError:
             pass
 
-        def do_GET(self):
-            name = self.path.lstrip("/")
-            faults.requests.append((name, self.headers.get("Range")))
-            path = root / name
-            if not path.is_file():
-                self.send_error(404)
-                return
-            body = path.read_bytes()
-            if name == faults.target and faults.mode and faults.left > 0:
-                faults.left -= 1
-                return getattr(self, "_" + faults.mode)(body)
-            self._send(body, None if faults.ignore_range else self.headers.get("Range"))
 
-        def _send(self, body: bytes, rng: str | None = None) -> None:
-            start = int(rng.split("=")[1].rstrip("-")) if rng else 0
-            self.send_response(206 if rng else 200)
-            self.send_header("Content-Length", str(len(body) - start))
-            self.end_headers()
-            self.wfile.write(body[start:])
-
-        def _stall(self, body: bytes) -> None:   # headers and 1 MB (or a fifth), then silence
-            rng = self.headers.get("Range")
-            start = int(rng.split("=")[1].rstrip("-")) if rng else 0
-            self.send_response(206 if rng else 200)
-            self.send_header("Content-Length", str(len(body) - start))
-            self.end_headers()
-            self.wfile.write(body[start:start + min(1 << 20, len(body) // 5)])
-            self.wfile.flush()
-            faults.stop.wait(30)
-
-        def _error500(self, body: bytes) -> None:
-            self.send_error(500)
-
-        def _short(self, body: bytes) -> None:   # an honest Content-Length of a shorter file
-            cut = body[:len(body) // 2]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(cut)))
-            self.end_headers()
-            self.wfile.write(cut)
-
-        def _lie(self, body: bytes) -> None:   # announces it all, sends half, hangs up
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body[:len(body) // 2])
-            self.close_connection = True
-
-        def _endless(self, body: bytes) -> None:   # no Content-Length, bytes for ever
-            self.send_response(200)
-            self.end_headers()
-            try:
-                self.wfile.write(body)
-                while not faults.stop.is_set():
-                    self.wfile.write(b"\0" * 65536)
-            except OSError:
-                pass
-    return Handler
+def _handler(root: Path, faults: Faults):
+    return type("Handler", (FaultyHandler,), {"root": root, "faults": faults})
 
 
 @pytest.fixture()

@@ -47,6 +47,8 @@ TITLES = {
     "transfuser2022": "TransFuser 2022 virtual-LiDAR frame  (\"transfuser2022\")",
     "garage": "carla_garage: CARLA vehicle frame  (\"garage\")",
     "b2d": "Bench2Drive ego frame  (\"b2d\")",
+    "pixel transfuser2022": "TF-2022 LiDAR histogram / target_point_image, 256x256, 8 px/m",
+    "pixel garage": "carla_garage BEV pixels (crop of the 256x256 grid), 4 px/m",
 }
 
 NOTES = {
@@ -68,6 +70,20 @@ NOTES = {
             "world2ego_rh = left2right @ world2ego @ left2right",
             "x forward, y left, z up: right-handed (nuScenes-like)",
             "reference only: no carla-wds layout stores it yet"],
+    "pixel transfuser2022": ["lidar (2, 256, 256): rows 0..255 = 32..0 m ahead of the LiDAR,",
+                             "cols 0..255 = 16 m left .. 16 m right (data.py lidar_to_histogram_features)",
+                             "col = 128 + 8 y_right,  row = 256 - 8 (x_fwd - 1.3)",
+                             "label (boxes): [col, row, w, h, yaw, speed, brake] in these pixels"],
+    "pixel garage": ["lidar (1, 256, 256): [row, col] = [4 y + 128, 4 x + 128] (hist.T)",
+                     "bounding_boxes[:, 0] = 4 y_right + 128 (row), [:, 1] = 4 x_fwd + 128 (col),",
+                     "yaw negated (transfuser_utils.bb_vehicle_to_image_system)",
+                     "forward = +col (page right), vehicle right = +row (page down)"],
+}
+# pixel panels: x limits, y limits (rows grow down the page), x and y axis captions
+PIXEL_AXES = {
+    "transfuser2022": ((-4, 260), (300, 90), "column (width)  ->  vehicle right",
+                       "row (height), down  ->  backward"),
+    "garage": ((96, 184), (160, 84), "column (width)  ->  vehicle forward", "row (height), down  ->  vehicle right"),
 }
 
 # pixel frames: (f, r) metres -> (col, row) pixels, as each project computes them
@@ -208,10 +224,11 @@ def _metric_panel(ax, frame: str) -> None:
             fontsize=6.5, va="top", color="#555555")
 
 
-def _pixel_panel(ax, project: str) -> None:
+def _pixel_grid(ax, to_px):
+    """The 256x256 grid, the car, its origin and the example waypoints, in pixels:
+    (origin col, origin row, waypoint cols, waypoint rows)."""
     from matplotlib.patches import Polygon, Rectangle
 
-    to_px = tf2022_pixel if project == "transfuser2022" else garage_pixel
     ax.set_aspect("equal")
     ax.add_patch(Rectangle((0, 0), 256, 256, fc="#f7f9fb", ec="k", lw=1.0))
     for k in range(0, 257, 32):
@@ -226,57 +243,87 @@ def _pixel_panel(ax, project: str) -> None:
     col, row = to_px(g[:, 0], g[:, 1])
     ax.plot(np.r_[c0, col], np.r_[r0, row], "--", color=WP_COLOR, lw=0.8, zorder=3)
     ax.plot(col, row, "o", color=WP_COLOR, ms=5, zorder=4)
-    if project == "transfuser2022":
-        ax.set_xlim(-4, 260)
-        ax.set_ylim(300, 90)
-        cl, rl = to_px(ref.TF2022_LIDAR_POS[0], 0.0)
-        ax.plot([cl], [rl], "s", color="k", ms=4, zorder=4)
-        ax.annotate("LiDAR (128, 256)", (cl, rl), xytext=(8, 8), textcoords="offset points", fontsize=7)
-        ax.annotate("vehicle origin (128, 266.4)", (c0, r0), xytext=(10, -2), textcoords="offset points",
-                    fontsize=7, color=CAR_COLOR, va="center")
-        for i, (c, r) in enumerate(zip(col, row)):
-            ax.annotate(f"wp{i + 1} (col {c:.1f}, row {r:.1f})", (c, r), xytext=(-8, 0),
-                        textcoords="offset points", fontsize=7.5, color=WP_COLOR, ha="right", va="center")
-        title = "TF-2022 LiDAR histogram / target_point_image, 256x256, 8 px/m"
-        notes = ["lidar (2, 256, 256): rows 0..255 = 32..0 m ahead of the LiDAR,",
-                 "cols 0..255 = 16 m left .. 16 m right (data.py lidar_to_histogram_features)",
-                 "col = 128 + 8 y_right,  row = 256 - 8 (x_fwd - 1.3)",
-                 "label (boxes): [col, row, w, h, yaw, speed, brake] in these pixels"]
-        ax.set_xlabel("column (width)  ->  vehicle right", fontsize=8)
-        ax.set_ylabel("row (height), down  ->  backward", fontsize=8)
-    else:
-        ax.set_xlim(96, 184)
-        ax.set_ylim(160, 84)
-        ax.annotate("vehicle (row 128, col 128)", (c0, r0), xytext=(0, -14), textcoords="offset points",
-                    fontsize=7, color=CAR_COLOR, ha="center", va="top")
-        for i, (c, r) in enumerate(zip(col, row)):
-            ax.annotate(f"wp{i + 1}", (c, r), xytext=(0, 6), textcoords="offset points", fontsize=7.5,
-                        color=WP_COLOR, ha="center", va="bottom")
-        ax.text(0.02, 0.02, "\n".join(f"wp{i + 1}: row {r:.1f}, col {c:.1f}" for i, (c, r) in enumerate(zip(col, row))),
-                transform=ax.transAxes, fontsize=7, color=WP_COLOR, va="bottom",
-                bbox=dict(fc="white", ec="#bbbbbb", lw=0.6))
-        title = "carla_garage BEV pixels (crop of the 256x256 grid), 4 px/m"
-        notes = ["lidar (1, 256, 256): [row, col] = [4 y + 128, 4 x + 128] (hist.T)",
-                 "bounding_boxes[:, 0] = 4 y_right + 128 (row), [:, 1] = 4 x_fwd + 128 (col),",
-                 "yaw negated (transfuser_utils.bb_vehicle_to_image_system)",
-                 "forward = +col (page right), vehicle right = +row (page down)"]
-        ax.set_xlabel("column (width)  ->  vehicle forward", fontsize=8)
-        ax.set_ylabel("row (height), down  ->  vehicle right", fontsize=8)
+    return c0, r0, col, row
+
+
+def _tf2022_pixel_labels(ax, to_px, c0, r0, col, row) -> None:
+    """TF-2022's LiDAR mark and labels."""
+    cl, rl = to_px(ref.TF2022_LIDAR_POS[0], 0.0)
+    ax.plot([cl], [rl], "s", color="k", ms=4, zorder=4)
+    ax.annotate("LiDAR (128, 256)", (cl, rl), xytext=(8, 8), textcoords="offset points", fontsize=7)
+    ax.annotate("vehicle origin (128, 266.4)", (c0, r0), xytext=(10, -2), textcoords="offset points",
+                fontsize=7, color=CAR_COLOR, va="center")
+    for i, (c, r) in enumerate(zip(col, row)):
+        ax.annotate(f"wp{i + 1} (col {c:.1f}, row {r:.1f})", (c, r), xytext=(-8, 0),
+                    textcoords="offset points", fontsize=7.5, color=WP_COLOR, ha="right", va="center")
+
+
+def _garage_pixel_labels(ax, to_px, c0, r0, col, row) -> None:
+    """carla_garage's labels, and the waypoints' pixels listed in a corner."""
+    ax.annotate("vehicle (row 128, col 128)", (c0, r0), xytext=(0, -14), textcoords="offset points",
+                fontsize=7, color=CAR_COLOR, ha="center", va="top")
+    for i, (c, r) in enumerate(zip(col, row)):
+        ax.annotate(f"wp{i + 1}", (c, r), xytext=(0, 6), textcoords="offset points", fontsize=7.5,
+                    color=WP_COLOR, ha="center", va="bottom")
+    ax.text(0.02, 0.02, "\n".join(f"wp{i + 1}: row {r:.1f}, col {c:.1f}" for i, (c, r) in enumerate(zip(col, row))),
+            transform=ax.transAxes, fontsize=7, color=WP_COLOR, va="bottom",
+            bbox=dict(fc="white", ec="#bbbbbb", lw=0.6))
+
+
+def _pixel_panel(ax, project: str) -> None:
+    to_px = tf2022_pixel if project == "transfuser2022" else garage_pixel
+    c0, r0, col, row = _pixel_grid(ax, to_px)
+    xlim, ylim, xlabel, ylabel = PIXEL_AXES[project]
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    labels = _tf2022_pixel_labels if project == "transfuser2022" else _garage_pixel_labels
+    labels(ax, to_px, c0, r0, col, row)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
-    ax.set_title(title, fontsize=9)
-    ax.text(0.98, 0.98, "\n".join(notes), transform=ax.transAxes, fontsize=6.3, ha="right", va="top",
-            bbox=dict(fc="white", ec="#bbbbbb", lw=0.6), zorder=5)
+    ax.set_title(TITLES[f"pixel {project}"], fontsize=9)
+    ax.text(0.98, 0.98, "\n".join(NOTES[f"pixel {project}"]), transform=ax.transAxes, fontsize=6.3, ha="right",
+            va="top", bbox=dict(fc="white", ec="#bbbbbb", lw=0.6), zorder=5)
 
 
 WORLD_POS, WORLD_YAW = (10.0, 20.0), -45.0   # heading north-east
 
 
+def _world_page(xy):   # world (x east, y south) -> page (u, v) = (x, -y): north up
+    xy = np.asarray(xy, dtype=np.float64)
+    return xy[..., 0], -xy[..., 1]
+
+
+def _world_axes_arrows(ax) -> None:
+    """World x, y and north, drawn at a corner, and the handedness note."""
+    a = np.array([3.8, 14.5])
+    for d, cap, color in (((1, 0), "world x (east)", X_COLOR), ((0, 1), "world y (south)", Y_COLOR),
+                          ((0, -1), "north = -y (compass 0)", "k")):
+        du, dv = _world_page(np.array(d) * 2.5)
+        au, av = _world_page(a)
+        ax.annotate("", xy=(au + du, av + dv), xytext=(au, av),
+                    arrowprops=dict(arrowstyle="-|>", color=color, lw=1.8, mutation_scale=12))
+        ax.annotate(cap, (au + du, av + dv), xytext=(3, 3 if dv >= 0 else -10), textcoords="offset points",
+                    fontsize=7.5, color=color)
+    au, av = _world_page(a)
+    ax.annotate("z up (out of the page):\nleft-handed", (au, av), xytext=(12, -34), textcoords="offset points",
+                fontsize=6.5, color="#555555")
+
+
+def _world_notes(ax) -> None:
+    compass = math.radians(WORLD_YAW) + math.pi / 2
+    notes = [f"yaw = {WORLD_YAW:.0f} deg (from +x toward +y; + = right turn)",
+             f"compass theta = yaw + 90 deg = {math.degrees(compass):.0f} deg (TCP/TF 'theta')",
+             f"garage theta = yaw in rad = {math.radians(WORLD_YAW):.3f}",
+             f"B2D ego_yaw = pi/2 - compass = {math.degrees(math.pi / 2 - compass):.0f} deg (right-handed)",
+             "TCP/TF x, y = scaled GNSS (north, east) = (-y, x)",
+             "ego_matrix = Transform.get_matrix(): world <- vehicle"]
+    ax.text(0.98, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=6.5, ha="right", va="bottom",
+            bbox=dict(fc="white", ec="#bbbbbb", lw=0.6))
+
+
 def _world_panel(ax) -> None:
     from matplotlib.patches import Polygon
-
-    def page(xy):   # world (x east, y south) -> page (u, v) = (x, -y): north up
-        xy = np.asarray(xy, dtype=np.float64)
-        return xy[..., 0], -xy[..., 1]
 
     rot = np.array(ref.carla_matrix(0, 0, 0, WORLD_YAW))[:2, :2]   # world = R @ (f, r) + p
     pos = np.array(WORLD_POS)
@@ -288,44 +335,24 @@ def _world_panel(ax) -> None:
     ax.set_xlabel("world x (m)  ->  east", fontsize=8)
     ax.set_ylabel("-(world y) (m)  ->  north", fontsize=8)
     car = _car_outline() @ rot.T + pos
-    u, v = page(car)
+    u, v = _world_page(car)
     ax.add_patch(Polygon(np.stack([u, v], 1), closed=True, fc="#ecf0f1", ec=CAR_COLOR, lw=1.2))
-    pu, pv = page(pos)
+    pu, pv = _world_page(pos)
     ax.plot([pu], [pv], "o", color=CAR_COLOR, ms=4)
     ax.annotate(f"vehicle at ({pos[0]:.0f}, {pos[1]:.0f})", (pu, pv), xytext=(8, -12), textcoords="offset points",
                 fontsize=7, color=CAR_COLOR)
-    # world axes and north, drawn at a corner
-    a = np.array([3.8, 14.5])
-    for d, cap, color in (((1, 0), "world x (east)", X_COLOR), ((0, 1), "world y (south)", Y_COLOR),
-                          ((0, -1), "north = -y (compass 0)", "k")):
-        du, dv = page(np.array(d) * 2.5)
-        au, av = page(a)
-        ax.annotate("", xy=(au + du, av + dv), xytext=(au, av),
-                    arrowprops=dict(arrowstyle="-|>", color=color, lw=1.8, mutation_scale=12))
-        ax.annotate(cap, (au + du, av + dv), xytext=(3, 3 if dv >= 0 else -10), textcoords="offset points",
-                    fontsize=7.5, color=color)
-    au, av = page(a)
-    ax.annotate("z up (out of the page):\nleft-handed", (au, av), xytext=(12, -34), textcoords="offset points",
-                fontsize=6.5, color="#555555")
+    _world_axes_arrows(ax)
     # heading arrow
-    fu, fv = page(pos + rot @ np.array([3.5, 0.0]))
+    fu, fv = _world_page(pos + rot @ np.array([3.5, 0.0]))
     ax.annotate("", xy=(fu, fv), xytext=(pu, pv), arrowprops=dict(arrowstyle="-|>", color="#8e44ad", lw=1.5))
     world = ref.EXAMPLE_GARAGE @ rot.T + pos
-    u, v = page(world)
+    u, v = _world_page(world)
     ax.plot(np.r_[pu, u], np.r_[pv, v], "--", color=WP_COLOR, lw=0.8)
     ax.plot(u, v, "o", color=WP_COLOR, ms=5)
     for i, (uu, vv) in enumerate(zip(u, v)):
         ax.annotate(f"wp{i + 1} {_fmt(world[i])}", (uu, vv), xytext=(-8, 2), textcoords="offset points",
                     fontsize=8, color=WP_COLOR, ha="right", va="bottom")
-    compass = math.radians(WORLD_YAW) + math.pi / 2
-    notes = [f"yaw = {WORLD_YAW:.0f} deg (from +x toward +y; + = right turn)",
-             f"compass theta = yaw + 90 deg = {math.degrees(compass):.0f} deg (TCP/TF 'theta')",
-             f"garage theta = yaw in rad = {math.radians(WORLD_YAW):.3f}",
-             f"B2D ego_yaw = pi/2 - compass = {math.degrees(math.pi / 2 - compass):.0f} deg (right-handed)",
-             "TCP/TF x, y = scaled GNSS (north, east) = (-y, x)",
-             "ego_matrix = Transform.get_matrix(): world <- vehicle"]
-    ax.text(0.98, 0.02, "\n".join(notes), transform=ax.transAxes, fontsize=6.5, ha="right", va="bottom",
-            bbox=dict(fc="white", ec="#bbbbbb", lw=0.6))
+    _world_notes(ax)
     ax.set_title("CARLA world (left-handed), north up", fontsize=9)
 
 
