@@ -111,6 +111,18 @@ def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | No
             "stacked": tuple(stacked_kinds(spec, asked))}
 
 
+def _batches(where: str, counts: tuple[int, ...], batch_size: int, world_size: int, mode: str,
+             batches_per_epoch: int | None) -> int:
+    """Batches per rank per epoch; none at all is an error naming the fix."""
+    n = batches_per_rank(list(counts), batch_size, world_size, mode, batches_per_epoch)
+    if n < 1:
+        raise ValueError(
+            f"{where}: {sum(counts)} samples give no full batch of {batch_size} on "
+            f"each of {world_size} ranks. Fix: lower batch_size, use fewer ranks, or "
+            "pack more data")
+    return n
+
+
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
@@ -155,13 +167,8 @@ class CARLAWebData:
         # of the shard list as written, so that states saved by earlier versions still resume
         self.manifest_id = hashlib.sha256(json.dumps(self.manifest.doc["shards"],
                                                      sort_keys=True).encode()).hexdigest()
-        self._len = batches_per_rank(list(self.counts), batch_size, self.world_size, mode,
-                                     batches_per_epoch)
-        if self._len < 1:
-            raise ValueError(
-                f"{self.where}: {sum(self.counts)} samples give no full batch of {batch_size} on "
-                f"each of {self.world_size} ranks. Fix: lower batch_size, use fewer ranks, or "
-                "pack more data")
+        self._len = _batches(self.where, self.counts, batch_size, self.world_size, mode,
+                             batches_per_epoch)
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
         self._field_layout: dict | None = None   # shapes of the selected fields, once seen
         self.stats = {"skipped_samples": 0, "batches": 0, "batches_outside_ring": 0}

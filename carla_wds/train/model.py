@@ -184,16 +184,20 @@ class ModelIO:
             raise ValueError(f"bad model inputs: {self}")
 
 
+def _check_sizes(cfg: ModelConfig, n_cameras: int, pred_len: int) -> None:
+    if n_cameras < 1 or pred_len < 1:
+        raise ValueError(f"n_cameras and pred_len must be >= 1, got {n_cameras}, {pred_len}")
+    if cfg.feature_dim < 1 or not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"bad feature_dim/dropout: {cfg.feature_dim}, {cfg.dropout}")
+
+
 class WaypointModel(nn.Module):
     """Multi-camera images + (speed, target point, command[, LiDAR, extras]) -> waypoints."""
 
     def __init__(self, cfg: ModelConfig, n_cameras: int, pred_len: int,
                  io: ModelIO | None = None) -> None:
         super().__init__()
-        if n_cameras < 1 or pred_len < 1:
-            raise ValueError(f"n_cameras and pred_len must be >= 1, got {n_cameras}, {pred_len}")
-        if cfg.feature_dim < 1 or not 0.0 <= cfg.dropout < 1.0:
-            raise ValueError(f"bad feature_dim/dropout: {cfg.feature_dim}, {cfg.dropout}")
+        _check_sizes(cfg, n_cameras, pred_len)
         self.cfg = cfg
         self.io = io or ModelIO()
         self.n_cameras = n_cameras
