@@ -9,9 +9,18 @@ At the end of each pass Workers decides what outlives it:
   next pass only once those processes are seen to have exited. A worker still alive (a
   traceback can keep a failed DataLoader, and its workers, alive a while) could still write
   a slot that the next pass's workers use.
+
+A forked worker can hang inside fork itself, before it runs any Python: CPython up to 3.11.7
+copies the interpreter's thread-state lock into the child while another thread holds it
+(gh-112275), and under DDP gloo's threads take it at any time. So freshly forked workers
+must report that they started (worker_init_fn) within START_WAIT; a pass whose workers do
+not is shut down (the stuck ones killed) and forked again. Nothing was delivered meanwhile,
+so the batches are the same.
 """
 from __future__ import annotations
 
+import functools
+import logging
 import multiprocessing
 import time
 from dataclasses import dataclass, replace
@@ -33,6 +42,7 @@ from .plan import plan_worker, resampled_shards
 from .ring import BatchRing, RingItem
 
 Context = multiprocessing.context.BaseContext
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -157,17 +167,25 @@ class EpochStream(IterableDataset):
         return stages.augmenter(e.seed, e.epoch, e.per_camera_augment, iteration_of)
 
 
+def _mark_started(started, worker_id: int) -> None:
+    """worker_init_fn: this worker got through fork into Python."""
+    started[worker_id] = 1
+
+
 @dataclass
 class _Pass:
     """One DataLoader, what its workers were told, and their processes once started."""
     loader: DataLoader | None
     epoch: Epoch
+    started: object = None   # a shared byte per worker, set once it runs (_mark_started)
     procs: tuple[BaseProcess, ...] = ()
 
 
 class Workers:
     """The DataLoader workers of one CARLAWebData and their image ring, pass after pass."""
     EXIT_WAIT = 1.0   # seconds a pass's end waits for workers that have not exited yet
+    START_WAIT = 20.0   # seconds a forked worker has to reach Python (module docstring)
+    START_TRIES = 3
 
     def __init__(self, num_workers: int, *, prefetch_factor: int, pin_memory: bool,
                  persistent: bool, stats: dict[str, int], context: Context | None = None
@@ -184,11 +202,7 @@ class Workers:
 
     def run(self, e: Epoch, expected: int) -> Iterator[CARLABatch]:
         """One pass: the `expected` batches of e, in order."""
-        p = self._start(e)
-        before = None if p.procs else set(multiprocessing.active_children())
-        batches = iter(p.loader)   # forks (or resets) the workers
-        if before is not None:
-            p.procs = tuple(set(multiprocessing.active_children()) - before)
+        p, batches = self._begin(e)
         # clean: no error ended the pass, so kept workers are in a known state
         produced, clean, closes = 0, False, self._closes
         try:
@@ -209,6 +223,41 @@ class Workers:
             raise RuntimeError(f"rank {e.rank} produced {produced} batches, planned "
                                f"{expected}; this is a carla-wds bug, please report it")
 
+    def _begin(self, e: Epoch) -> tuple[_Pass, Iterator]:
+        """This pass and its DataLoader's iterator, with workers that started: kept ones, or
+        ones forked now that reached Python (forked again up to START_TRIES times)."""
+        for attempt in range(1, self.START_TRIES + 1):
+            p = self._start(e)
+            before = None if p.procs else set(multiprocessing.active_children())
+            batches = iter(p.loader)   # forks (or resets) the workers
+            if before is None:
+                return p, batches
+            p.procs = tuple(set(multiprocessing.active_children()) - before)
+            stuck = self._not_started(p)
+            if not stuck:
+                return p, batches
+            log.warning("rank %d: DataLoader worker(s) %s hung in fork (no Python after "
+                        "%.0f s; CPython <= 3.11.7 and gh-112275 cause this under DDP); "
+                        "forking the pass's workers again (try %d of %d)", e.rank, stuck,
+                        self.START_WAIT, attempt, self.START_TRIES)
+            del batches
+            self._finish(p)   # the DataLoader's shutdown kills the stuck ones
+        raise RuntimeError(f"rank {e.rank}: DataLoader workers hung in fork {self.START_TRIES} "
+                           "times. Fix: use Python >= 3.11.8 (gh-112275), or num_workers=0")
+
+    def _not_started(self, p: _Pass) -> list[int]:
+        """The workers of a freshly forked pass that have not reached Python in START_WAIT
+        (a dead one is not waited for: torch reports it)."""
+        if p.started is None:
+            return []
+        deadline = time.monotonic() + self.START_WAIT
+        while True:
+            waiting = [i for i in range(len(p.started)) if not p.started[i]]
+            dead = any(not proc.is_alive() for proc in p.procs)
+            if not waiting or dead or time.monotonic() > deadline:
+                return [] if dead else waiting
+            time.sleep(0.002)
+
     def close(self) -> None:
         """Join kept workers now; those of a pass still running are not kept when it ends."""
         kept, self._kept, self._closes = self._kept, None, self._closes + 1
@@ -228,14 +277,19 @@ class Workers:
         else:
             e = replace(e, ring=self._lend_ring(e),
                         live=PassState(self.context) if self.persistent else None)
-            p = _Pass(self._loader(e), e)
+            started = (self.context.RawArray("b", self.num_workers)
+                       if self.num_workers and self.context.get_start_method() == "fork"
+                       else None)
+            p = _Pass(self._loader(e, started), e, started)
         if p.epoch.live is not None:
             p.epoch.live.publish(p.epoch)
         return p
 
-    def _loader(self, e: Epoch) -> DataLoader:
+    def _loader(self, e: Epoch, started) -> DataLoader:
         return DataLoader(
             EpochStream(e), batch_size=None, num_workers=self.num_workers,
+            worker_init_fn=None if started is None else functools.partial(_mark_started,
+                                                                          started),
             pin_memory=self.pin_memory, persistent_workers=self.persistent,
             multiprocessing_context=self.context if self.num_workers else None,
             prefetch_factor=self.prefetch_factor if self.num_workers else None,
