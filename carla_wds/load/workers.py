@@ -241,9 +241,20 @@ class Workers:
                         "forking the pass's workers again (try %d of %d)", e.rank, stuck,
                         self.START_WAIT, attempt, self.START_TRIES)
             del batches
-            self._finish(p)   # the DataLoader's shutdown kills the stuck ones
+            self._drop_stuck(p)
         raise RuntimeError(f"rank {e.rank}: DataLoader workers hung in fork {self.START_TRIES} "
                            "times. Fix: use Python >= 3.11.8 (gh-112275), or num_workers=0")
+
+    def _drop_stuck(self, p: _Pass) -> None:
+        """Shut a pass down whose workers hung in fork. torch's shutdown ends the others, but
+        its SIGTERM does not end a stuck one: a handler the parent installed (Lightning's,
+        torchrun's) is inherited, and only runs Python code, which that child never reaches.
+        So what is still alive then gets SIGKILL."""
+        p.loader = None
+        for proc in p.procs:
+            if proc.is_alive():
+                proc.kill()
+        self._finish(p)
 
     def _not_started(self, p: _Pass) -> list[int]:
         """The workers of a freshly forked pass that have not reached Python in START_WAIT

@@ -7,6 +7,7 @@ stands in for that lock. Writes the eval keys it got to OUT.
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,11 +25,15 @@ def stuck_once() -> None:
         return
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
+    # The real stuck child runs no Python, so the parent's SIGTERM handler (installed below,
+    # as Lightning and torchrun install theirs) never runs there: SIGTERM does not end it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     while True:
         time.sleep(3600)
 
 
 logging.basicConfig(level=logging.WARNING)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("SIGTERM"))
 Workers.START_WAIT = 3.0
 os.register_at_fork(after_in_child=stuck_once)
 data = CARLAWebData(shards, batch_size=3, num_workers=2, image_size=(16, 24), mode="eval")
