@@ -10,9 +10,9 @@ At the end of each pass Workers decides what outlives it:
   traceback can keep a failed DataLoader, and its workers, alive a while) could still write
   a slot that the next pass's workers use.
 
-A forked worker can hang inside fork itself, before it runs any Python: CPython up to 3.11.7
-copies the interpreter's thread-state lock into the child while another thread holds it
-(gh-112275), and under DDP gloo's threads take it at any time. So freshly forked workers
+A forked worker can hang inside fork itself, before it runs any Python: CPython 3.11 (3.11.7
+here) copies the interpreter's thread-state lock into the child while another thread holds
+it (gh-112275), and under DDP gloo's threads take it at any time. So freshly forked workers
 must report that they started (worker_init_fn) within START_WAIT; a pass whose workers do
 not is shut down (the stuck ones killed) and forked again. Nothing was delivered meanwhile,
 so the batches are the same.
@@ -237,13 +237,14 @@ class Workers:
             if not stuck:
                 return p, batches
             log.warning("rank %d: DataLoader worker(s) %s hung in fork (no Python after "
-                        "%.0f s; CPython <= 3.11.7 and gh-112275 cause this under DDP); "
+                        "%.0f s; CPython gh-112275, before 3.12, causes this under DDP); "
                         "forking the pass's workers again (try %d of %d)", e.rank, stuck,
                         self.START_WAIT, attempt, self.START_TRIES)
             del batches
             self._drop_stuck(p)
         raise RuntimeError(f"rank {e.rank}: DataLoader workers hung in fork {self.START_TRIES} "
-                           "times. Fix: use Python >= 3.11.8 (gh-112275), or num_workers=0")
+                           "times (CPython gh-112275). Fix: Python 3.12 or newer, or "
+                           "num_workers=0")
 
     def _drop_stuck(self, p: _Pass) -> None:
         """Shut a pass down whose workers hung in fork. torch's shutdown ends the others, but
