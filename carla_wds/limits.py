@@ -51,7 +51,7 @@ class Limits:
     json_depth: int = 100                  # nesting of a JSON document (CARLA's is < 10)
     clip_bytes: int = 16 << 30             # a clip archive's members, unpacked, together
     clip_members: int = 200_000            # members of one clip archive
-    remote_shard_bytes: int = 64 << 30     # a shard a manifest declares, read over HTTP/s3
+    remote_shard_bytes: int = 16 << 30     # a shard a manifest declares, read over HTTP/s3
     yaml_bytes: int = 1 << 20              # a layout or config YAML file
 
     def check(self, name: str, have: int | float, what: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
-from .. import __version__
+from .. import __version__, limits
 from ..objstore import is_objstore
 from ..schema import SampleSpec, SchemaError, make_key
 from .layout_spec import layout_spec, readers
@@ -265,7 +265,9 @@ def _pool(opts: PackOptions, encoder: FrameEncoder):
     cores), and a thread reading ahead gained nothing (the second core already hashes); both
     measured, see docs/benchmarks.md."""
     if opts.workers > 1 and encoder.decodes:
-        return get_context("spawn").Pool(opts.workers)
+        # spawned workers start from the default limits: hand them this process's own
+        return get_context("spawn").Pool(opts.workers, initializer=limits.set_active,
+                                         initargs=(limits.active(),))
     if opts.workers > 1:
         log.info("PNG passthrough without --check-images: one reader, --workers %d not needed",
                  opts.workers)
