@@ -87,6 +87,13 @@ def fail(where: str, key: str, value: Any, expected: str) -> LayoutError:
                        "layout from carla_wds/pack/layouts/ and edit it")
 
 
+def _named(data: Any, where: str, key: str) -> dict[Any, Any]:
+    """A YAML section of named entries (`name: {...}`); absent is empty."""
+    if data is not None and not isinstance(data, dict):
+        raise fail(where, key, data, "a mapping of names to entries, as in the built-in layouts")
+    return data or {}
+
+
 def _only(d: Any, allowed: tuple[str, ...], where: str, key: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise fail(where, key, d, f"a mapping with keys from {list(allowed)}")
@@ -124,7 +131,7 @@ def _shape(value: Any, where: str, key: str) -> tuple[int, ...]:
 def parse_sensors(data: Any, where: str) -> tuple[Sensor, ...]:
     allowed = ("folder", "ext", "codec", "prefix", "twin", "read")
     out = []
-    for name, d in (data or {}).items():
+    for name, d in _named(data, where, "sensors").items():
         at = f"sensors.{name}"
         d = _only(d, allowed, where, at)
         s = Sensor(_name(name, where, "sensors"), _str(d.get("folder"), where, f"{at}.folder"),
@@ -141,7 +148,7 @@ def parse_fields(data: Any, sources: tuple[Source, ...], where: str) -> tuple[Fi
     allowed = ("key", "source", "dtype", "shape", "units", "frame", "future", "pad")
     names = ("measurements",) + tuple(s.name for s in sources)
     out = []
-    for name, d in (data or {}).items():
+    for name, d in _named(data, where, "measurement_fields").items():
         at = f"measurement_fields.{name}"
         d = _only(d, allowed, where, at)
         key = d.get("key", name)
@@ -161,7 +168,7 @@ def parse_fields(data: Any, sources: tuple[Source, ...], where: str) -> tuple[Fi
 
 def parse_sources(data: Any, where: str) -> tuple[Source, ...]:
     out = []
-    for name, d in (data or {}).items():
+    for name, d in _named(data, where, "sources").items():
         d = _only(d, ("folder", "ext"), where, f"sources.{name}")
         out.append(Source(_name(name, where, "sources"),
                           _str(d.get("folder"), where, f"sources.{name}.folder"),

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from ..safeyaml import read_yaml
 from ..schema import CAMERAS
 from .layout_parts import (
     TARGET_FROM,
@@ -83,18 +84,22 @@ def load_layout(name_or_path: str | Path) -> Layout:
     if not path.is_file():
         raise FileNotFoundError(f"layout file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path, "layout YAML")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
         raise ValueError(f"{path}: not valid YAML ({problem}{at}); expected a mapping like "
                          f"{LAYOUT_DIR / 'tcp.yaml'}. {FIX}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text file; expected a YAML mapping. {FIX}") from None
-    return _layout_from_dict({} if data is None else data, str(path))
+    try:
+        return _layout_from_dict({} if data is None else data, str(path))
+    except ValueError as exc:   # a message shows at most an excerpt of what the file holds
+        text = str(exc)
+        raise type(exc)(text if len(text) <= MAX_MESSAGE else
+                        text[:MAX_MESSAGE - 40] + " ... " + text[-35:]) from None
 
 
+MAX_MESSAGE = 600   # characters of a layout error; the value excerpt is the part cut
 FIX = f"Fix: copy a file from {LAYOUT_DIR} and edit it"
 ALLOWED = ("name", "cameras", "fields", "measurements", "image_ext", "rate_hz", "waypoints",
            "target_point", "frames", "twins", "sensors", "sources", "measurement_fields",
@@ -177,7 +182,10 @@ def _derived(data: dict, fields: dict[str, str], where: str) -> dict[str, Any]:
     if not (isinstance(origin, list) and len(origin) == 3
             and all(isinstance(v, (int, float)) for v in origin)):
         raise fail(where, "waypoints.origin", origin, "[x, y, z] in metres")
-    target = (data.get("target_point") or {}).get("from", "world")
+    target_point = data.get("target_point") or {}
+    if not isinstance(target_point, dict):
+        raise fail(where, "target_point", target_point, "{from: world|ego}")
+    target = target_point.get("from", "world")
     if target not in TARGET_FROM:
         raise fail(where, "target_point.from", target, f"one of {list(TARGET_FROM)}")
     return {"rate_hz": float(rate), "horizon_s": float(horizon), "waypoints_from": source,
@@ -191,7 +199,7 @@ def _parts(data: dict, cameras: dict[str, str], where: str) -> dict[str, Any]:
     if set(twins) - set(cameras):
         raise fail(where, "twins", sorted(twins), f"cameras of this layout ({sorted(cameras)})")
     transforms = data.get("transforms") or []
-    if not isinstance(transforms, list) or set(transforms) - set(TRANSFORMS):
+    if not isinstance(transforms, list) or any(t not in TRANSFORMS for t in transforms):
         raise fail(where, "transforms", transforms, f"a list from {list(TRANSFORMS)}")
     return {"frames": tuple(sorted(frames.items())), "twins": tuple(sorted(twins.items())),
             "sensors": parse_sensors(data.get("sensors"), where), "sources": sources,
