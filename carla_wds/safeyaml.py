@@ -29,7 +29,7 @@ def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a UTF-8 text file; expected a {what}") from None
+        raise ValueError(f"{path}: not a text file (not UTF-8); expected a {what}") from None
     return load_bounded(text, str(path))
 
 
