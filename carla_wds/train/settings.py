@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -133,6 +134,8 @@ def problem(rule: Rule, value: Any, tp: Any) -> str | None:
             return None   # a path; whether it exists is checked before the run starts
         return "not among them"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):   # .inf passes `gt=0` and trains at NaN loss
+            return "not a finite number"
         return None if rule.number_ok(value) else "out of range"
     return None
 

@@ -58,6 +58,11 @@ TINY = str(CONFIG_DIR / "tiny.yaml")
     ("model.lidar=velodyne", ["model.lidar=velodyne", "one of garage, transfuser2022, or null",
                               "model.lidar=null"]),
     ("model.measurements=[route,route]", ["model.measurements=", "route repeated"]),
+    # .inf and .nan pass every bound (`gt=0`) and trained at NaN loss into a NaN checkpoint
+    ("optim.lr=.inf", ["optim.lr=Infinity", "not a finite number", "optim.lr=0.001"]),
+    ("optim.lr=.nan", ["optim.lr=NaN", "not a finite number"]),
+    ("optim.grad_clip=.inf", ["optim.grad_clip=Infinity", "not a finite number"]),
+    ("data.frame_dt=-.inf", ["data.frame_dt=-Infinity", "not a finite number"]),
 ])
 def test_bad_value_names_key_value_valid_and_fix(override, expected):
     with pytest.raises(ConfigError) as exc:
