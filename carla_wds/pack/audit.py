@@ -128,11 +128,25 @@ def _deep_problems(raw: dict, spec, sizes, ref) -> list[str]:
     return []
 
 
+def _speed_and_command(spec, raw: dict, where: str) -> tuple[float, str]:
+    """A sample's speed and command name; ValueError when its members hold other types (a
+    list for meta.json, a string for speed.json), which a shard from elsewhere may."""
+    from .labels import command_index
+    speed = decode_member(spec, raw, "speed.json", where)
+    meta = decode_member(spec, raw, "meta.json", where)
+    if not isinstance(speed, (int, float)) or isinstance(speed, bool):
+        raise ValueError(f"{where}: speed.json holds a {type(speed).__name__}; expected a number")
+    command = meta.get("command") if isinstance(meta, dict) else None
+    if not isinstance(command, int) or isinstance(command, bool):
+        raise ValueError(f"{where}: meta.json holds {str(meta)[:60]!r}; expected an object "
+                         "with the sample's integer command")
+    return float(speed), COMMANDS[command_index(command)].name
+
+
 def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[str, Any]:
     """Samples, shards, sizes, samples per command and speed statistics of a pack."""
     import numpy as np
 
-    from .labels import command_index
     manifest = read_manifest(directory, remote)
     spec = manifest.spec
     speeds, commands = [], {}
@@ -143,9 +157,8 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
             try:
                 for raw in samples_of(stream, ref):
                     where = f"{ref.url}:{raw['__key__']}"
-                    speeds.append(decode_member(spec, raw, "speed.json", where))
-                    meta = decode_member(spec, raw, "meta.json", where)
-                    name = COMMANDS[command_index(meta["command"])].name
+                    speed, name = _speed_and_command(spec, raw, where)
+                    speeds.append(speed)
                     commands[name] = commands.get(name, 0) + 1
             finally:
                 stream.close()

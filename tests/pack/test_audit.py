@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 import webdataset as wds
 
 ROAD_OPTIONS = {1: "LEFT", 2: "RIGHT", 3: "STRAIGHT", 4: "LANEFOLLOW", 5: "CHANGELANELEFT",
@@ -155,3 +156,20 @@ def test_verify_reports_an_unreadable_tar(packed_tcp, copy_tree):
     shard.write_bytes(shard.read_bytes()[:700])
     problems = verify(pack_dir, progress=False)
     assert any("shard-000003.tar" in p and "not a readable tar" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("member,value", [
+    ("meta.json", b"[1, 2]"), ("meta.json", b'{"command": "left"}'), ("meta.json", b"{}"),
+    ("speed.json", b'"fast"'), ("speed.json", b"[3.0]")])
+def test_inspect_on_members_of_other_types_is_one_line(packed_tcp, copy_tree, cli, member,
+                                                       value):
+    """A shard whose members hold other JSON types than a pack writes (consistent with its
+    manifest, so only the values are wrong) is named by `inspect`, never a traceback."""
+    from tests.helpers import rewrite_shard
+    pack = copy_tree(packed_tcp)
+    shard = sorted(pack.glob("*.tar"))[1]
+    rewrite_shard(shard, lambda i, s: {**s, member: value} if i == 2 else s)
+    result = cli("inspect", pack)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert shard.name in result.output and member in result.output, result.output
