@@ -37,6 +37,22 @@ def _part(value: str | None) -> tuple[int, int] | None:
     return i, n
 
 
+def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--limit NAME=N: this process's bounds on what one input file may make it allocate."""
+    from . import limits
+    try:
+        limits.set_active(limits.DEFAULT.with_overrides(values))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+limit_option = click.option(
+    "--limit", multiple=True, metavar="NAME=N", expose_value=False, callback=_set_limits,
+    help="Raise a bound on what one input file may make carla-wds allocate or decompress "
+         "(repeatable), e.g. --limit lidar_points=8e6. Names and defaults: README, "
+         "'Security model'.")
+
+
 @click.group()
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
@@ -95,6 +111,7 @@ def main(verbose: bool) -> None:
 @click.option("--spool-bytes", type=int, default=1 << 30, show_default=True,
               help="bench2drive archives: bytes of a clip held in memory; the rest goes to one "
                    "temporary file.")
+@limit_option
 def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
     """Pack raw CARLA route folders (or Bench2Drive clips and their .tar.gz) into WebDataset
     shards plus manifest.json. OUTPUT_DIR is a folder or an s3:// prefix (credentials and
@@ -148,6 +165,7 @@ def merge(part_dirs, out_dir, prefix, read_timeout, retries) -> None:
               help="Seconds an http(s) or s3 read may wait for bytes.")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="Further attempts per remote object after a failure.")
+@limit_option
 def verify(directory, deep, read_timeout, retries) -> None:
     """Check shard counts and sha256 against the manifest (a folder, a path, an http(s)://
     URL or an s3:// prefix or manifest URL; s3 credentials from the AWS environment)."""
@@ -172,6 +190,7 @@ def verify(directory, deep, read_timeout, retries) -> None:
               help="Seconds a remote read may wait for bytes.")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="Further attempts per remote object after a failure.")
+@limit_option
 def inspect(directory, as_json, read_timeout, retries) -> None:
     """Summarise a pack (a folder, a manifest path or URL, an s3:// prefix): samples, shards,
     sizes, commands, speeds."""
@@ -234,6 +253,7 @@ def train(config, overrides) -> None:
 @click.option("--checkpoint", default=None, help="checkpoint.pt to draw predictions from.")
 @click.option("--out", required=True, help="PNG to write.")
 @click.option("-n", "n", default=6, show_default=True, help="Samples to show.")
+@limit_option
 def show(shards, checkpoint, out, n) -> None:
     """Montage of samples: cameras plus a bird's-eye plot of waypoints and target point."""
     from .train.errors import USER_ERRORS as TRAIN_ERRORS

@@ -22,6 +22,8 @@ from dataclasses import asdict, replace
 from typing import Any, Iterator
 
 from ..dist import rank_world
+from ..limits import Limits
+from ..limits import active as active_limits
 from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
@@ -138,8 +140,13 @@ class CARLAWebData:
                  brake_override: bool | None = None, lidar_histogram: str | None = None,
                  twin_p: float = 0.0, exact_resize: bool = False,
                  storage_options: dict | None = None,
-                 cache_limit_bytes: int | None = None) -> None:
+                 cache_limit_bytes: int | None = None,
+                 limits: Limits | dict[str, int] | None = None) -> None:
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
+        # bounds on what one member may make a decoder allocate (limits.py); a dict raises
+        # some of this process's active ones
+        self.limits = limits if isinstance(limits, Limits) else \
+            active_limits().with_overrides(limits or {})
         remote = with_storage(remote, storage_options)   # s3:// options travel with remote
         self.manifest = read_manifest(source, remote)
         self.where, self.remote = self.manifest.where, remote
@@ -231,7 +238,7 @@ class CARLAWebData:
                      per_camera_augment=self.per_camera_augment,
                      step_at_epoch_start=self.step_at_epoch_start, cache_dir=self.cache_dir,
                      on_error=self.on_error, field_opts=self.field_opts,
-                     cache_limit_bytes=self.cache_limit_bytes)
+                     cache_limit_bytes=self.cache_limit_bytes, limits=self.limits)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those

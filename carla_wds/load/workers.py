@@ -30,6 +30,9 @@ from typing import Callable, Iterator
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from .. import limits
+from ..limits import DEFAULT as DEFAULT_LIMITS
+from ..limits import Limits
 from ..remote import RemoteOptions
 from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec
@@ -71,6 +74,7 @@ class Epoch:
     on_error: str
     field_opts: FieldOptions = FieldOptions()
     cache_limit_bytes: int | None = None   # the cache_dir's bound (shardcache.py)
+    limits: Limits = DEFAULT_LIMITS        # what one member may make a decoder allocate
     ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
@@ -106,6 +110,10 @@ class EpochStream(IterableDataset):
 
     def __iter__(self) -> Iterator[CARLABatch | RingItem]:
         e = self.e if self.e.live is None else self.e.live.current(self.e)
+        with limits.using(e.limits):   # the loader's bounds, in a worker process too
+            yield from self._stream(e)
+
+    def _stream(self, e: Epoch) -> Iterator[CARLABatch | RingItem]:
         info = get_worker_info()
         counts = [s.samples for s in e.shards]
         plan = plan_worker(counts, rank=e.rank, world_size=e.world_size,
