@@ -11,13 +11,18 @@ from __future__ import annotations
 import functools
 import io
 import json
+import math
+import re
+import sys
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 import cv2
 import numpy as np
 
+from . import limits
 from .imagesize import PNG_SIG, ImageHeaderError, check_size, image_size
+from .limits import LimitError
 
 try:  # pyspng decodes PNG ~1.3x faster than cv2 here; optional ([fast] extra)
     import pyspng
@@ -85,6 +90,7 @@ class ImageCodec(Codec):
         return []
 
     def decode(self, data: Data) -> np.ndarray:
+        bounded_image(data)
         if pyspng is not None and data[:8] == PNG_SIG:
             try:
                 img = pyspng.load(bytes(data))   # it takes bytes only (shards give memoryviews)
@@ -109,6 +115,26 @@ class ImageCodec(Codec):
         return check_size(data, expected, max_pixels)
 
 
+def bounded_image(data: Data, expected: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(H, W) from the header, before any decoder allocates: LimitError (image_pixels) for a
+    decompression bomb, SchemaError for a header that gives no size or not `expected`."""
+    try:
+        return check_size(data, expected, limits.active().image_pixels)
+    except LimitError:
+        raise
+    except ImageHeaderError as exc:
+        raise SchemaError(f"image refused before decoding: {exc}") from None
+
+
+def image_problem(data: Data) -> str | None:
+    """bounded_image's refusal as a check() problem, or None."""
+    try:
+        bounded_image(data)
+    except ValueError as exc:   # LimitError and SchemaError alike
+        return str(exc)
+    return None
+
+
 @dataclass(frozen=True)
 class PngCodec(ImageCodec):
     name: ClassVar[str] = "png"
@@ -120,7 +146,7 @@ class PngCodec(ImageCodec):
             return "not a PNG (bad signature or IHDR); expected a PNG file"
         if tail != PNG_END:
             return "truncated PNG (no IEND chunk at the end); expected a complete PNG file"
-        return None
+        return image_problem(data)
 
 
 @dataclass(frozen=True)
@@ -137,7 +163,7 @@ class JpegCodec(ImageCodec):
         whole = bytes(data)
         if not (whole.startswith(b"\xff\xd8") and whole.rstrip(b"\x00").endswith(b"\xff\xd9")):
             return "truncated or non-JPEG data; expected a complete JPEG file"
-        return None
+        return image_problem(data)
 
 
 class NpyCodec(Codec):
@@ -148,6 +174,11 @@ class NpyCodec(Codec):
 
     def __init__(self) -> None:
         self._headers: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
+
+    def bound(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """LimitError unless an array of this header is within the limits (array_bytes);
+        called with the header alone, before anything is allocated."""
+        check_npy_bytes(shape, dtype)
 
     def encode(self, value: Any) -> bytes:
         arr = np.asarray(value)
@@ -163,32 +194,58 @@ class NpyCodec(Codec):
         end = _npy_header_end(data)
         known = self._headers.get(bytes(data[:end])) if end else None
         if known is None:
+            shape, _, dtype, _ = npy_header(data)
+            self.bound(shape, dtype)
             arr = np.load(io.BytesIO(data), allow_pickle=False)
             if end and not arr.dtype.hasobject and len(self._headers) < 256:
                 self._headers[bytes(data[:end])] = (
                     arr.dtype, arr.shape, arr.flags.f_contiguous and not arr.flags.c_contiguous)
             return arr
         dtype, shape, fortran = known
+        self.bound(shape, dtype)   # the limits may have changed since it was cached
         arr = np.frombuffer(data, dtype, count=int(np.prod(shape)), offset=end).copy()
         return arr.reshape(shape, order="F" if fortran else "C")
 
     def check(self, data: Data) -> str | None:
         """The header parses (no pickle) and the data after it is exactly what it declares."""
-        f = io.BytesIO(bytes(data[:65536 + 12]))   # a header is at most 64 KiB (numpy's limit)
         try:
-            version = np.lib.format.read_magic(f)
-            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0)
-            shape, _, dtype = read(f)
+            shape, _, dtype, offset = npy_header(data)
+            if not dtype.hasobject:
+                self.bound(shape, dtype)
+        except LimitError as exc:
+            return str(exc)
         except ValueError as exc:
             return f"not an .npy array ({exc}); expected np.save's format"
         if dtype.hasobject:
             return f"an object array ({dtype}), which only pickle could read; refused"
-        want = f.tell() + dtype.itemsize * int(np.prod(shape))
+        want = offset + dtype.itemsize * math.prod(shape)
         if len(data) != want:
             return (f"{len(data)} bytes, its header declares {want} ({shape} {dtype}); "
                     "expected a complete .npy file")
         return None
+
+
+def npy_header(data: Data) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, offset of the data) from an .npy header, never
+    unpickling anything; ValueError for a header numpy cannot parse."""
+    f = io.BytesIO(bytes(data[:65536 + 12]))   # a header is at most 64 KiB (numpy's limit)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, fortran, dtype = read(f)
+    except (SyntaxError, TypeError, OverflowError, MemoryError) as exc:   # odd header text
+        raise ValueError(f"unreadable .npy header ({type(exc).__name__})") from None
+    return tuple(int(d) for d in shape), bool(fortran), dtype, f.tell()
+
+
+def check_npy_bytes(shape: tuple[int, ...], dtype: np.dtype, what: str = ".npy") -> int:
+    """The bytes an array of this header holds, refused (LimitError, array_bytes) when over
+    the limit: checked from the header, before np.load allocates them."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    limits.active().check("array_bytes", nbytes,
+                          f"the size (bytes) an {what} header declares ({shape} {dtype})")
+    return nbytes
 
 
 @functools.lru_cache(maxsize=256)
@@ -216,15 +273,45 @@ class JsonCodec(Codec):
         return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
     def decode(self, data: Data) -> Any:
-        return json.loads(bytes(data).decode("utf-8"))
+        return json_loads(bytes(data))
 
     def check(self, data: Data) -> str | None:
         """Parses whole (a document cut inside a bare number, "3.5" to "3", still parses)."""
         try:
             self.decode(data)
+        except LimitError as exc:
+            return str(exc)
         except ValueError as exc:   # json and utf-8 errors alike
             return f"not UTF-8 JSON ({exc}); expected a complete JSON document"
         return None
+
+
+# a JSON string, escapes included (unrolled: linear time); and every byte but []{}
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(raw: bytes) -> int:
+    """The deepest nesting of [ and { outside strings, by a linear scan (json's parser is
+    recursive: too deep a document raises RecursionError, which names no file and escapes
+    handlers of ValueError)."""
+    steps = np.frombuffer(_JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS), np.uint8)
+    opens = (steps == ord("[")) | (steps == ord("{"))
+    return int(np.cumsum(np.where(opens, 1, -1), dtype=np.int64).max(initial=0))
+
+
+def json_loads(raw: bytes) -> Any:
+    """UTF-8 JSON bytes -> value, bounded: LimitError over json_bytes or json_depth (checked
+    before parsing), ValueError for malformed JSON or UTF-8."""
+    lim = limits.active()
+    lim.check("json_bytes", len(raw), "a JSON document's size (bytes)")
+    if raw.count(b"[") + raw.count(b"{") > lim.json_depth:   # else it cannot be deeper
+        lim.check("json_depth", json_depth(raw), "the nesting depth of a JSON document")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:   # json_depth raised beyond what this interpreter's stack allows
+        raise LimitError("the nesting depth of a JSON document", sys.getrecursionlimit(),
+                         "json_depth", lim.json_depth) from None
 
 
 class RecordCodec(NpyCodec):
@@ -242,6 +329,8 @@ class RecordCodec(NpyCodec):
         return buf.getvalue()
 
     def decode(self, data: Data) -> np.ndarray:
+        shape, _, dtype, _ = npy_header(data)
+        self.bound(shape, dtype)
         return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
 
 
@@ -284,8 +373,9 @@ def codec_for(member: str) -> Codec:
 
 
 __all__ = ["CODECS", "Codec", "ImageCodec", "ImageHeaderError", "JpegCodec", "JsonCodec",
-           "NpyCodec", "PICKLE_SUFFIXES", "PngCodec", "RecordCodec", "SchemaError", "codec_for", "codec_named",
-           "register"]
+           "LimitError", "NpyCodec", "PICKLE_SUFFIXES", "PngCodec", "RecordCodec", "SchemaError",
+           "bounded_image", "check_npy_bytes", "codec_for", "codec_named", "image_problem",
+           "json_loads", "npy_header", "register"]
 
 # The modality codecs (depth, semantics, BEV, LiDAR points, LAZ) live in their own module; it
 # imports this one, so it is imported last. Every reader and writer gets the full registry by

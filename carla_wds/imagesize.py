@@ -1,12 +1,16 @@
-"""Image dimensions from PNG and JPEG headers, without decoding.
+"""What a file's header declares, read without decoding: image dimensions from PNG and JPEG
+headers, the point count of a LAS/LAZ file.
 
-A 4.6 MB PNG can declare 30,000 x 50,000 pixels and decode to a 4.8 GB array. The packer records
-each camera's size in the manifest and the loader (and `verify --deep`) compare a member's
-header against it before any decoder allocates memory.
+A 4.6 MB PNG can declare 30,000 x 50,000 pixels and decode to a 4.8 GB array, a 154 KB LAZ
+2^28 points. The packer records each camera's (and each extra image's) size in the manifest,
+and every decoder compares a header against it, or against the limits (limits.py), before it
+allocates memory.
 """
 from __future__ import annotations
 
 import struct
+
+from .limits import LimitError
 
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
 # Start-of-frame markers carry the size; C4 (DHT), C8 (JPG) and CC (DAC) share the range.
@@ -16,6 +20,10 @@ _NO_LENGTH = {0x01, *range(0xD0, 0xD8)}   # TEM and RSTn stand alone
 
 class ImageHeaderError(ValueError):
     """The bytes are not a PNG or JPEG whose header gives a size."""
+
+
+class PixelLimitError(LimitError, ImageHeaderError):
+    """An image header declaring more pixels than the limit image_pixels allows."""
 
 
 def image_size(data: bytes | memoryview) -> tuple[int, int]:
@@ -62,7 +70,28 @@ def check_size(data: bytes | memoryview, expected: tuple[int, int] | None,
     h, w = image_size(data)
     if expected is not None and (h, w) != tuple(expected):
         raise ImageHeaderError(f"its header says {h}x{w} pixels, the manifest records "
-                               f"{expected[0]}x{expected[1]} for this camera")
-    if h * w > max_pixels or h == 0 or w == 0:
-        raise ImageHeaderError(f"its header says {h}x{w} pixels, outside 1..{max_pixels} pixels")
+                               f"{expected[0]}x{expected[1]} for this member")
+    if h == 0 or w == 0:
+        raise ImageHeaderError(f"its header says {h}x{w} pixels; expected at least 1x1")
+    if h * w > max_pixels:
+        raise PixelLimitError(f"the pixel count its header declares ({h}x{w} pixels, outside "
+                              f"1..{max_pixels})", h * w, "image_pixels", max_pixels)
     return h, w
+
+
+# LAS 1.x public header (ASPRS LAS 1.4 R15, table 3): the fields that size the point data
+_LAS_RECORD_LENGTH, _LAS_LEGACY_COUNT, _LAS_COUNT_14 = 105, 107, 247
+
+
+def las_point_count(data: bytes | memoryview) -> tuple[int, int]:
+    """(points, bytes per point record) a LAS/LAZ header declares: the larger of the legacy
+    32-bit count and, for LAS 1.4, the 64-bit one (laspy sizes its buffer from one of them).
+    ValueError if the header is too short to say."""
+    head = bytes(data[:_LAS_COUNT_14 + 8])
+    if not head.startswith(b"LASF") or len(head) < _LAS_LEGACY_COUNT + 4:
+        raise ValueError(f"not a LAS/LAZ header ({len(head)} bytes, no LASF signature)")
+    record = int.from_bytes(head[_LAS_RECORD_LENGTH:_LAS_RECORD_LENGTH + 2], "little")
+    count = int.from_bytes(head[_LAS_LEGACY_COUNT:_LAS_LEGACY_COUNT + 4], "little")
+    if head[25] >= 4 and len(head) >= _LAS_COUNT_14 + 8:
+        count = max(count, int.from_bytes(head[_LAS_COUNT_14:_LAS_COUNT_14 + 8], "little"))
+    return count, record

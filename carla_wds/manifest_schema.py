@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from . import limits
 from .extras import extras_from_doc
 from .schema import (
     CAMERAS,
     CODECS,
     IMAGE_FORMATS,
     LABEL_MEMBERS,
-    MAX_PIXELS,
     READABLE_VERSIONS,
     SchemaError,
 )
@@ -61,6 +61,8 @@ def validate_manifest(m: Any, where: str) -> None:
     _check_image_sizes(m.get("image_sizes"), cams, where)
     _check_spec(m.get("spec"), where)
     extras = [e["member"] for e in (m.get("spec") or {}).get("extras", [])]
+    if m.get("extra_sizes") is not None:   # packs before it recorded none: limits apply
+        _check_sizes(m["extra_sizes"], extras, where, "extra_sizes", "extra member")
     _check_members(m.get("members"), [f"{c}.{fmt}" for c in cams] + list(LABEL_MEMBERS) + extras,
                    where)
     shards = m.get("shards")
@@ -96,10 +98,19 @@ def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:
         return   # packs written before sizes were recorded: the loader caps pixels instead
     _check(isinstance(sizes, dict) and set(sizes) == set(cams), where, "image_sizes", sizes,
            "an object with one [height, width] per camera")
-    for cam, hw in sizes.items():
+    _check_sizes(sizes, cams, where, "image_sizes", "camera")
+
+
+def _check_sizes(sizes: Any, names: list[str], where: str, field: str, what: str) -> None:
+    """{name: [H, W]} for some of `names`, each within image_pixels (a recorded size only
+    ever tightens the limit)."""
+    _check(isinstance(sizes, dict) and set(sizes) <= set(names), where, field, sizes,
+           f"an object with [height, width] per {what}")
+    pixels = limits.active().image_pixels
+    for name, hw in sizes.items():
         _check(isinstance(hw, list) and len(hw) == 2 and all(_int(v, 1) for v in hw)
-               and hw[0] * hw[1] <= MAX_PIXELS, where, f"image_sizes.{cam}", hw,
-               f"[height, width] of positive integers, at most {MAX_PIXELS} pixels")
+               and hw[0] * hw[1] <= pixels, where, f"{field}.{name}", hw,
+               f"[height, width] of positive integers, at most {pixels} pixels (image_pixels)")
 
 
 def _check_spec(spec: Any, where: str) -> None:

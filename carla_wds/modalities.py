@@ -28,7 +28,11 @@ from typing import Any, ClassVar
 import cv2
 import numpy as np
 
-from .codecs import Codec, Data, NpyCodec, PngCodec, SchemaError, register
+from . import limits
+from .codecs import (Codec, Data, NpyCodec, PngCodec, SchemaError, bounded_image, npy_header,
+                     register)
+from .imagesize import las_point_count
+from .limits import LimitError
 
 _PNG = PngCodec()
 _DEPTH24_SCALE = 1000.0 / (2 ** 24 - 1)     # CARLA: normalised 24-bit depth times 1000 m
@@ -61,7 +65,8 @@ def _png_problem(data: Data, colour_type: int, expected: str) -> str | None:
 
 def _imdecode(data: Data, what: str, channels: int) -> np.ndarray:
     """8-bit pixels of exactly `channels` channels: a BGRA file where BGR is expected is
-    refused, not read with its alpha silently dropped."""
+    refused, not read with its alpha silently dropped. The header's size is bounded first."""
+    bounded_image(data)
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     have = None if img is None else (1 if img.ndim == 2 else img.shape[2])
     if img is None or img.dtype != np.uint8 or have != channels:
@@ -222,6 +227,7 @@ def points_array(value: Any) -> np.ndarray:
                           "expected a numeric (N,3) or (N,4) array") from exc
     if arr.ndim != 2 or arr.shape[1] not in (3, 4):
         raise SchemaError(f"points have shape {arr.shape}; expected (N,3) xyz or (N,4) xyzi")
+    limits.active().check("lidar_points", len(arr), "the points of one LiDAR sweep")
     bad = int((~np.isfinite(arr)).any(axis=1).sum())
     if bad:
         raise SchemaError(f"{bad} of {len(arr)} points are NaN or infinite; "
@@ -236,6 +242,8 @@ def points_problem(points: np.ndarray, columns: int | None = None) -> str | None
         arr = points_array(points)
     except SchemaError as exc:
         return exc.reason
+    except LimitError as exc:
+        return str(exc)
     if columns is not None and arr.shape[1] != columns:
         return (f"points have {arr.shape[1]} columns; expected (N,{columns}) "
                 f"{'xyzi' if columns == 4 else 'xyz'}, as the layout declares")
@@ -251,6 +259,12 @@ class PointsCodec(NpyCodec):
             return bytes(value)
         return super().encode(points_array(value))
 
+    def bound(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """array_bytes, and at most lidar_points rows, from the header before decoding."""
+        super().bound(shape, dtype)
+        if shape:
+            limits.active().check("lidar_points", shape[0], "the rows a points .npy declares")
+
     def decode(self, data: Data) -> np.ndarray:
         arr = super().decode(data)
         if arr.dtype != np.float32 or arr.ndim != 2 or arr.shape[1] not in (3, 4):
@@ -259,14 +273,10 @@ class PointsCodec(NpyCodec):
         return arr
 
     def check(self, data: Data) -> str | None:
-        problem = super().check(data)
+        problem = super().check(data)   # the header parses, within the limits
         if problem is not None:
             return problem
-        f = io.BytesIO(bytes(data[:65536 + 12]))
-        version = np.lib.format.read_magic(f)   # parsed once already by NpyCodec.check
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = read(f)
+        shape, _, dtype, _ = npy_header(data)
         if dtype != np.float32 or len(shape) != 2 or shape[1] not in (3, 4):
             return f"points .npy is {dtype} {shape}; expected float32 (N,3) or (N,4)"
         return None
@@ -308,14 +318,29 @@ class LazCodec(Codec):
     def encode(self, value: Any) -> bytes:
         return bytes(value) if _is_bytes(value) else encode_laz(value)
 
+    @staticmethod
+    def bound(data: Data) -> int:
+        """The point count the header declares, refused (LimitError) over lidar_points, or
+        when its point records would exceed array_bytes: laspy sizes its buffer from the
+        header and decompresses at most that many points, so this bounds the decode."""
+        count, record = las_point_count(data)
+        lim = limits.active()
+        lim.check("lidar_points", count, "the point count a LAZ header declares")
+        lim.check("array_bytes", count * record, f"the point data a LAZ header declares "
+                  f"({count:,} records of {record} B), in bytes")
+        return count
+
     def decode(self, data: Data) -> np.ndarray:
         import laspy
 
         try:
+            self.bound(data)   # before laspy allocates a buffer of the declared size
             # single-threaded lazrs: its parallel reader starts a rayon pool, and a DataLoader
             # worker forked after that (a num_workers=0 pass first) deadlocks in its first read
             las = laspy.read(io.BytesIO(bytes(data)), laz_backend=laspy.LazBackend.Lazrs)
             return np.ascontiguousarray(las.xyz, dtype=np.float32)
+        except LimitError:
+            raise
         except Exception as exc:  # noqa: BLE001 - laspy/lazrs raise many kinds on bad data
             raise SchemaError(f"LAZ does not decode ({type(exc).__name__}: {exc}); expected "
                               "a complete LASzip file as laspy writes it",
@@ -347,6 +372,10 @@ class LazCodec(Codec):
         if point_offset + 8 > len(data):
             return (f"LAZ truncated before its point data ({len(data)} bytes, data at "
                     f"{point_offset}); expected a complete .laz file")
+        try:
+            self.bound(data)
+        except LimitError as exc:
+            return str(exc)
         if head[104] & 0x80:   # compressed: 8 bytes of chunk-table offset open the point data
             table = int.from_bytes(bytes(data[point_offset:point_offset + 8]), "little",
                                    signed=True)

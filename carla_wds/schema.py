@@ -18,17 +18,20 @@ from typing import Any
 
 import numpy as np
 
+from . import limits
 from .codecs import (
     CODECS,
     PICKLE_SUFFIXES,
     Codec,
     ImageCodec,
     ImageHeaderError,
+    LimitError,
     SchemaError,
     codec_for,
     codec_named,
 )
 from .extras import Extra
+from .imagesize import check_size, image_size
 
 # Version 2 adds the manifest's "spec" (extra members, label frames, load transforms); this
 # carla-wds reads both, a version-1 manifest being a spec with no extras.
@@ -40,8 +43,9 @@ CAMERAS = ("front", "rear", "left", "right", "front_left", "front_right", "back"
 IMAGE_FORMATS = ("png", "jpg")
 _KEY_OK = re.compile(r"^[A-Za-z0-9_\-~+=,@]+$")
 # No camera image of a CARLA dataset comes near this (Bench2Drive: 1600x900 = 1.4 MP); an
-# 8192x8192 RGB image is 200 MB decoded. Headers are checked against it before decoding.
-MAX_PIXELS = 8192 * 8192
+# 8192x8192 RGB image is 200 MB decoded. The default of the limit image_pixels (limits.py),
+# which is what headers are checked against before decoding.
+MAX_PIXELS = limits.DEFAULT.image_pixels
 
 
 class RoadOption(IntEnum):
@@ -275,6 +279,8 @@ def decode_member(spec: SampleSpec, raw: dict[str, Any], member: str, where: str
     codec = spec.codec(member)
     try:
         return codec.decode(raw[member])
+    except LimitError as exc:   # refused from its header: the message names the limit
+        raise SchemaError(f"{where}: {member}: {exc}") from None
     except ValueError as exc:   # np.load, json and utf-8 errors alike
         raise SchemaError(f"{where}: {member} does not decode ({exc}). Fix: re-pack the "
                           "shard") from None
@@ -287,12 +293,18 @@ def decode_labels(spec: SampleSpec, raw: dict[str, Any], where: str) -> dict[str
 
 
 def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str,
-                    sizes: tuple[tuple[int, int] | None, ...] | None = None) -> None:
-    """Full check of one raw sample: members whole (each codec's check), labels decode to their
-    shapes with finite values and a one-hot command, and every image's header and decoded size
-    equal its camera's recorded size (`sizes`, from Manifest.sizes_of; None for packs
-    made before sizes were recorded), within MAX_PIXELS, before it is decoded."""
+                    sizes: tuple[tuple[int, int] | None, ...] | None = None,
+                    extra_sizes: dict[str, Any] | None = None) -> None:
+    """Full check of one raw sample: members whole and within the limits (each codec's check
+    reads image headers, LAZ point counts and .npy shapes), labels decode to their shapes
+    with finite values and a one-hot command, every camera image's header and decoded size
+    equal its camera's recorded size (`sizes`, from Manifest.sizes_of; None for packs made
+    before sizes were recorded), and every extra image's header its recorded size
+    (`extra_sizes`: member -> [H, W], the manifest's "extra_sizes"), before it is decoded."""
     check_members(spec, raw, where)
+    # recorded sizes first: a bomb is named by the size the manifest expected
+    recorded = dict(zip(spec.image_members, sizes or ()))
+    check_recorded_sizes(raw, {**recorded, **(extra_sizes or {})}, where)
     for member in spec.members:
         problem = spec.codec(member).check(raw[member])
         if problem:
@@ -300,6 +312,24 @@ def validate_sample(spec: SampleSpec, raw: dict[str, Any], where: str,
     _check_label_values(decode_labels(spec, raw, where), where)
     for i, member in enumerate(spec.image_members):
         _check_image(spec, raw, member, sizes[i] if sizes else None, where)
+
+
+def check_recorded_sizes(raw: dict[str, Any], sizes: dict[str, Any], where: str) -> None:
+    """Each image member's header against the size the manifest recorded for it (member ->
+    [H, W] or None), reading headers only; SchemaError naming the sample and member. A
+    header that gives no size is left to the codec's check, which names what is wrong."""
+    for member, hw in sizes.items():
+        if hw is None or member not in raw:
+            continue
+        try:
+            image_size(raw[member])
+        except ImageHeaderError:
+            continue
+        try:
+            check_size(raw[member], tuple(hw), limits.active().image_pixels)
+        except ImageHeaderError as exc:
+            raise SchemaError(f"{where}: {member}: refused before decoding: {exc}",
+                              fix="re-pack the shard") from None
 
 
 def _check_label_values(labels: dict[str, Any], where: str) -> None:
@@ -323,7 +353,7 @@ def _check_image(spec: SampleSpec, raw: dict[str, Any], member: str,
     """Header size first (a decompression bomb is refused undecoded), then the decoded size."""
     codec, where = spec.codec(member), f"{where}: {member}"
     try:
-        h, w = codec.check_size(raw[member], size, MAX_PIXELS)
+        h, w = codec.check_size(raw[member], size, limits.active().image_pixels)
     except ImageHeaderError as exc:
         raise SchemaError(f"{where}: refused before decoding: {exc}") from None
     try:
@@ -338,5 +368,5 @@ def _check_image(spec: SampleSpec, raw: dict[str, Any], member: str,
 __all__ = ["CAMERAS", "CODECS", "COMMANDS", "COMMAND_NAMES", "Codec", "IMAGE_FORMATS", "LABELS",
            "LABEL_MEMBERS", "LabelMember", "MAX_PIXELS", "N_COMMANDS", "PICKLE_SUFFIXES",
            "ROAD_OPTIONS", "RoadOption", "SCHEMA_VERSION", "SampleSpec", "SchemaError",
-           "check_members", "codec_for", "codec_named", "decode_labels", "decode_member",
+           "check_members", "check_recorded_sizes", "codec_for", "codec_named", "decode_labels", "decode_member",
            "encode_sample", "make_key", "validate_sample"]

@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterable, Iterator
 import cv2
 import numpy as np
 
+from .. import limits
 from ..codecs import ImageCodec, ImageHeaderError, codec_named
-from ..manifest_schema import MAX_PIXELS
 from ..schema import SampleSpec, SchemaError, check_members
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
@@ -77,7 +77,7 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str | ImageCodec
     """
     codec = codec_named(fmt) if isinstance(fmt, str) else fmt
     try:
-        source = codec.check_size(data, packed, MAX_PIXELS)
+        source = codec.check_size(data, packed, limits.active().image_pixels)
     except ImageHeaderError as exc:
         raise SchemaError(f"image refused before decoding: {exc}") from None
     img = decode_reduced(data, source, image_size) if reduced and codec.name == "jpg" else None

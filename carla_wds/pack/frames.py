@@ -14,15 +14,42 @@ from typing import Any
 import cv2
 import numpy as np
 
+from .. import limits
 from ..codecs import CODECS, ImageCodec, ImageHeaderError, codec_for, codec_named
 from ..extras import MEASUREMENTS, make_record
+from ..imagesize import image_size
+from ..limits import LimitError
 from ..modalities import points_problem
-from ..schema import MAX_PIXELS, SampleSpec, SchemaError, encode_sample
+from ..schema import SampleSpec, SchemaError, encode_sample
 from .layout_spec import Reader
-from .routes import FrameTask, Skip
+from .routes import FIX_SKIP, FrameTask, Skip
 from .sources import decode_json, read_bytes, read_npy
 
+Problem = str | tuple[str, str]   # why a frame is bad, or (why, the fix to name)
 
+
+def limit_problem(exc: LimitError) -> tuple[str, str]:
+    """A LimitError as a Skip's (reason, fix): the limit to raise if the file is genuine."""
+    reason = str(exc).split(". Fix: ")[0]
+    return reason, (f"if the file is genuine, raise the limit: --limit {exc.name}=N (now "
+                    f"{exc.limit:,}); otherwise {FIX_SKIP}")
+
+
+def too_large(h: int, w: int) -> tuple[str, str]:
+    """An image over image_pixels (or empty), which the loader would refuse: (why, fix)."""
+    pixels = limits.active().image_pixels
+    return (f"image is {h}x{w} (HxW) as stored; expected 1..{pixels} pixels (image_pixels), "
+            "the most the loader accepts", "pass --resize HxW, or pack other images, or if "
+            "the image is genuine raise --limit image_pixels=N")
+
+
+def _is_problem(got: Any) -> bool:
+    return isinstance(got, str) or isinstance(got[0], str)
+
+
+def skip_of(task: FrameTask | Encoded, file: str, problem: Problem) -> Skip:
+    reason, fix = (problem, FIX_SKIP) if isinstance(problem, str) else problem
+    return Skip(task.episode, task.frame, file, reason, fix)
 
 
 @dataclass
@@ -71,8 +98,8 @@ class FrameEncoder:
         for reader in self.readers:
             path = task.sensor_paths[reader.name]
             got = self._extra(reader, path)
-            if isinstance(got, str):
-                return Skip(task.episode, task.frame, "/".join(Path(path).parts[-2:]), got)
+            if not isinstance(got, dict):
+                return skip_of(task, "/".join(Path(path).parts[-2:]), got)
             sample.update(got)
         if task.record is not None:
             extra = self.spec.extra(MEASUREMENTS)
@@ -86,12 +113,12 @@ class FrameEncoder:
         for cam, member in zip(self.spec.cameras, self.spec.image_members):
             files[cam], data = read(cam)
             got = self._camera(data, member)
-            if isinstance(got, str):
-                return Skip(task.episode, task.frame, files[cam], got)
+            if _is_problem(got):
+                return skip_of(task, files[cam], got)
             images[cam], source[cam], stored[cam] = got
         return images, (files, source, stored)
 
-    def _extra(self, r: Reader, path: str) -> dict[str, bytes] | str:
+    def _extra(self, r: Reader, path: str) -> dict[str, bytes] | Problem:
         """One raw file -> its member(s), or the problem that makes the frame bad. A pickle
         without --allow-pickle-input raises (sources.PickleRefused): never a skip."""
         try:
@@ -114,7 +141,7 @@ class FrameEncoder:
                 return self._boxes(r, decode_json(data, r.gz))
             if r.read == "camera":
                 got = self._camera(data, r.member)
-                return got if isinstance(got, str) else {r.member: got[0]}
+                return got if _is_problem(got) else {r.member: got[0]}
             codec = codec_named(r.codec)
             # point clouds are decoded once here: a corrupt LAZ chunk or a NaN point is
             # invisible to the header check, and the loader would meet it mid-epoch
@@ -123,6 +150,8 @@ class FrameEncoder:
             return problem if problem else {r.member: data}
         except SchemaError as exc:   # its reason only: the Skip adds the pack's own fix
             return exc.reason
+        except LimitError as exc:   # a bomb's header, refused before anything is allocated
+            return limit_problem(exc)
         except (ValueError, OSError) as exc:
             return str(exc)
 
@@ -141,19 +170,23 @@ class FrameEncoder:
         return out
 
     def _camera(self, data: bytes, member: str
-                ) -> tuple[bytes, tuple[int, int], tuple[int, int]] | str:
+                ) -> tuple[bytes, tuple[int, int], tuple[int, int]] | Problem:
         """(bytes to store, source size, stored size), or the problem that makes it a bad frame."""
         src: ImageCodec = codec_for(f"image.{self.source_ext}")
-        problem = src.check(data)
-        if problem is None:
-            try:
-                size = src.size(data)
-            except ImageHeaderError as exc:
-                problem = f"{exc}; expected a {self.source_ext} image whose header gives its size"
+        try:
+            size, problem = src.size(data), None
+        except ImageHeaderError as exc:
+            size, problem = None, f"{exc}; expected a {self.source_ext} image whose header " \
+                "gives its size"
+        if size is not None and size[0] * size[1] > limits.active().image_pixels:
+            return too_large(*size)   # from its header, before any decoder allocates
+        problem = src.check(data) or problem
         rgb = None
         if problem is None and self.decodes:
             try:
                 rgb = src.decode(data)
+            except LimitError as exc:   # its header, before the decoder allocated
+                return limit_problem(exc)
             except SchemaError:
                 problem = "image does not decode; expected a valid image file"
         if problem:
@@ -177,35 +210,53 @@ def encode_chunk(args: tuple[list[FrameTask], FrameEncoder]) -> list[Encoded | S
 
 
 class ImageSizes:
-    """Each camera's image size, taken from the stream's first sample: a frame whose image
+    """Each camera's image size, and each extra image member's (depth, semantics, BEV,
+    instance: `extras`, by member), taken from the stream's first sample: a frame whose image
     differs is a bad frame, and the sizes go into the manifest (the loader refuses members
     whose header disagrees) and the journal (a resume does not read the first images)."""
 
     def __init__(self, meta: dict[str, Any]) -> None:
         self.source = {c: tuple(v) for c, v in meta.get("source_sizes", {}).items()}
         self.stored = {c: tuple(v) for c, v in meta.get("image_sizes", {}).items()}
+        self.extras = {m: tuple(v) for m, v in meta.get("extra_sizes", {}).items()}
         self.first = dict(meta.get("first_files", {}))
 
     def meta(self) -> dict[str, Any]:
         return {"source_sizes": {c: list(v) for c, v in self.source.items()},
                 "image_sizes": {c: list(v) for c, v in self.stored.items()},
+                "extra_sizes": {m: list(v) for m, v in self.extras.items()},
                 "first_files": self.first}
 
     def check(self, item: Encoded) -> dict[str, Any] | Skip:
         if not self.source:
             for cam, (h, w) in item.stored_sizes.items():
-                if not (h and w and h * w <= MAX_PIXELS):   # the loader would refuse the pack
-                    return Skip(item.episode, item.frame, item.files[cam],
-                                f"image is {h}x{w} (HxW) as stored; expected 1..{MAX_PIXELS} "
-                                "pixels, the most the loader accepts",
-                                fix="pass --resize HxW, or pack other images")
+                if not (h and w and h * w <= limits.active().image_pixels):
+                    return skip_of(item, item.files[cam], too_large(h, w))   # loader: refused
             self.source, self.stored = dict(item.source_sizes), dict(item.stored_sizes)
             self.first = {c: f"{item.episode}/{f}" for c, f in item.files.items()}
-            return item.sample
-        for cam, (h, w) in item.source_sizes.items():
-            if (h, w) != self.source[cam]:
-                eh, ew = self.source[cam]
-                return Skip(item.episode, item.frame, item.files[cam],
-                            f"image is {h}x{w} (HxW) but {self.first[cam]}, the first {cam} "
-                            f"image, is {eh}x{ew}; expected one size per camera")
+        else:
+            for cam, (h, w) in item.source_sizes.items():
+                if (h, w) != self.source[cam]:
+                    eh, ew = self.source[cam]
+                    return Skip(item.episode, item.frame, item.files[cam],
+                                f"image is {h}x{w} (HxW) but {self.first[cam]}, the first "
+                                f"{cam} image, is {eh}x{ew}; expected one size per camera")
+        return self._check_extras(item)
+
+    def _check_extras(self, item: Encoded) -> dict[str, Any] | Skip:
+        """Each extra image member's header size against the first frame's (the codecs have
+        held it to image_pixels already, before decoding)."""
+        cameras = {f"{c}.{ext}" for c in item.stored_sizes for ext in ("png", "jpg")}
+        for member, data in item.sample.items():
+            if member in cameras or member.rsplit(".", 1)[-1] not in ("png", "jpg"):
+                continue
+            try:
+                hw = image_size(data)
+            except ImageHeaderError as exc:
+                return Skip(item.episode, item.frame, member, f"{exc}; expected an image")
+            first = self.extras.setdefault(member, hw)
+            if hw != first:
+                return Skip(item.episode, item.frame, member,
+                            f"image is {hw[0]}x{hw[1]} (HxW) but the first {member} is "
+                            f"{first[0]}x{first[1]}; expected one size per image field")
         return item.sample

@@ -10,17 +10,20 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import limits
+from ..codecs import check_npy_bytes, json_loads, npy_header
 from .errors import PackError
 
-# No CARLA measurement or box file comes near these; they bound what one bad file can cost.
-MAX_RAW_BYTES = 64 << 20
-MAX_JSON_BYTES = 256 << 20   # after gunzip: a gzip bomb stops here
+# The default bounds (limits.py: raw_file_bytes, json_bytes); the active limits apply.
+MAX_RAW_BYTES = limits.DEFAULT.raw_file_bytes
+MAX_JSON_BYTES = limits.DEFAULT.json_bytes   # after gunzip: a gzip bomb stops here
 PICKLE_FLAG = "--allow-pickle-input"
 
 
@@ -28,17 +31,25 @@ class PickleRefused(PackError):
     """A pickled raw input met without --allow-pickle-input: never a skip, always a stop."""
 
 
-def read_bytes(path: Path, limit: int = MAX_RAW_BYTES) -> bytes:
-    """A file's bytes, refused (ValueError) if it is larger than `limit`."""
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """A file's bytes, refused if larger than `limit`: by default raw_file_bytes (a
+    LimitError naming it), else a ValueError."""
+    bound = limits.active().raw_file_bytes if limit is None else limit
     with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"file is over {limit} bytes; expected a per-frame file")
+        data = f.read(bound + 1)
+        size = max(len(data), os.fstat(f.fileno()).st_size)
+    if len(data) > bound:
+        if limit is None:
+            raise limits.LimitError("a per-frame file's size (bytes)", size, "raw_file_bytes",
+                                    bound)
+        raise ValueError(f"file is over {bound} bytes; expected a per-frame file")
     return data
 
 
-def gunzip(data: bytes, limit: int = MAX_JSON_BYTES) -> bytes:
-    """Decompress at most `limit` bytes; a truncated or corrupt stream is a ValueError."""
+def gunzip(data: bytes, limit: int | None = None) -> bytes:
+    """Decompress at most `limit` bytes (json_bytes); a truncated or corrupt stream is a
+    ValueError."""
+    limit = limits.active().json_bytes if limit is None else limit
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
             out = f.read(limit + 1)
@@ -51,10 +62,11 @@ def gunzip(data: bytes, limit: int = MAX_JSON_BYTES) -> bytes:
 
 
 def decode_json(data: bytes, gz: bool) -> Any:
-    """JSON (optionally gzipped) bytes -> value; ValueError naming what is wrong."""
+    """JSON (optionally gzipped) bytes -> value; ValueError naming what is wrong (LimitError
+    for a document nested deeper than json_depth, refused before the recursive parser)."""
     raw = gunzip(data) if gz else data
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json_loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed JSON ({exc}); expected a JSON document") from None
 
@@ -65,15 +77,13 @@ def read_json(path: Path) -> Any:
 
 
 def npy_is_pickle(data: bytes) -> bool:
-    """Whether an .npy file's header declares an object array (its data is a pickle)."""
-    f = io.BytesIO(data[:65536 + 12])
+    """Whether an .npy file's header declares an object array (its data is a pickle); a
+    header declaring more than array_bytes is refused (LimitError) before np.load allocates."""
     try:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        _, _, dtype = read(f)
+        shape, _, dtype, _ = npy_header(data)
     except ValueError as exc:
         raise ValueError(f"not an .npy file ({exc}); expected np.save's format") from None
+    check_npy_bytes(shape, dtype)
     return bool(dtype.hasobject)
 
 
