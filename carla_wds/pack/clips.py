@@ -27,15 +27,19 @@ import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
+from .. import limits
+from ..limits import LimitError
 from ..objstore import ObjectLister, ObjectReader, is_objstore, read_object
 from ..remote import RemoteError, RemoteOptions
-from .errors import PackError
-from .sources import MAX_RAW_BYTES, read_bytes
+from .errors import PackError, ResourceError, spool_error
+from .sources import read_bytes
 
 ARCHIVE_EXT = ".tar.gz"
 DEFAULT_SPOOL_BYTES = 1 << 30
-MAX_CLIP_BYTES = 64 << 30    # a Full clip is ~0.3 GB; a stream past this is not a clip
+GZ_CHUNK = 1 << 16      # compressed bytes read from an archive at a time
+TAR_BUFSIZE = 1 << 16   # decompressed bytes tarfile takes at a time
 SUBSETS = ("train", "val", "all")
 MAX_SPLIT_BYTES = 16 << 20   # Bench2Drive's split file is ~1 MB for 13,638 clips
 
@@ -86,12 +90,63 @@ class FolderClip:
         pass
 
 
+class _Gunzip:
+    """A gzip file's decompressed bytes, as tarfile reads them (mode "r|"). tarfile's own
+    "r|gz" checks no CRC, reads only the first gzip member and stops at the tar's end; here
+    zlib (gzip mode, wbits=31) verifies each member's CRC32 and ISIZE as the member ends,
+    members follow one another, only zero padding may follow the last one, and what it
+    yields is counted and cut at the limit clip_bytes."""
+
+    def __init__(self, raw: BinaryIO, what: str) -> None:
+        self._raw, self._what = raw, what
+        self._d = zlib.decompressobj(31)
+        self._pending = b""   # compressed bytes of a member not yet given to its decompressor
+        self._limit = limits.active().clip_bytes
+        self.total, self.ended = 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        n = n if n is not None and n > 0 else TAR_BUFSIZE
+        while not self.ended:
+            d = self._d
+            if d.eof:
+                self._next_member(d.unused_data)
+                continue
+            src = d.unconsumed_tail or self._take()
+            out = d.decompress(src, n)   # at most n bytes: a bomb never inflates at once
+            if out:
+                self.total += len(out)
+                if self.total > self._limit:
+                    raise LimitError(f"{self._what}: the unpacked archive", self.total,
+                                     "clip_bytes", self._limit)
+                return out
+            if not src and not d.eof:
+                raise EOFError("the gzip stream ends inside a member (the file is cut short)")
+        return b""
+
+    def _take(self) -> bytes:
+        src, self._pending = self._pending, b""
+        return src or self._raw.read(GZ_CHUNK)
+
+    def _next_member(self, rest: bytes) -> None:
+        """After a member's trailer: the next member, or zero padding up to the end."""
+        rest = rest.lstrip(b"\0")
+        while not rest:
+            more = self._raw.read(GZ_CHUNK)
+            if not more:
+                self.ended = True
+                return
+            rest = more.lstrip(b"\0")
+        self._d, self._pending = zlib.decompressobj(31), rest
+
+
 class ArchiveClip:
     """A clip `.tar.gz`, streamed once into a bounded spool (see the module docstring)."""
 
     def __init__(self, ref: ClipRef, spool_bytes: int = DEFAULT_SPOOL_BYTES) -> None:
-        self.ref = ref
-        self._spool = tempfile.SpooledTemporaryFile(max_size=spool_bytes)
+        self.ref, self._spool_bytes = ref, spool_bytes
+        # spool_bytes 0: nothing in memory (SpooledTemporaryFile would read 0 as "never roll")
+        self._spool = tempfile.SpooledTemporaryFile(max_size=spool_bytes) if spool_bytes \
+            else tempfile.TemporaryFile()
         self._index: dict[str, tuple[int, int]] = {}
         try:
             self._stream()
@@ -100,35 +155,70 @@ class ArchiveClip:
             raise
 
     def _stream(self) -> None:
-        size = 0
-        reader = ObjectReader(self.ref.path, MAX_CLIP_BYTES, self.ref.remote, "clip archive",
-                              exact=False) if self.ref.stored else None
-        source = {"fileobj": reader} if reader else {"name": self.ref.path}
+        lim = limits.active()
+        # the compressed size of an incompressible clip exceeds its unpacked size by gzip's
+        # framing (5 bytes a 16 kB block) at most
+        most = lim.clip_bytes + (lim.clip_bytes >> 10) + (1 << 20)
+        raw = ObjectReader(self.ref.path, most, self.ref.remote, "clip archive", exact=False
+                           ) if self.ref.stored else None
         try:
-            with tarfile.open(**source, mode="r|gz") as tar:
-                for member in tar:
-                    rel = self._member_name(member)
-                    if rel is None:
-                        continue
-                    if member.size > MAX_RAW_BYTES:
-                        raise ClipError(f"member {member.name} is {member.size} bytes; expected "
-                                        f"a per-frame file under {MAX_RAW_BYTES}")
-                    size += member.size
-                    if size > MAX_CLIP_BYTES:
-                        raise ClipError(f"over {MAX_CLIP_BYTES} bytes; expected one clip")
-                    data = tar.extractfile(member).read()
-                    if len(data) != member.size:
-                        raise EOFError(f"member {member.name} is cut short")
-                    self._index[rel] = (self._spool.tell(), len(data))
-                    self._spool.write(data)
-        except RemoteError:
-            raise   # the store failed, not the archive: an error, never a clip left out
+            raw = raw or open(self.ref.path, "rb")
+            gz = _Gunzip(raw, f"clip {self.ref.name}")
+            with tarfile.open(fileobj=gz, mode="r|", bufsize=TAR_BUFSIZE) as tar:
+                self._members(tar, gz, lim)
+                self._check_end(tar)
+        except (RemoteError, ResourceError):
+            raise   # the store or the machine failed, not the archive: never a clip left out
+        except LimitError as exc:
+            raise ClipError(str(exc)) from None
+        except MemoryError as exc:
+            raise spool_error(f"clip {self.ref.path}", exc, self._spool_bytes) from None
         except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
             raise ClipError(f"truncated or corrupt archive after {len(self._index)} members "
                             f"({type(exc).__name__}: {exc}); expected a complete .tar.gz") from None
         finally:
-            if reader:
-                reader.close()
+            if raw is not None:
+                raw.close()
+
+    def _members(self, tar: tarfile.TarFile, gz: _Gunzip, lim: limits.Limits) -> None:
+        count = 0
+        while (member := tar.next()) is not None:
+            tar.members.clear()   # a stream's TarFile keeps every TarInfo (~800 bytes each)
+            count += 1
+            lim.check("clip_members", count, f"clip {self.ref.name}: the archive's members")
+            rel = self._member_name(member)
+            if rel is None:
+                continue
+            lim.check("raw_file_bytes", member.size, f"member {member.name}: its size")
+            lim.check("clip_bytes", gz.total + member.size,
+                      f"clip {self.ref.name}: the unpacked archive")
+            if rel in self._index:
+                raise ClipError(f"member {member.name} is in the archive twice; expected one "
+                                "file per name (which copy is meant is unknown)")
+            data = tar.extractfile(member).read()
+            if len(data) != member.size:
+                raise EOFError(f"member {member.name} is cut short")
+            self._put(rel, data)
+
+    def _put(self, rel: str, data: bytes) -> None:
+        try:
+            self._index[rel] = (self._spool.tell(), len(data))
+            self._spool.write(data)
+        except OSError as exc:   # the temporary file's disk, not the archive
+            raise spool_error(f"clip {self.ref.path}", exc, self._spool_bytes) from None
+
+    @staticmethod
+    def _check_end(tar: tarfile.TarFile) -> None:
+        """tarfile ends a stream at the first block it cannot read as a header: a full zero
+        block is the tar's end, anything else (a cut, a damaged header) must not pass as one.
+        Past the end only zeros may follow; reading them to the end checks the last CRC."""
+        stream = tar.fileobj
+        if stream.tell() - tar.offset != tarfile.BLOCKSIZE:
+            raise EOFError(f"the tar data ends at byte {stream.tell()} without its end blocks")
+        while chunk := stream.read(TAR_BUFSIZE):
+            if chunk.count(0) != len(chunk):
+                raise tarfile.ReadError(f"data follows the tar's end (byte {tar.offset}): a "
+                                        "damaged member header")
 
     def _member_name(self, member: tarfile.TarInfo) -> str | None:
         """The member's path inside its clip folder; None for folders. Anything that is not a
