@@ -70,6 +70,18 @@ def _entries(boxes: Any, what: str) -> list[dict]:
     return boxes
 
 
+def finite_row(row: np.ndarray, index: int) -> np.ndarray:
+    """`row` (float64), unless one of its values is not finite once stored as float32 (a box
+    extent of 1e39 is finite in float64, inf in the table): SchemaError naming the column."""
+    with np.errstate(over="ignore", invalid="ignore"):   # the cast's overflow is the finding
+        bad = ~np.isfinite(np.asarray(row, np.float32))
+    if bad.any():
+        col = int(np.argmax(bad))
+        raise SchemaError(f"box entry {index}: {BOX_COLUMNS[col]} is {row[col]:.6g}, not finite "
+                          "in float32; expected metres, radians and m/s")
+    return row
+
+
 def _row(entry: dict, index: int, cls: str, half_extent: list[float]) -> np.ndarray:
     row = np.full(len(BOX_COLUMNS), FILL, np.float64)
     row[_COL["class"]] = BOX_CLASSES[cls]
@@ -79,7 +91,7 @@ def _row(entry: dict, index: int, cls: str, half_extent: list[float]) -> np.ndar
     for key in _OPTIONAL:
         if entry.get(key) is not None:
             row[_COL[key]] = _number(entry, index, key)
-    return row
+    return finite_row(row, index)
 
 
 def _table(boxes: Any, what: str, class_of: Callable[[int, dict], str],
@@ -117,4 +129,4 @@ def garage_boxes(boxes: list) -> np.ndarray:
                   lambda i, e: _known(_GARAGE_CLASSES, i, e, "carla_garage"), list)
 
 
-__all__ = ["BOX_CLASSES", "BOX_COLUMNS", "FILL", "garage_boxes", "tf2022_boxes"]
+__all__ = ["BOX_CLASSES", "BOX_COLUMNS", "FILL", "finite_row", "garage_boxes", "tf2022_boxes"]

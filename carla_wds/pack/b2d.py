@@ -10,7 +10,6 @@ a recorded skip, or a frame between keyframes (`between`, counted in the manifes
 """
 from __future__ import annotations
 
-import io
 import logging
 import math
 from dataclasses import dataclass, field
@@ -18,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..calib import B2D_RADARS as RADARS
 from ..calib import B2D_RIG
 from ..codecs import CODECS, codec_named
 from ..extras import MEASUREMENTS, Extra, make_record
 from ..modalities import points_problem
 from ..schema import SampleSpec, encode_sample, make_key
 from . import b2d_anno as anno_of
+from .b2d_raw import npz_array, radar_array
 from .clips import ClipError, ClipRef, open_clip
 from .frames import Encoded, FrameEncoder
 from .routes import RoutePlan, Skip
@@ -241,23 +240,27 @@ class _ClipPlanner:
                 return self._skip(t, f"{folder}/{t + offset:05d}", f"missing {what} file; "
                                   "expected one for every frame of anno/")
             files[member] = (name, self.clip.read(name))
+        expert = None
+        if "expert" in files:
+            name, data = files.pop("expert")
+            try:
+                expert = npz_array(data)
+            except ValueError as exc:
+                return self._skip(t, name, str(exc))
         try:
-            labels, record = self._values(t, now, future, files)
+            labels, record = self._values(t, now, future, files, expert)
         except ValueError as exc:
             return self._skip(t, f"anno/{t:05d}.json.gz", str(exc))
         return ClipTask(self.ref.name, t, make_key(self.ref.name, t, self.dots), labels, record,
                         files)
 
-    def _values(self, t: int, now: dict, future: list[dict], files: dict) -> tuple[dict, dict]:
+    def _values(self, t: int, now: dict, future: list[dict], files: dict,
+                expert: np.ndarray | None) -> tuple[dict, dict]:
         theta, _ = anno_of.compass(now)
         speed = anno_of.number(now, "speed", allow_none=True)
         null_speed = speed is None
         if null_speed:
             speed = self._speed_from_positions(t)
-        expert = None
-        if "expert" in files:
-            name, data = files.pop("expert")
-            expert = _npz_array(data, name)
         labels = anno_of.frame_labels([now, *future], theta, speed, self.s.handedness)
         labels["meta"] = {"episode": self.ref.name, "frame": t,
                           "command": int(anno_of.number(now, "next_command"))}
@@ -279,38 +282,6 @@ class _ClipPlanner:
                for f in ([near[0], near[-1]] if len(near) > 1 else [t, near[0]])]
         span = (max(near[-1], t) - min(near[0], t)) / RATE_HZ
         return math.dist(*pts) / span if span > 0 else 0.0
-
-
-def _npz_array(data: bytes, name: str) -> np.ndarray:
-    """arr_0 of an .npz, never unpickled (np.load refuses object arrays without the flag)."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return np.asarray(npz["arr_0"], np.float64).reshape(-1)
-    except (ValueError, KeyError, OSError) as exc:
-        raise ValueError(f"{name}: {exc}; expected np.savez's arr_0") from None
-
-
-def radar_array(data: bytes) -> np.ndarray:
-    """A radar .h5 -> (M, 5) float32 [radar index (RADARS order), depth, altitude, azimuth,
-    velocity]. The column order is CARLA's RadarDetection (velocity, azimuth, altitude, depth)
-    reversed by Bench2Drive's np.flip; the comment in its sensor_interface.py says otherwise."""
-    import h5py   # only when radar is selected
-    try:
-        with h5py.File(io.BytesIO(data), "r") as f:
-            names = sorted(f.keys())
-            if names != sorted(RADARS):
-                raise ValueError(f"radar h5 holds datasets {names}; expected {list(RADARS)}")
-            parts = []
-            for i, name in enumerate(RADARS):
-                arr = np.asarray(f[name][()], np.float32)
-                if arr.ndim != 2 or arr.shape[1] != 4 or not np.isfinite(arr).all():
-                    raise ValueError(f"radar dataset {name} is {arr.dtype} {arr.shape}; "
-                                     "expected finite (M, 4)")
-                parts.append(np.c_[np.full(len(arr), i, np.float32), arr])
-    except OSError as exc:
-        raise ValueError(f"not a readable HDF5 file ({exc}); expected Bench2Drive's radar "
-                         ".h5") from None
-    return np.concatenate(parts).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ..boxes import BOX_CLASSES, BOX_COLUMNS, FILL
+from ..boxes import BOX_CLASSES, BOX_COLUMNS, FILL, finite_row
 from ..calib import B2D_RIG, to_right_handed_cam2ego, to_right_handed_lidar2ego
 from ..extras import MeasField
 from ..schema import SchemaError
-from .labels import command_onehot
+from .labels import F32_MAX, command_index, command_onehot, finite_f32, non_finite_label
 
 B2D_CLASSES = {"vehicle": "car", "walker": "walker", "traffic_light": "traffic_light",
                "traffic_sign": "traffic_sign"}
@@ -57,23 +57,45 @@ def record_fields(expert: bool) -> tuple[MeasField, ...]:
     return tuple(out)
 
 
-def number(anno: dict, key: str, *, allow_none: bool = False) -> float | None:
-    """anno[key] as a float; None only where allowed (speed); ValueError naming the key."""
+def number(anno: dict, key: str, *, allow_none: bool = False, allow_nan: bool = False
+           ) -> float | None:
+    """anno[key] as a float within float32's range (labels are stored as float32); None only
+    where allowed (speed), NaN only where allowed (the compass); ValueError naming the key."""
     value = anno.get(key)
     if value is None and allow_none and key in anno:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"anno key {key!r} is {value!r}; expected a number")
-    return float(value)
+    try:
+        value = float(value)
+    except OverflowError:   # a JSON integer of hundreds of digits
+        value = math.inf
+    if math.isnan(value) and allow_nan:
+        return value
+    if not math.isfinite(value) or abs(value) > F32_MAX:
+        raise ValueError(f"anno key {key!r} is {value!r}; expected a finite number within "
+                         f"float32 range (|v| <= {F32_MAX:.3g}): metres, m/s, rad")
+    return value
+
+
+def command(anno: dict, key: str) -> int:
+    """anno[key] as a CARLA RoadOption (-1 VOID or 1..6); ValueError naming the key."""
+    value = number(anno, key)
+    try:
+        if value != int(value):
+            raise ValueError(value)
+        command_index(int(value))
+    except ValueError:
+        raise ValueError(f"anno key {key!r} is {value!r}; expected a CARLA RoadOption: -1 "
+                         "(VOID) or 1..6") from None
+    return int(value)
 
 
 def compass(anno: dict) -> tuple[float, bool]:
     """(theta, was NaN): Bench2Drive's TCP port sets a NaN compass to 0."""
-    theta = number(anno, "theta")
+    theta = number(anno, "theta", allow_nan=True)
     if math.isnan(theta):
         return 0.0, True
-    if not math.isfinite(theta):
-        raise ValueError(f"anno key 'theta' is {theta}; expected a finite compass (rad)")
     return theta, False
 
 
@@ -100,18 +122,21 @@ def frame_labels(annos: list[dict], theta: float, speed: float, handedness: str
     waypoints = _right(to_local(theta, origin, future), handedness)
     target = _right(to_local(theta, origin, [[number(now, "x_target"),
                                               number(now, "y_target")]])[0], handedness)
-    command = int(number(now, "next_command"))
-    return {"waypoints": waypoints.astype(np.float32),
-            "waypoints_diff": np.diff(np.concatenate([np.zeros((1, 2)), waypoints]),
-                                      axis=0).astype(np.float32),
-            "target_point": target.astype(np.float32),
-            "target_command": command_onehot(command).astype(np.float32),
-            "speed": speed}
+    labels = {"waypoints": waypoints,
+              "waypoints_diff": np.diff(np.concatenate([np.zeros((1, 2)), waypoints]), axis=0),
+              "target_point": target, "speed": speed}
+    bad = non_finite_label(labels)
+    if bad:   # each value within float32, yet too far apart for it
+        raise ValueError(f"label {bad} is not finite in float32 (computed from this frame's "
+                         "and its future frames' anno); expected coordinates in metres")
+    onehot = command_onehot(command(now, "next_command"))
+    return {**{k: v.astype(np.float32) for k, v in labels.items() if k != "speed"},
+            "target_command": onehot.astype(np.float32), "speed": speed}
 
 
 def _matrix(value: Any, shape: tuple[int, int], what: str) -> np.ndarray:
     arr = np.asarray(value, np.float64) if isinstance(value, list) else None
-    if arr is None or arr.shape != shape or not np.isfinite(arr).all():
+    if arr is None or arr.shape != shape or not finite_f32(arr):
         raise ValueError(f"anno sensors {what} is not a finite {shape[0]}x{shape[1]} matrix")
     return arr
 
@@ -145,23 +170,33 @@ def record_values(anno: dict, theta: float, speed: float, handedness: str,
                         handedness) for w in ("near", "far"))
     vec = {k: np.asarray(anno.get(k), np.float64) for k in ("acceleration", "angular_velocity")}
     for k, v in vec.items():
-        if v.shape != (3,) or not np.isfinite(v).all():
-            raise ValueError(f"anno key {k!r} is {anno.get(k)!r}; expected 3 finite numbers")
+        if v.shape != (3,) or not finite_f32(v):
+            raise ValueError(f"anno key {k!r} is {anno.get(k)!r}; expected 3 numbers finite "
+                             "in float32")
     if handedness == "right":   # prepare_B2D.py: accel y and every rotation rate flip
         vec["acceleration"][1] *= -1
         vec["angular_velocity"] *= -1
     out = {"speed": speed, "theta": theta, **vec,
            **{k: number(anno, k) for k in ("throttle", "steer", "brake")},
            **{k: bool(anno.get(k, False)) for k in ("reverse", "should_brake", "only_ap_brake")},
-           **{k: int(number(anno, k)) for k in ("command_near", "command_far", "next_command")},
+           **{k: command(anno, k) for k in ("command_near", "command_far", "next_command")},
            "target_near": near, "target_far": far, **calibration(anno, handedness)}
     if expert is not None:
-        if expert.shape != (EXPERT_FEATURES + 2,) or not np.isfinite(expert).all():
-            raise ValueError(f"expert assessment holds {expert.dtype} {expert.shape}; expected "
-                             f"{EXPERT_FEATURES + 2} finite values (feature, value, action)")
-        out.update(expert_feature=expert[:EXPERT_FEATURES], expert_value=expert[-2],
-                   expert_action=int(expert[-1]))
+        out.update(_expert(expert))
     return out
+
+
+def _expert(expert: np.ndarray) -> dict[str, Any]:
+    """feature (256), value, action of an expert assessment, each finite as stored."""
+    expert = np.asarray(expert, np.float64)
+    ok = expert.shape == (EXPERT_FEATURES + 2,) and finite_f32(expert)
+    action = float(expert[-1]) if ok else -1.0
+    if not ok or action != int(action) or not 0 <= action < 2 ** 31:
+        raise ValueError(f"expert assessment holds {expert.dtype} {expert.shape}; expected "
+                         f"{EXPERT_FEATURES + 2} values finite in float32 (feature, value, "
+                         "action), the action a whole number >= 0")
+    return {"expert_feature": expert[:EXPERT_FEATURES], "expert_value": expert[-2],
+            "expert_action": int(action)}
 
 
 def ego_entry(boxes: list) -> tuple[dict, bool]:
@@ -224,7 +259,7 @@ def boxes_table(boxes: Any, radius: float, handedness: str) -> np.ndarray:
             value = entry.get(key)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 row[_COL[key]] = float(value)
-        rows.append(row)
+        rows.append(finite_row(row, i))
     table = np.stack(rows)
     if handedness == "right":
         table[:, _COL["y"]] *= -1

@@ -61,13 +61,19 @@ def frame_labels(xy: np.ndarray, theta: float, target: np.ndarray, command: int,
     }
 
 
+def finite_f32(value) -> bool:
+    """Whether every number of `value` is finite once stored as float32: a float64 value
+    past float32's range (1e39) becomes an infinity there."""
+    with np.errstate(over="ignore", invalid="ignore"):   # the cast's overflow is the finding
+        return bool(np.isfinite(np.asarray(value, np.float32)).all())
+
+
 def non_finite_label(labels: dict) -> str | None:
     """The first label that is not finite as stored (float32), or None: positions each within
     float32's range can still be too far apart for it, and an infinity must not be packed."""
-    with np.errstate(over="ignore", invalid="ignore"):   # the cast's overflow is the finding
-        for name in ("waypoints", "waypoints_diff", "target_point", "speed"):
-            if name in labels and not np.isfinite(np.asarray(labels[name], np.float32)).all():
-                return name
+    for name in ("waypoints", "waypoints_diff", "target_point", "speed"):
+        if name in labels and not finite_f32(labels[name]):
+            return name
     return None
 
 

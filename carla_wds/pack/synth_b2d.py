@@ -311,6 +311,15 @@ def write_archive(clip_dir: Path, archive: Path, seed: int) -> None:
     tmp.rename(archive)
 
 
+def _need_h5py() -> None:
+    try:
+        import h5py  # noqa: F401
+    except ImportError:
+        raise ValueError("synth --layout bench2drive writes radar .h5 files, which need h5py; "
+                         "install it: pip install 'carla-wds[radar]' (in a checkout: "
+                         "pip install -e '.[radar]')") from None
+
+
 def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: int = 4,
                   frames: int = 40, seed: int = 0, image_size: tuple[int, int] | None = None,
                   progress: bool = True, archives: bool = True) -> list[Path]:
@@ -321,6 +330,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
     if layout != "bench2drive":
         raise ValueError(f"synth_b2d writes layout 'bench2drive', not {layout!r}")
     base._check_args("tcp", episodes, frames, seed, image_size)
+    _need_h5py()   # before anything is written: no half-written clip without radar files
     size = tuple(int(v) for v in (image_size or B2D_IMAGE_SIZE))
     out = Path(out_dir)
     clips = [out / "v1" / clip_name(ep) for ep in range(int(episodes))]
