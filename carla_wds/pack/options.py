@@ -121,6 +121,9 @@ class PackOptions:
             raise _bad("--dot-replacement", repr(self.dot_replacement), "characters allowed in "
                        "a sample key (letters, digits, _-~+=,@; no dot)",
                        "pass e.g. --dot-replacement _")
+        # any layout: a negative spool is no size, and a library caller may pass one
+        _whole("--spool-bytes", self.spool_bytes, 0, None, "pass the bytes of a clip held in "
+               "memory, e.g. --spool-bytes 1000000000 (0: all of it in a temporary file)")
         self._check_clips()
         if self.resume and self.overwrite:
             raise _bad("--resume with --overwrite", "", "one of them", "pass --resume to "
@@ -176,7 +179,6 @@ class PackOptions:
         if bad or (self.sensors is not None and len(set(self.sensors)) != len(self.sensors)):
             raise _bad("--sensors", ",".join(self.sensors), f"distinct names from {list(SENSORS)}",
                        "pass e.g. --sensors lidar,boxes,expert,radar")
-        _whole("--spool-bytes", self.spool_bytes, 0, None, "pass e.g. --spool-bytes 1000000000")
         if "radar" in (self.sensors or ()):
             try:
                 import h5py  # noqa: F401

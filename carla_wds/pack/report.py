@@ -1,10 +1,12 @@
 """What a pack reports besides its shards: the route plans, the skipped frames, the manifest."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..schema import SCHEMA_VERSION, SampleSpec
+from .errors import PackError
 from .routes import RoutePlan, Skip
 
 
@@ -28,6 +30,33 @@ class PackReport:
     @property
     def tail_frames(self) -> int:
         return sum(p.tail for p in self.plans)
+
+
+def nothing_packed(report: PackReport, out: str) -> PackError:
+    """Every frame skipped, every route left out, or all tails: no manifest, since a manifest
+    of 0 samples would load as a valid, empty dataset and a training run would start on
+    nothing. The reasons name what was found: skipped frames' reasons, the routes (clips)
+    left out and why, or the tails."""
+    skipped = report.all_skipped()
+    left_out = [p for p in report.plans if p.filtered]
+    why = [f"{n} x {r}" for r, n in Counter(s.reason for s in skipped).most_common(3)]
+    why += [f"route {p.episode} left out: {p.filtered}" for p in left_out[:3]]
+    if len(left_out) > 3:
+        why.append(f"{len(left_out) - 3} more routes left out")
+    if report.tail_frames:
+        why.append(f"{report.tail_frames} frames are route tails (the last --pred-len frames "
+                   "of a route, which have no full future)")
+    first = ""
+    if skipped:
+        s = skipped[0]
+        first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
+    return PackError(f"no samples: all {report.frames} frames of {len(report.plans)} "
+                     f"routes were skipped ({len(skipped)}) or are route tails "
+                     f"({report.tail_frames}), and {len(left_out)} routes were left out, so "
+                     f"no shard and no manifest were written to {out}. Reasons: "
+                     f"{'; '.join(why) or 'no frames found'}.{first} Fix: repair the input "
+                     "these reasons name, or check that INPUT_DIR, --layout and --pred-len "
+                     "match the data")
 
 
 def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, version: str,

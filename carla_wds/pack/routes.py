@@ -184,21 +184,42 @@ def _sensors(t: int, like: Path, route: Path, sensor_files: dict
     return paths, None
 
 
+class FilterFileError(ValueError):
+    """A route filter's file that exists but cannot be read: bad input, not a filtered route."""
+
+
 def route_filter_reason(route: Path, flt: RouteFilter) -> str:
     """Why a route is left out by the layout's filter, or "" to keep it (carla_garage's
-    loader keeps only routes whose results file scores at least `min`)."""
+    loader keeps only routes whose results file scores at least `min`). A results file it
+    cannot read (carla_garage's loader stops on it) raises FilterFileError."""
     path = route / flt.file
     if not path.is_file():
         return f"no {flt.file}; the layout keeps only routes whose {flt.key} >= {flt.min:g}"
     try:
         score = lookup(read_json(path), flt.key)
     except (ValueError, OSError, KeyError) as exc:
-        return f"{flt.file}: {exc}; expected a JSON object with {flt.key}"
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        return f"{flt.file}: {flt.key} is {score!r}; expected a number"
+        raise FilterFileError(f"unreadable ({exc}); expected a JSON object with {flt.key}"
+                              ) from None
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+        raise FilterFileError(f"{flt.key} is {str(score)[:40]!r}; expected a number")
     if not score >= flt.min:
         return f"{flt.file}: {flt.key} is {score:g} < {flt.min:g}"
     return ""
+
+
+def _unreadable_filter(route: Path, episode: str, layout: Layout, reason: str) -> RoutePlan:
+    """A route whose filter file is bad: each of its frames is skipped naming that file, so
+    fail mode stops on it and skip mode counts and lists it (never a silent drop)."""
+    flt = layout.route_filter
+    fix = (f"restore the route's {flt.file} (or remove the route), or pack with --on-error "
+           "skip to record its frames and go on")
+    meas = route / layout.measurements
+    frames, skipped, _ = _frame_numbers(meas, episode, layout.measurements_ext) \
+        if meas.is_dir() else ({}, [], {})
+    if not frames:
+        return RoutePlan(episode, filtered=f"{flt.file}: {reason}")
+    bad = [Skip(episode, t, flt.file, reason, fix=fix) for t in sorted(frames)]
+    return RoutePlan(episode, n_frames=len(frames) + len(skipped), skipped=bad + skipped)
 
 
 def _camera_files(route: Path, layout: Layout) -> dict[str, tuple[dict[int, str], dict]]:
@@ -215,7 +236,10 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
     """Read one route's measurements and decide, for every frame, sample, tail or skip."""
     route = Path(input_dir) / episode
     if layout.route_filter is not None:
-        reason = route_filter_reason(route, layout.route_filter)
+        try:
+            reason = route_filter_reason(route, layout.route_filter)
+        except FilterFileError as exc:
+            return _unreadable_filter(route, episode, layout, str(exc))
         if reason:
             return RoutePlan(episode, filtered=reason)
     frames, skipped, clash = _frame_numbers(route / layout.measurements, episode,
