@@ -93,9 +93,12 @@ def field_value(f: Field, raw: Any) -> tuple[np.ndarray | None, str]:
             raise ValueError(arr.dtype)
         if f.dtype == "bool" and not np.isin(arr, (0, 1)).all():
             raise ValueError("not 0/1")
+        if not _fits(arr, np.dtype(f.dtype)):
+            raise ValueError("out of range")
         arr = arr.astype(f.dtype)
     except (ValueError, TypeError):
-        return None, f"is {str(raw)[:60]}; expected {f.dtype} numbers of shape {list(f.shape)}"
+        what = "whole numbers" if np.dtype(f.dtype).kind in "iu" else "numbers"
+        return None, f"is {str(raw)[:60]}; expected {f.dtype} {what} of shape {list(f.shape)}"
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         return None, "holds NaN or infinite values; expected finite numbers"
     if f.pad:
@@ -107,6 +110,17 @@ def field_value(f: Field, raw: Any) -> tuple[np.ndarray | None, str]:
     if arr.shape != f.shape:
         return None, f"has shape {list(arr.shape)}; expected {list(f.shape)}"
     return arr, ""
+
+
+def _fits(arr: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether an integer dtype holds every value of `arr` as it is: astype would turn 1e20
+    into -2147483648, 2**40 into 0 and 2.5 into 2 without a word."""
+    if dtype.kind not in "iu" or arr.size == 0:
+        return True
+    info = np.iinfo(dtype)
+    with np.errstate(invalid="ignore"):
+        whole = arr.dtype.kind != "f" or bool((np.isfinite(arr) & (arr == np.trunc(arr))).all())
+    return whole and info.min <= arr.min() and arr.max() <= info.max
 
 
 def record_values(values: list[dict[str, Any]], layout: Layout) -> dict[str, np.ndarray]:
