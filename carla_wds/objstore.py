@@ -11,6 +11,7 @@ finds Bench2Drive's clip archives on a store with it).
 """
 from __future__ import annotations
 
+import errno
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -168,7 +169,30 @@ class ObjectReader(CheckedStream):
                            f"{declared}arrived. Fix: {fix}")
 
     def _fetch(self, start: int) -> bytes:
-        return self._fs.cat_file(self._path, start=start, end=min(self.size, start + BLOCK))
+        end = min(self.size, start + BLOCK)
+        data = self._fs.cat_file(self._path, start=start, end=end)
+        if len(data) < end - start:   # a store answers a range whole, unless the object shrank
+            raise _ShortBlock(f"a ranged read gave {len(data)} of {end - start} bytes")
+        return data
+
+    def _classify(self, exc: BaseException) -> tuple[str, str] | None:
+        """permanent(), and an object that is no longer the size it had at open: a short
+        block or a refused range (HTTP 416, EINVAL from s3fs) is looked into once (one HEAD)
+        rather than retried as if the store were slow."""
+        failure = permanent(exc)
+        if failure or not (isinstance(exc, _ShortBlock) or getattr(exc, "errno", None) ==
+                           errno.EINVAL or "416" in str(exc)):
+            return failure
+        try:
+            self._fs.invalidate_cache(self._path)
+            now = int(self._fs.size(self._path))
+        except Exception:   # noqa: BLE001 - no answer: retried like any transient failure
+            return None
+        if now == self.size:
+            return None
+        return (f"object is {now} bytes, the manifest declares {self.limit}: replaced after "
+                "packing?", "re-pack the dataset, or restore the object its manifest was "
+                "written for")
 
     def _block(self) -> bytes:
         """The block at the current offset, and the next one asked for in the background,
@@ -177,7 +201,8 @@ class ObjectReader(CheckedStream):
         retries fetch the block again here."""
         start, ahead, self._next = self._off, self._next, None
         first = [ahead.result] if ahead is not None else []
-        data = with_retries(self, lambda: first.pop()() if first else self._fetch(start))
+        data = with_retries(self, lambda: first.pop()() if first else self._fetch(start),
+                            self._classify)
         if data and start + len(data) < self.size:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="objstore-ahead")
@@ -204,6 +229,10 @@ class ObjectReader(CheckedStream):
             # bounds it) rather than waited for: closing early must not stall the reader
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+class _ShortBlock(Exception):
+    """A ranged read that returned fewer bytes than the object held at open."""
 
 
 def read_object(url: str, limit: int, opts: RemoteOptions | None = None,

@@ -170,6 +170,12 @@ class HTTPReader(CheckedStream):
             exc.close()
             if exc.code in _TRANSIENT_STATUS:
                 raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
+            if exc.code == 416 and self.exact:   # a Range past the end: the body shrank
+                total = (exc.headers.get("Content-Range") or "").rpartition("/")[2]
+                raise self._fail(f"object is {total or 'fewer'} bytes, the manifest declares "
+                                 f"{self.limit}: replaced after packing?", "re-pack the "
+                                 "dataset, or restore the file its manifest was written for"
+                                 ) from None
             raise self._fail(f"HTTP {exc.code} {exc.reason}", "check that the URL exists and "
                              "that you may read it (credentials, path)") from None
         length = resp.headers.get("Content-Length")

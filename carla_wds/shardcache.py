@@ -39,6 +39,9 @@ import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
+from . import cachecheck, limits
+from .cachecheck import DiskFullError
+from .cachelocks import Lease, _evict, _lease, _lock_entry, _remove, _same_file, _unlock_entry
 from .objstore import ObjectReader
 from .remote import CheckedStream, HTTPReader, RemoteOptions, is_http
 from .tario import ShardError
@@ -48,6 +51,8 @@ TEMP, LOCK = ".temp", ".lock"
 _ENTRY = re.compile(r"[0-9a-f]{12}-.+")
 CHUNK = 8 << 20   # bytes a download reads before it writes them to its temporary file
 _warned: set[str] = set()   # cache folders whose "full" warning this process gave already
+FIX_FULL = ("free space there, lower cache_limit_bytes below its free space, or move "
+            "cache_dir to a disk with room")
 
 
 def cache_name(url: str, sha256: str | None = None) -> str:
@@ -69,108 +74,46 @@ def check_limit(limit: int | None) -> int | None:
     return limit
 
 
+def check_declared(url: str, size: int) -> None:
+    """A remote shard may declare at most `remote_shard_bytes` (limits.py): a manifest is data
+    from elsewhere, and its `bytes` bound every read, temporary file and cached copy."""
+    bound = limits.active().remote_shard_bytes
+    if size > bound:
+        raise ShardError(str(limits.LimitError(f"shard {url}: the size its manifest declares",
+                                               size, "remote_shard_bytes", bound)))
+
+
 def remote_reader(url: str, size: int, remote: RemoteOptions | None) -> CheckedStream:
-    """The bounded, hashed stream of a remote shard: HTTP, or an object store through fsspec."""
+    """The bounded, hashed stream of a remote shard: HTTP, or an object store through fsspec;
+    refused before any request when it declares more than `remote_shard_bytes`."""
+    check_declared(url, size)
     if is_http(url):
         return HTTPReader(url, size, remote)
     return ObjectReader(url, size, remote)
 
 
-class Lease:
-    """A shared lock on a cached shard, held from open to close: eviction passes it by."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd: int | None = fd
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _lease(path: str) -> Lease:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)   # waits only while an eviction unlinks it
-    except BaseException:
-        os.close(fd)
-        raise
-    return Lease(fd)
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (st.st_ino, st.st_dev) == (held.st_ino, held.st_dev)
-
-
-def _lock_entry(path: str, wait: bool = True) -> int | None:
-    """An fd holding the exclusive lock file `path`; None if another holds it and not `wait`."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        if _same_file(fd, path):
-            return fd
-        os.close(fd)   # its holder unlinked it while this process waited: take the new one
-
-
-def _unlock_entry(fd: int, path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)   # while held: no other process holds this file, so it is ours
-    os.close(fd)
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
-
-
-def _evict(path: str) -> bool:
-    """Remove a cached shard unless a reader holds it; whether it is gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False   # in use
-        if not _same_file(fd, path):
-            return False   # replaced by a new fill meanwhile: left to the next sweep
-        os.unlink(path)
-        return True
-    finally:
-        os.close(fd)
-
-
 def _write(url: str, tmp: str, size: int, sha256: str | None,
            remote: RemoteOptions | None) -> None:
     """The shard at url into the file tmp, checked against the manifest's size and sha256;
-    tmp is removed if it does not match or the download fails."""
+    tmp is removed if it does not match or the download fails. A full disk (or quota, or
+    file-size limit) is a DiskFullError naming the folder, never the shard's fault."""
     reader = None
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "w+b") as f:   # read too: the fill record samples what was written
             reader = remote_reader(url, size, remote)
-            while chunk := reader.read(CHUNK):
+            while chunk := reader.read(CHUNK):   # at most `size` bytes: the reader's cut
                 f.write(chunk)
             reader.finish(sha256)
-            # durable before the rename publishes it: a cache hit checks only the size, so a
-            # power loss must not leave a shard of the right size and wrong bytes behind
+            # durable before the rename publishes it: a power loss must not leave a shard of
+            # the right size and wrong bytes behind
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+            cachecheck.record(f.fileno(), size, os.path.dirname(tmp))
+    except BaseException as exc:
         _remove(tmp)
+        full = cachecheck.disk_full(exc, os.path.dirname(tmp) or ".", FIX_FULL)
+        if full is not None:
+            raise full from None
         raise
     finally:
         if reader is not None:
@@ -215,11 +158,14 @@ class ShardCache:
     def path_of(self, url: str, sha256: str | None = None) -> str:
         return os.path.join(self.dir, cache_name(url, sha256))
 
-    def open(self, url: str, size: int, sha256: str | None, remote: RemoteOptions | None
-             ) -> Cached | None:
+    def open(self, url: str, size: int, sha256: str | None, remote: RemoteOptions | None,
+             full: bool = False) -> Cached | None:
         """The cached copy of `url`, held in use until closed; filled first if missing (by
-        one process: the others wait, then read its copy). None: the shard fits the limit,
-        but not beside the shards now in use; read it uncached."""
+        one process: the others wait, then read its copy). A copy found is used only if it
+        still passes its check (cachecheck.py; the whole sha256 with `full`): else it is
+        dropped and filled again. None: the shard fits the limit, but not beside the shards
+        now in use, or the cache's disk is full (warned); read it uncached."""
+        check_declared(url, size)
         if self.limit is not None and size > self.limit:
             raise ShardError(f"shard {url}: {size} bytes, more than the cache's limit of "
                              f"{self.limit} bytes (cache_limit_bytes, cache {self.dir}). Fix: "
@@ -227,17 +173,21 @@ class ShardCache:
                              "re-pack with smaller shards (carla-wds pack --max-bytes)")
         os.makedirs(self.dir, exist_ok=True)
         dest = self.path_of(url, sha256)
-        found = self._hit(dest, size)
+        check = (size, sha256, full)
+        found = self._hit(dest, check, drop=False)
         if found is not None:
             return found
         lock_path = dest + LOCK
         lock = _lock_entry(lock_path)
-        try:
-            return self._hit(dest, size) or self._fill(url, dest, size, sha256, remote)
+        try:   # under the entry lock no filler replaces dest: a failed copy may be dropped
+            return self._hit(dest, check, drop=True) or self._fill(url, dest, size, sha256,
+                                                                   remote)
         finally:
             _unlock_entry(lock, lock_path)
 
-    def _hit(self, dest: str, size: int) -> Cached | None:
+    def _hit(self, dest: str, check: tuple[int, str | None, bool], drop: bool
+             ) -> Cached | None:
+        size, sha256, full = check
         try:
             lease = _lease(dest)
         except FileNotFoundError:
@@ -251,6 +201,15 @@ class ShardCache:
         if os.fstat(file.fileno()).st_size != size or not _same_file(lease.fd, dest) or \
                 not _same_file(file.fileno(), dest):
             held.close()   # another size (an older manifest), or replaced: fill it anew
+            return None
+        if not cachecheck.holds(file.fileno(), size, sha256, full):
+            held.close()
+            if drop:
+                cachecheck.stats["dropped"] += 1
+                log.warning("cache %s: the cached copy %s is not the shard that was checked "
+                            "when it was cached (changed in place); dropped, fetching it "
+                            "again", self.dir, dest)
+                _remove(dest)
             return None
         self._touch(dest)
         return held
@@ -269,7 +228,11 @@ class ShardCache:
         tmp = self._reserve(os.path.basename(dest), size)
         if tmp is None:
             return None
-        _write(url, tmp, size, sha256, remote)
+        try:
+            _write(url, tmp, size, sha256, remote)
+        except DiskFullError as exc:   # the machine's disk, not the shard: read it uncached
+            log.warning("cache %s; reading shard %s uncached", exc, url)
+            return None
         lease = None
         try:
             lease = _lease(tmp)   # in use from before it is published: no eviction between

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .cachecheck import disk_full
 from .objstore import is_objstore
 from .remote import CheckedStream, RemoteOptions, is_http
 from .shardcache import Lease, ShardCache, remote_reader
@@ -133,10 +134,8 @@ def is_remote(url: str) -> bool:
     return is_http(url) or is_objstore(url)
 
 
-def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> None:
+def _check_sha256(found: str, expected: str, url: str) -> None:
     if found != expected:
-        if cached:
-            os.remove(cached)   # so the next attempt downloads it again
         raise ShardError(f"shard {url}: sha256 {found} differs from the manifest's {expected}; "
                          "the file is corrupt or was changed. Fix: re-download or re-pack it")
 
@@ -144,15 +143,20 @@ def _check_sha256(found: str, expected: str, url: str, cached: str | None) -> No
 def _spooled(url: str, size: int, sha256: str | None, remote: RemoteOptions | None
              ) -> MappedShard:
     """A remote shard checked whole before any sample is used, without holding it in memory:
-    an unnamed temporary file (gone when closed) of at most the declared size."""
+    an unnamed temporary file (gone when closed) of at most the declared size. A full disk
+    there is a DiskFullError naming the folder, not the shard's fault."""
     f = tempfile.TemporaryFile()
     reader = remote_reader(url, size, remote)
     try:
         while chunk := reader.read(8 << 20):
             f.write(chunk)
         reader.finish(sha256)
-    except BaseException:
+    except BaseException as exc:
         f.close()
+        full = disk_full(exc, tempfile.gettempdir(), "set TMPDIR to a folder with room for a "
+                         "shard, or read with cache_dir (a cache checks shards as it fills)")
+        if full is not None:
+            raise full from None
         raise
     finally:
         reader.close()
@@ -169,20 +173,25 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
     """A readable stream of a shard at `url` of `size` declared bytes (None: not declared).
 
     Local files and cached copies are memory-mapped; with `verify`, the very file that is
-    mapped is hashed first, and a remote shard without a cache is checked whole (in a
-    temporary file) before it is read. A remote stream is cut at `size` and hashed as it is
-    read, and `finish` checks it. A cached copy is made only from a checked download, in a
-    cache of at most `cache_limit_bytes` (None: unbounded) shared by the node's processes
-    (shardcache.py); the shard stays in use there, safe from eviction, until it is closed.
+    mapped is hashed first, a cached copy is hashed whole (dropped and fetched again if it
+    fails), and a remote shard without a cache is checked whole (in a temporary file) before
+    it is read; without `verify` a cached copy passes the cheaper check of cachecheck.py. A
+    remote stream is cut at `size` and hashed as it is read, and `finish` checks it. A
+    cached copy is made only from a checked download, in a cache of at most
+    `cache_limit_bytes` (None: unbounded) shared by the node's processes (shardcache.py);
+    the shard stays in use there, safe from eviction, until it is closed. A remote shard
+    declared over `remote_shard_bytes` (limits.py) is refused before it is asked for.
     """
     path = _local_path(url)
     if path is None and cache_dir is not None and is_remote(url) and size is not None:
-        held = ShardCache(cache_dir, cache_limit_bytes).open(url, size, sha256, remote)
-        if held is not None:   # None: the cache is full of shards in use; read it uncached
+        held = ShardCache(cache_dir, cache_limit_bytes).open(url, size, sha256, remote,
+                                                             full=verify)
+        if held is not None:   # None: no room in the cache now; read it uncached
+            # checked by the cache (with `verify`: hashed whole)
             return _checked(MappedShard(held.path, held.file, held.lease), url, size, sha256,
-                            verify and not held.fresh, held.path)
+                            False)
     if path is not None:
-        return _checked(MappedShard(path), url, size, sha256, verify, None)
+        return _checked(MappedShard(path), url, size, sha256, verify)
     if is_remote(url) and size is not None:
         if verify:
             return _spooled(url, size, sha256, remote)
@@ -195,17 +204,17 @@ def open_shard(url: str, cache_dir: str | None, sha256: str | None, size: int | 
     return stream if size is None else _Bounded(stream, size, url)
 
 
-def _checked(shard: MappedShard, url: str, size: int | None, sha256: str | None, verify: bool,
-             cached: str | None) -> MappedShard:
+def _checked(shard: MappedShard, url: str, size: int | None, sha256: str | None, verify: bool
+             ) -> MappedShard:
     """The mapped shard once its size (and, with `verify`, its sha256) match the manifest;
-    closed on a mismatch, and a cached copy dropped."""
+    closed on a mismatch."""
     try:
         if size is not None and shard.size != size:
             raise ShardError(f"shard {url}: {shard.size} bytes, the manifest declares "
                              f"{size}; it is truncated or was changed. Fix: re-download "
                              "or re-pack it")
         if verify and sha256 is not None:
-            _check_sha256(shard.sha256(), sha256, url, cached)
+            _check_sha256(shard.sha256(), sha256, url)
     except ShardError:
         shard.close()
         raise

@@ -8,6 +8,8 @@ import io
 import re
 from typing import Any, Iterator
 
+from . import limits
+
 _FIX = "Fix: re-download or re-pack it"
 
 
@@ -45,9 +47,11 @@ def tar_members(stream: io.BufferedIOBase, where: str, limit: int | None = None,
     and GNU tar write), with one read per header and per member: tarfile's stream mode copies
     its 10 KB buffer for every slice, a fifth of the loader's time (docs/benchmarks.md).
     A member larger than what is left of the `limit` bytes the manifest declares is refused
-    before it is read. Links, folders and other non-files are skipped, and named in `others`.
+    before it is read, and so is one over the limit `raw_file_bytes` (limits.py): a member is
+    held in memory whole, so that limit, not the size a shard declares, bounds what reading
+    it allocates. Links, folders and other non-files are skipped, and named in `others`.
     """
-    long_name, pos = None, 0
+    long_name, pos, member_limit = None, 0, limits.active().raw_file_bytes
     while (header := _read_exact(stream, _BLOCK)) and header.count(0) < _BLOCK:
         if len(header) < _BLOCK:
             raise ShardError(f"shard {where}: a tar header is cut short (truncated shard). "
@@ -58,10 +62,7 @@ def tar_members(stream: io.BufferedIOBase, where: str, limit: int | None = None,
                              f"corrupt. {_FIX}")
         size, kind = _tar_number(header[124:136]), header[156:157]
         pos += _BLOCK + size + -size % _BLOCK
-        if limit is not None and (pos > limit or size < 0):
-            raise ShardError(f"shard {where}: a tar member declares {size} bytes, beyond the "
-                             f"{limit} bytes the manifest declares for the whole shard; the "
-                             "shard is corrupt or hostile. Fix: re-download or re-pack it")
+        _check_member(where, size, pos, limit, member_limit)
         data = _read_exact(stream, size)
         if len(data) < size or len(_read_exact(stream, -size % _BLOCK)) < -size % _BLOCK:
             raise ShardError(f"shard {where}: a tar member is cut short (truncated shard). "
@@ -84,6 +85,19 @@ def tar_members(stream: io.BufferedIOBase, where: str, limit: int | None = None,
             yield {"fname": name, "data": data}
 
 
+def _check_member(where: str, size: int, end: int, limit: int | None, member_limit: int
+                  ) -> None:
+    """Before a member is read: it ends (at `end`) within the shard's declared `limit`, and
+    it is no larger than the member limit."""
+    if limit is not None and (end > limit or size < 0):
+        raise ShardError(f"shard {where}: a tar member declares {size} bytes, beyond the "
+                         f"{limit} bytes the manifest declares for the whole shard; the "
+                         "shard is corrupt or hostile. Fix: re-download or re-pack it")
+    if size > member_limit:
+        raise ShardError(str(limits.LimitError(f"shard {where}: a tar member's size in bytes",
+                                               size, "raw_file_bytes", member_limit)))
+
+
 def _ustar_name(header: bytes) -> str:
     name = header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
     prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
@@ -100,7 +114,8 @@ def iterate_tar(stream: Any, where: str, limit: int | None = None,
     elif getattr(stream, "seekable", lambda: False)():
         first = stream.read(_BLOCK)
         stream.seek(-len(first), io.SEEK_CUR)
-    if len(first) == _BLOCK and first[257:262] == b"ustar":
+    # a tar of no members is only its end-of-archive blocks (tarfile.open(p, "w").close())
+    if len(first) == _BLOCK and (first[257:262] == b"ustar" or not any(first)):
         return tar_members(stream, where, limit, others)
     raise ShardError(f"shard {where}: not an uncompressed tar (no ustar header), as carla-wds "
                      f"writes shards. {_FIX}")

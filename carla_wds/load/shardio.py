@@ -9,6 +9,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from ..cachecheck import DiskFullError
 from ..remote import RemoteError, RemoteOptions
 from ..shardread import ShardRef, open_shard, samples_of
 from ..tario import ShardError
@@ -67,6 +68,8 @@ def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRe
         ref, state = shards[shard], {"last": None, "given": 0}
         try:
             yield from _segment(ref, start, stop, cache, verify, remote, state)
+        except DiskFullError:   # the machine's disk, not the shard: never skipped as bad
+            raise
         except (ShardError, RemoteError) as exc:   # these name the shard and the fix
             msg = f"{exc} (read up to sample {state['last']!r}; `carla-wds verify` checks a pack)"
         except Exception as exc:  # noqa: BLE001 - tar, HTTP and OS errors alike
@@ -75,6 +78,9 @@ def read_segments(segments: Iterable[tuple[int, int, int]], shards: list[ShardRe
                    "shard")
         else:
             continue
+        if state["given"]:   # a stream: what came before the failure was used
+            msg += (f"; {state['given']} of its samples were used before it failed (cache_dir "
+                    "or verify=True check a remote shard before any sample is used)")
         if on_error == "raise":
             raise ShardError(msg) from None
         log.warning("skipping the rest of a shard: %s", msg)
@@ -88,11 +94,16 @@ def _segment(ref: ShardRef, start: int, stop: int, cache: tuple[str | None, int 
     reads one header further: a shard with more samples than the manifest says is an error
     (they would be dropped without a word), and a stream is then read to its end and checked.
     The stream is closed however the segment ends (its end, an error, or the consumer's
-    close()), which gives a cached shard back to the cache's eviction."""
+    close()), which gives a cached shard back to the cache's eviction.
+
+    Such a segment holds its last sample back until that check passed: a stream's samples
+    reach the model before its sha256 can fail (a shard replaced on the store after its
+    manifest), and this way the failure is at least one skipped sample whose error names the
+    shard, not a silence. (cache_dir or verify=True check a shard before any sample is used.)"""
     cache_dir, cache_limit_bytes = cache
     stream = open_shard(ref.url, cache_dir, ref.sha256, ref.bytes, verify, remote,
                         cache_limit_bytes=cache_limit_bytes)
-    seen = 0
+    seen, held = 0, None
     try:
         for sample in samples_of(stream, ref):   # closed at a break: no end check then
             if seen >= stop:
@@ -105,6 +116,9 @@ def _segment(ref: ShardRef, start: int, stop: int, cache: tuple[str | None, int 
             state["last"] = sample["__key__"]
             if seen > start:
                 sample["__shard__"] = ref.url
+                if seen == stop == ref.samples:
+                    held = sample   # given once the stream's end checks passed
+                    continue
                 state["given"] += 1
                 yield sample
         if seen < stop:
@@ -112,3 +126,6 @@ def _segment(ref: ShardRef, start: int, stop: int, cache: tuple[str | None, int 
                              f"promises {stop}. Fix: re-download or re-pack it")
     finally:
         stream.close()
+    if held is not None:
+        state["given"] += 1
+        yield held
