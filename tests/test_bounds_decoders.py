@@ -168,6 +168,10 @@ def test_extra_images_are_bounded_and_held_to_one_size(raw, tmp_path):
     bomb = png_header_only(9000, 9000)
     rewrite_shard(shards / "shard-000000.tar",
                   lambda i, s: {**s, "depth.png": bomb} if i == 2 else s)
+    # as a pack made before extra sizes were recorded: image_pixels is then the bound (the
+    # recorded size is tested below)
+    doc = json.loads((shards / "manifest.json").read_text())
+    (shards / "manifest.json").write_text(json.dumps({**doc, "extra_sizes": None}))
     problems = verify(shards, deep=True, progress=False)
     assert len(problems) == 1 and "depth.png" in problems[0] and "image_pixels" in problems[0]
     data = CARLAWebData(str(shards), batch_size=4, mode="eval", image_size=SIZE,
@@ -266,3 +270,25 @@ def _tcp_sample(shards: Path) -> dict[str, bytes]:
     from tests.conftest import read_pack
     sample = next(iter(read_pack(shards).values()))
     return {k: v for k, v in sample.items() if not k.endswith(".png") or k == "front.png"}
+
+
+def test_a_pack_records_extra_sizes_and_verify_and_loader_hold_headers_to_them(raw, tmp_path):
+    """End to end: the manifest records each extra image member's size; a depth PNG of
+    another (small, decodable) size is refused by verify --deep and by the loader from its
+    header, naming the recorded size, where image_pixels alone would let it through."""
+    import cv2
+    shards = tmp_path / "ok"
+    manifest = run_pack(raw, shards, layout="garage", pred_len=4, max_samples=50)
+    depth = manifest["extra_sizes"]["depth.png"]
+    assert depth == list(cv2.imread(str(one(raw, "depth/*.png")), cv2.IMREAD_UNCHANGED).shape[:2])
+    assert set(manifest["extra_sizes"]) >= {"depth.png", "semantics.png"}
+    other = cv2.imencode(".png", np.zeros((depth[0] + 8, depth[1]), np.uint8))[1].tobytes()
+    rewrite_shard(shards / "shard-000000.tar",
+                  lambda i, s: {**s, "depth.png": other} if i == 1 else s)
+    problems = verify(shards, deep=True, progress=False)
+    assert len(problems) == 1 and "depth.png" in problems[0], problems
+    assert f"records {depth[0]}x{depth[1]}" in problems[0], problems
+    data = CARLAWebData(str(shards), batch_size=4, mode="eval", image_size=SIZE,
+                        fields=["depth"])
+    with pytest.raises(ValueError, match=f"depth.png.*records {depth[0]}x{depth[1]}"):
+        list(data)

@@ -113,6 +113,12 @@ def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | No
             "stacked": tuple(stacked_kinds(spec, asked))}
 
 
+def _extra_sizes(manifest: Manifest) -> tuple[tuple[str, tuple[int, int]], ...]:
+    """The pack's recorded (H, W) of each extra image member (none in older packs)."""
+    recorded = manifest.doc.get("extra_sizes") or {}
+    return tuple(sorted((m, tuple(hw)) for m, hw in recorded.items() if hw))
+
+
 def _batches(where: str, counts: tuple[int, ...], batch_size: int, world_size: int, mode: str,
              batches_per_epoch: int | None) -> int:
     """Batches per rank per epoch; none at all is an error naming the fix."""
@@ -157,7 +163,7 @@ class CARLAWebData:
         self.field_opts = replace(
             _field_options(spec, brake_override, lidar_histogram, self.fields),
             **twin_options(spec, twin_p), **_decode_options(spec, self.manifest.spec, fields),
-            exact_resize=bool(exact_resize))
+            exact_resize=bool(exact_resize), extra_sizes=_extra_sizes(self.manifest))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size = tuple(image_size)

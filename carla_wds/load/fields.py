@@ -54,6 +54,9 @@ class FieldOptions:
     rig: tuple[str, ...] = ()
     # per-camera kinds selected by one name (PER_CAMERA), stacked into (n_cam, H, W[, C])
     stacked: tuple[str, ...] = ()
+    # each extra image member's (H, W) as the pack recorded it: headers are held to it before
+    # anything decodes (a 20000x20000 depth PNG is refused, not allocated)
+    extra_sizes: tuple[tuple[str, tuple[int, int]], ...] = ()
 
 
 def twin_options(spec: SampleSpec, p: float) -> dict[str, Any]:

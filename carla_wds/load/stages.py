@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import limits
 from ..codecs import ImageCodec, ImageHeaderError, codec_named
-from ..schema import SampleSpec, SchemaError, check_members
+from ..schema import SampleSpec, SchemaError, check_members, check_recorded_sizes
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
 from .fields import FieldOptions, sample_fields
@@ -99,6 +99,8 @@ def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: n
     the selected extra fields under "fields")."""
     where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
     check_members(spec, raw, where)
+    if field_opts is not None and field_opts.extra_sizes:
+        check_recorded_sizes(raw, dict(field_opts.extra_sizes), where)
     raw, labels = sample_fields(raw, spec, image_size, field_opts or FieldOptions(), where,
                                 sizes)
     reduced = not (field_opts is not None and field_opts.exact_resize)

@@ -85,7 +85,8 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True,
             problems.append(str(exc))
             continue
         ref = ShardRef(url, shard.samples, shard.bytes, shard.sha256)
-        n, found = _verify_shard(ref, spec, sizes, deep, remote)
+        n, found = _verify_shard(ref, spec, sizes, deep, remote,
+                                 manifest.doc.get("extra_sizes"))
         total += n
         problems += found
     if total != manifest.total_samples:
@@ -93,8 +94,8 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True,
     return problems
 
 
-def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None
-                  ) -> tuple[int, list[str]]:
+def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None,
+                  extra_sizes: dict[str, list[int]] | None = None) -> tuple[int, list[str]]:
     local = not is_url(ref.url)
     if local and not os.path.isfile(ref.url):
         return 0, [f"{ref.url}: missing" if not os.path.lexists(ref.url)
@@ -106,7 +107,7 @@ def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None
             for raw in samples_of(stream, ref, others):
                 n += 1
                 if deep:
-                    problems += _deep_problems(raw, spec, sizes, ref)
+                    problems += _deep_problems(raw, spec, sizes, ref, extra_sizes)
         finally:
             stream.close()
     except (ShardError, RemoteError, OSError, ValueError) as exc:
@@ -118,11 +119,11 @@ def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None
     return n, problems
 
 
-def _deep_problems(raw: dict, spec, sizes, ref) -> list[str]:
+def _deep_problems(raw: dict, spec, sizes, ref, extra_sizes=None) -> list[str]:
     """validate_sample's finding, if any: every member through its codec's check and decode,
     images against the manifest's recorded sizes before they are decoded."""
     try:
-        validate_sample(spec, raw, f"{ref.url}:{raw['__key__']}", sizes)
+        validate_sample(spec, raw, f"{ref.url}:{raw['__key__']}", sizes, extra_sizes)
     except (SchemaError, ValueError) as exc:
         return [str(exc)]
     return []

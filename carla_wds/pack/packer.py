@@ -210,6 +210,8 @@ def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]
                               len(src.episodes), sizes.stored)
     if src.split_missing:
         manifest["split_missing"] = src.split_missing
+    # each extra image member's (H, W): the loader and verify hold headers to it (None: none)
+    manifest["extra_sizes"] = {m: list(hw) for m, hw in sorted(sizes.extras.items())} or None
     target.write_manifest(manifest)
     log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
              len(records), target.label, len(manifest["skipped"]))
