@@ -134,9 +134,23 @@ def frame_labels(annos: list[dict], theta: float, speed: float, handedness: str
             "target_command": onehot.astype(np.float32), "speed": speed}
 
 
+def floats(value: Any, what: str) -> np.ndarray:
+    """A JSON value as a float64 array of numbers each finite in float32 (labels are stored
+    as float32); ValueError naming `what` for anything else (a dict, a string or null in it)."""
+    arr = None
+    if isinstance(value, (list, int, float)) and not isinstance(value, bool):
+        try:
+            arr = np.asarray(value, np.float64)   # null -> NaN, refused just below
+        except (TypeError, ValueError, OverflowError):
+            pass
+    if arr is None or not finite_f32(arr):
+        raise ValueError(f"anno {what} is {str(value)[:60]}; expected numbers finite in float32")
+    return arr
+
+
 def _matrix(value: Any, shape: tuple[int, int], what: str) -> np.ndarray:
-    arr = np.asarray(value, np.float64) if isinstance(value, list) else None
-    if arr is None or arr.shape != shape or not finite_f32(arr):
+    arr = floats(value, f"sensors {what}") if isinstance(value, list) else None
+    if arr is None or arr.shape != shape:
         raise ValueError(f"anno sensors {what} is not a finite {shape[0]}x{shape[1]} matrix")
     return arr
 
@@ -168,11 +182,10 @@ def record_values(anno: dict, theta: float, speed: float, handedness: str,
     near, far = (_right(to_local(theta, origin, [[number(anno, f"x_command_{w}"),
                                                   number(anno, f"y_command_{w}")]])[0],
                         handedness) for w in ("near", "far"))
-    vec = {k: np.asarray(anno.get(k), np.float64) for k in ("acceleration", "angular_velocity")}
+    vec = {k: floats(anno.get(k), f"key {k!r}") for k in ("acceleration", "angular_velocity")}
     for k, v in vec.items():
-        if v.shape != (3,) or not finite_f32(v):
-            raise ValueError(f"anno key {k!r} is {anno.get(k)!r}; expected 3 numbers finite "
-                             "in float32")
+        if v.shape != (3,):
+            raise ValueError(f"anno key {k!r} is {anno.get(k)!r}; expected 3 numbers")
     if handedness == "right":   # prepare_B2D.py: accel y and every rotation rate flip
         vec["acceleration"][1] *= -1
         vec["angular_velocity"] *= -1
@@ -222,7 +235,7 @@ def _yaw_in_ego(entry: dict, world2ego: np.ndarray, ego_yaw: float) -> float:
     if not isinstance(rotation, list) or len(rotation) != 3:
         raise ValueError(f"box {entry.get('id')}: no world2<actor> matrix and rotation is "
                          f"{rotation!r}; expected [pitch, roll, yaw] in degrees")
-    yaw = math.radians(float(rotation[2])) - ego_yaw
+    yaw = math.radians(float(floats(rotation, f"box {entry.get('id')} rotation")[2])) - ego_yaw
     return math.atan2(math.sin(yaw), math.cos(yaw))
 
 
@@ -242,8 +255,8 @@ def boxes_table(boxes: Any, radius: float, handedness: str) -> np.ndarray:
         if cls is None:
             raise SchemaError(f"box entry {i}: unknown class {entry.get('class')!r}; expected "
                               f"one of {sorted(B2D_CLASSES)} or ego_vehicle")
-        centre = np.asarray(entry.get("center", entry.get("location")), np.float64)
-        half = np.asarray(entry.get("extent"), np.float64)
+        centre = floats(entry.get("center", entry.get("location")), f"box entry {i} center")
+        half = floats(entry.get("extent"), f"box entry {i} extent")
         if centre.shape != (3,) or half.shape != (3,):
             raise SchemaError(f"box entry {i}: center/extent are not 3 numbers")
         local = (world2ego @ np.append(centre, 1.0))[:3]

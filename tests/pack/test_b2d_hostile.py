@@ -342,6 +342,32 @@ def test_absurd_anno_values_are_bad_frames(raw, tmp_path, edit, words):
         assert all(np.isfinite(rec[n]).all() for n in rec.dtype.names)
 
 
+def _sensor(key, value):
+    def edit(doc):
+        doc["sensors"]["CAM_FRONT"][key] = value
+    return edit
+
+
+def _rotation_only(doc):
+    del doc["bounding_boxes"][1]["world2vehicle"]
+    doc["bounding_boxes"][1]["rotation"] = [0.0, 0.0, None]
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_set("acceleration", {"x": 1.0}), "acceleration"), (_box("center", {"x": 1.0}), "center"),
+    (_box("extent", [None, 1.0, 1.0]), "extent"), (_rotation_only, "rotation"),
+    (_sensor("intrinsic", [[{}] * 3] * 3), "CAM_FRONT.intrinsic")])
+def test_odd_anno_structures_are_one_line_bad_frames(raw, tmp_path, edit, words):
+    src, clip = clip_copy(raw, tmp_path)
+    path = clip / "anno" / "00000.json.gz"
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    edit(doc)
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    msg, m = pack_both(src, tmp_path)
+    assert msg.startswith(f"{CLIP} frame 0000: anno/00000.json.gz: ") and words in msg
+    assert [(s["frame"], s["file"]) for s in m["skipped"]] == [(0, "anno/00000.json.gz")]
+
+
 # --- synth without h5py ----------------------------------------------------------------------
 
 def test_synth_bench2drive_without_h5py_writes_nothing(tmp_path, cli, monkeypatch):
