@@ -28,7 +28,7 @@ from ..objwrite import StoreWriter, json_bytes
 from ..remote import RemoteError
 from .journal import committed_shards, read_journal, write_header
 from .options import PackOptions
-from .output import write_or_explain
+from .output import PACK_LOCK, OutputLock, write_or_explain
 from .routes import PackError
 from .shards import JOURNAL, JournalEntry, ShardRecord
 
@@ -61,12 +61,20 @@ class StoreOutput:
         self.prefix = opts.prefix
         self.made: list[Path] = []   # folders this run created, deepest first
         self.wrote_journal = self.fresh = False
+        self._make_stage()   # to hold the lock: one pack at a time stages for this output
+        try:
+            self.lock = OutputLock(self.out, f"OUTPUT_DIR {self.url} (staging folder "
+                                             f"{self.out})")
+        except PackError:
+            self._tidy(remove_stage=False)
+            raise
 
     def prepare(self, opts: PackOptions) -> list[JournalEntry]:
         """Refuse a busy output, clear it for --overwrite, or load the journal for --resume.
-        Nothing is written before the store has answered (credentials, bucket)."""
+        Nothing but the staging folder and its lock is written before the store has
+        answered (credentials, bucket)."""
         held = self.store.listing()
-        staged = sorted(self.out.iterdir()) if self.out.is_dir() else []
+        staged = sorted(p for p in self.out.iterdir() if p.name != PACK_LOCK)
         foreign = [p for p in staged if not self._ours(p)]
         if foreign:   # --overwrite and --resume clear staged files: never a user's own
             raise PackError(f"the staging folder {self.out} holds {len(foreign)} entries a "
@@ -85,7 +93,6 @@ class StoreOutput:
         journal = opts.resume and (copy is not None or (self.out / JOURNAL).exists())
         if opts.resume and not journal and held:
             raise PackError(self._no_journal(held))
-        self._make_stage()
         took = copy is not None and self._take_newer(copy)
         for p in self._staged_shards():
             p.unlink()   # the journal says which shards are done; these are redone
@@ -153,15 +160,16 @@ class StoreOutput:
         self.made = missing
 
     def _staged_shards(self) -> list[Path]:
-        return [p for p in self.out.iterdir() if self._ours(p) and p.name != JOURNAL]
+        return [p for p in self.out.iterdir()
+                if self._ours(p) and p.name not in (JOURNAL, PACK_LOCK)]
 
     def _ours(self, path: Path) -> bool:
         """A file a pack writes in its staging folder: the journal, a shard of this prefix,
-        or a shard's temporary name (shards.ShardSink: .<shard>.tmp)."""
+        or a shard's temporary name (shards.ShardSink: .<shard>.tmp), or the pack's lock."""
         name = path.name
         if name.startswith(".") and name.endswith(".tmp"):
             name = name[1:-len(".tmp")]
-        return path.is_file() and (path.name == JOURNAL or
+        return path.is_file() and (path.name in (JOURNAL, PACK_LOCK) or
                                    bool(_shard_names(self.prefix, [name])))
 
     def start_journal(self, opts: PackOptions) -> None:
@@ -188,6 +196,7 @@ class StoreOutput:
             log.warning("the pack is complete, but its journal's copy %s could not be "
                         "deleted (%s); delete it by hand", self.store.url_of(JOURNAL), exc)
         (self.out / JOURNAL).unlink(missing_ok=True)
+        self.lock.release()
         self._tidy(remove_stage=True)
 
     def _tidy(self, remove_stage: bool) -> None:
@@ -208,6 +217,7 @@ class StoreOutput:
         """After a failure: a pack that committed no shard leaves nothing behind (no journal,
         no staging folder it made, and, for an output that was empty, no shard objects); one
         that did keeps it all for --resume."""
+        self.lock.release()
         if not self.out.is_dir() or committed_shards(self.out):
             return
         if self.wrote_journal:

@@ -39,29 +39,50 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # O_CREAT without O_TRUNC: a process that fails to lock must not wipe the holder's note
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise RunDirLocked(_locked_message(self.path.parent, holder)) from None
+            self.fd, holder = try_lock(self.path)
         except OSError as exc:
-            os.close(fd)
             raise RunDirLocked(f"run_dir {self.path.parent}: cannot lock {self.path} ({exc}); "
                                "this file system has no working flock. Fix: put run_dir on a "
                                "local disk or an NFS mount with locking") from None
-        note = json.dumps(holder_info()).encode() + b"\n"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, note, 0)
-        self.fd = fd
+        if self.fd is None:
+            raise RunDirLocked(_locked_message(self.path.parent, holder))
         return self
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)   # closing the only descriptor releases the flock
             self.fd = None
+
+
+def try_lock(path: Path) -> tuple[int | None, dict[str, Any]]:
+    """(fd, {}) once this process holds an exclusive flock on `path` (created if missing) with
+    its holder_info() written in it; (None, the holder's note) while a live process holds it.
+    A holder may delete the file when done (a pack's output lock): a lock taken on a file no
+    longer at `path` is let go and taken again. OSError: this file system has no flock."""
+    while True:
+        # O_CREAT without O_TRUNC: a process that fails to lock must not wipe the holder's note
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            return None, holder
+        except OSError:
+            os.close(fd)
+            raise
+        mine = os.fstat(fd)
+        try:
+            there = os.stat(path)
+            if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)   # deleted by its holder as we took it: lock the file now at `path`
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(holder_info()).encode() + b"\n", 0)
+    return fd, {}
 
 
 def holder_info() -> dict[str, Any]:
