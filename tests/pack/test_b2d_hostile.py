@@ -322,11 +322,27 @@ def _far_target(doc):
     doc.update(theta=3 * np.pi / 4, x_target=3.4e38, y_target=3.4e38)
 
 
+def _sensor(key, value):
+    def edit(doc):
+        doc["sensors"]["CAM_FRONT"][key] = value
+    return edit
+
+
+def _rotation_only(doc):
+    del doc["bounding_boxes"][1]["world2vehicle"]
+    doc["bounding_boxes"][1]["rotation"] = [0.0, 0.0, None]
+
+
 @pytest.mark.parametrize("edit, words", [
+    # absurd values: beyond float32, or computed labels that overflow it
     (_set("x_target", 1e308), "x_target"), (_set("y_target", -1e308), "y_target"),
     (_far_target, "target_point"), (_set("command_near", 1e20), "command_near"),
-    (_box("extent", [1e39, 1.0, 1.0]), "box"), (_box("speed", 1e39), "box")])
-def test_absurd_anno_values_are_bad_frames(raw, tmp_path, edit, words):
+    (_box("extent", [1e39, 1.0, 1.0]), "box"), (_box("speed", 1e39), "box"),
+    # odd structures: a dict, null or nested dicts where numbers belong
+    (_set("acceleration", {"x": 1.0}), "acceleration"), (_box("center", {"x": 1.0}), "center"),
+    (_box("extent", [None, 1.0, 1.0]), "extent"), (_rotation_only, "rotation"),
+    (_sensor("intrinsic", [[{}] * 3] * 3), "CAM_FRONT.intrinsic")])
+def test_absurd_values_and_odd_structures_in_anno_are_bad_frames(raw, tmp_path, edit, words):
     src, clip = clip_copy(raw, tmp_path)
     path = clip / "anno" / "00000.json.gz"
     doc = json.loads(gzip.decompress(path.read_bytes()))
@@ -340,32 +356,6 @@ def test_absurd_anno_values_are_bad_frames(raw, tmp_path, edit, words):
             assert np.isfinite(np.load(io.BytesIO(sample[member]))).all()
         rec = codec_named("record").decode(sample["measurements.npy"])
         assert all(np.isfinite(rec[n]).all() for n in rec.dtype.names)
-
-
-def _sensor(key, value):
-    def edit(doc):
-        doc["sensors"]["CAM_FRONT"][key] = value
-    return edit
-
-
-def _rotation_only(doc):
-    del doc["bounding_boxes"][1]["world2vehicle"]
-    doc["bounding_boxes"][1]["rotation"] = [0.0, 0.0, None]
-
-
-@pytest.mark.parametrize("edit, words", [
-    (_set("acceleration", {"x": 1.0}), "acceleration"), (_box("center", {"x": 1.0}), "center"),
-    (_box("extent", [None, 1.0, 1.0]), "extent"), (_rotation_only, "rotation"),
-    (_sensor("intrinsic", [[{}] * 3] * 3), "CAM_FRONT.intrinsic")])
-def test_odd_anno_structures_are_one_line_bad_frames(raw, tmp_path, edit, words):
-    src, clip = clip_copy(raw, tmp_path)
-    path = clip / "anno" / "00000.json.gz"
-    doc = json.loads(gzip.decompress(path.read_bytes()))
-    edit(doc)
-    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    msg, m = pack_both(src, tmp_path)
-    assert msg.startswith(f"{CLIP} frame 0000: anno/00000.json.gz: ") and words in msg
-    assert [(s["frame"], s["file"]) for s in m["skipped"]] == [(0, "anno/00000.json.gz")]
 
 
 # --- synth without h5py ----------------------------------------------------------------------
