@@ -40,6 +40,7 @@ ARCHIVE_EXT = ".tar.gz"
 DEFAULT_SPOOL_BYTES = 1 << 30
 GZ_CHUNK = 1 << 16      # compressed bytes read from an archive at a time
 TAR_BUFSIZE = 1 << 16   # decompressed bytes tarfile takes at a time
+UNPACKED = "unpacked size (bytes)"
 SUBSETS = ("train", "val", "all")
 MAX_SPLIT_BYTES = 16 << 20   # Bench2Drive's split file is ~1 MB for 13,638 clips
 
@@ -116,8 +117,7 @@ class _Gunzip:
             if out:
                 self.total += len(out)
                 if self.total > self._limit:
-                    raise LimitError(f"{self._what}: the unpacked archive", self.total,
-                                     "clip_bytes", self._limit)
+                    raise LimitError(self._what, self.total, "clip_bytes", self._limit)
                 return out
             if not src and not d.eof:
                 raise EOFError("the gzip stream ends inside a member (the file is cut short)")
@@ -163,7 +163,7 @@ class ArchiveClip:
                            ) if self.ref.stored else None
         try:
             raw = raw or open(self.ref.path, "rb")
-            gz = _Gunzip(raw, f"clip {self.ref.name}")
+            gz = _Gunzip(raw, UNPACKED)
             with tarfile.open(fileobj=gz, mode="r|", bufsize=TAR_BUFSIZE) as tar:
                 self._members(tar, gz, lim)
                 self._check_end(tar)
@@ -185,13 +185,12 @@ class ArchiveClip:
         while (member := tar.next()) is not None:
             tar.members.clear()   # a stream's TarFile keeps every TarInfo (~800 bytes each)
             count += 1
-            lim.check("clip_members", count, f"clip {self.ref.name}: the archive's members")
+            lim.check("clip_members", count, "member count")
             rel = self._member_name(member)
             if rel is None:
                 continue
-            lim.check("raw_file_bytes", member.size, f"member {member.name}: its size")
-            lim.check("clip_bytes", gz.total + member.size,
-                      f"clip {self.ref.name}: the unpacked archive")
+            lim.check("raw_file_bytes", member.size, f"member {member.name}'s size (bytes)")
+            lim.check("clip_bytes", gz.total + member.size, UNPACKED)
             if rel in self._index:
                 raise ClipError(f"member {member.name} is in the archive twice; expected one "
                                 "file per name (which copy is meant is unknown)")
