@@ -1,14 +1,18 @@
 """Clips of a clip-based dataset (Bench2Drive), from extracted folders or straight from the
 distributed `.tar.gz` archives, and the official train/val split.
 
-An archive is read once, as a stream (`tarfile` mode "r|gz": no seek, nothing extracted), into
+An archive is read once, as a stream (`tarfile` mode "r|" over _Gunzip: no seek, nothing
+extracted; every gzip member's CRC32 and length verified, the stream required to end cleanly,
+its members counted against the limits clip_members, raw_file_bytes and clip_bytes), into
 one spool: its members' bytes, back to back, with an index of name -> (offset, size). The
 members of a Bench2Drive archive are not in frame order, so a frame can only be assembled once
 the whole clip has been read; the spool is what bounds that. It lives in memory up to
 `spool_bytes` (default 1 GiB; a Base clip is about 335 MB) and rolls over into ONE anonymous
 temporary file beyond that, which is deleted when the clip is closed. So a pack worker holds
 at most one clip: its memory is bounded by min(clip size, spool_bytes) whatever the dataset's
-size, and no archive is ever extracted into files.
+size, and no archive is ever extracted into files. A disk, quota or memory that fills while
+spooling is errors.ResourceError (TMPDIR, its free space, --spool-bytes named): the machine,
+never the archive, so --on-error skip never leaves a good clip out for it.
 
 INPUT_DIR may also be an s3:// (any fsspec) prefix of clip archives: they are listed through
 objstore.ObjectLister and each is read as the same stream, from an objstore.ObjectReader
