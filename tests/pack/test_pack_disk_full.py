@@ -81,3 +81,32 @@ def test_a_file_size_limit_on_the_spool_names_the_folder(archives, tmp_path, on_
                           env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True,
                           text=True, timeout=300)
     check_refused(proc, out, tmp, "File too large")
+
+
+MEMORY_CHILD = """
+import io, gzip, resource, sys, tarfile
+from pathlib import Path
+from carla_wds.pack.clips import ArchiveClip, ClipRef
+path = Path(sys.argv[1])
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w") as tar:   # 192 MiB of zeros in 12 members
+    for i in range(12):
+        info = tarfile.TarInfo(f"C/m/{i}")
+        info.size = 16 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+path.write_bytes(gzip.compress(buf.getvalue(), 1))
+del buf
+with open("/proc/self/statm") as f:
+    mapped = int(f.read().split()[0]) * resource.getpagesize()
+# 96 MiB more address space than now: the spool (in memory up to --spool-bytes) cannot grow
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (96 << 20), resource.RLIM_INFINITY))
+ArchiveClip(ClipRef("C", path, True)).close()
+"""
+
+
+def test_out_of_memory_while_spooling_is_the_machine_not_the_archive(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(tmp_path / "C.tar.gz")],
+                          capture_output=True, text=True, timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("carla_wds.pack.errors.ResourceError: clip "), proc.stderr[-2000:]
+    assert "out of memory" in last and "--spool-bytes" in last and "not found bad" in last
