@@ -47,6 +47,7 @@ class Limits:
     radar_rows: int = 1_000_000            # detections in one radar file, all radars together
     array_bytes: int = 256 << 20           # bytes one .npy/.npz/HDF5 array may decode to
     raw_file_bytes: int = 64 << 20         # one raw per-frame file as read from disk or archive
+    member_bytes: int = 256 << 20          # one member of a shard, which a reader holds whole
     json_bytes: int = 256 << 20            # one JSON document after gunzip
     json_depth: int = 100                  # nesting of a JSON document (CARLA's is < 10)
     clip_bytes: int = 16 << 30             # a clip archive's members, unpacked, together

@@ -47,11 +47,11 @@ def tar_members(stream: io.BufferedIOBase, where: str, limit: int | None = None,
     and GNU tar write), with one read per header and per member: tarfile's stream mode copies
     its 10 KB buffer for every slice, a fifth of the loader's time (docs/benchmarks.md).
     A member larger than what is left of the `limit` bytes the manifest declares is refused
-    before it is read, and so is one over the limit `raw_file_bytes` (limits.py): a member is
+    before it is read, and so is one over the limit `member_bytes` (limits.py): a member is
     held in memory whole, so that limit, not the size a shard declares, bounds what reading
     it allocates. Links, folders and other non-files are skipped, and named in `others`.
     """
-    long_name, pos, member_limit = None, 0, limits.active().raw_file_bytes
+    long_name, pos, member_limit = None, 0, limits.active().member_bytes
     while (header := _read_exact(stream, _BLOCK)) and header.count(0) < _BLOCK:
         if len(header) < _BLOCK:
             raise ShardError(f"shard {where}: a tar header is cut short (truncated shard). "
@@ -95,7 +95,7 @@ def _check_member(where: str, size: int, end: int, limit: int | None, member_lim
                          "shard is corrupt or hostile. Fix: re-download or re-pack it")
     if size > member_limit:
         raise ShardError(str(limits.LimitError(f"shard {where}: a tar member's size in bytes",
-                                               size, "raw_file_bytes", member_limit)))
+                                               size, "member_bytes", member_limit)))
 
 
 def _ustar_name(header: bytes) -> str:

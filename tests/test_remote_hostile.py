@@ -86,7 +86,7 @@ def test_a_huge_member_of_an_endless_body_is_refused_at_its_header(served):
     faults.mode = "endless"
     first_member_declares(root / TARGET, 60 << 20)
     declare(root, TARGET, bytes=64 << 20)
-    bounds = limits.active().with_overrides({"raw_file_bytes": 4 << 20})
+    bounds = limits.active().with_overrides({"member_bytes": 4 << 20})
     tracemalloc.start()
     try:
         with limits.using(bounds), pytest.raises(ShardError) as err:
@@ -95,7 +95,7 @@ def test_a_huge_member_of_an_endless_body_is_refused_at_its_header(served):
     finally:
         tracemalloc.stop()
     msg = str(err.value)
-    assert TARGET in msg and "raw_file_bytes=4,194,304" in msg and "62,914,560" in msg, msg
+    assert TARGET in msg and "member_bytes=4,194,304" in msg and "62,914,560" in msg, msg
     assert peak < 40 << 20, peak   # under the 60 MiB member: it was never read whole
 
 
