@@ -4,9 +4,9 @@ Each shard is written to a local staging folder exactly as a local pack writes i
 name, fsync, rename), uploaded, checked where it landed (its size and the sha256 of its bytes
 read back, objwrite.py), journaled in the staging folder's journal, which is then copied to
 the store, and only then deleted locally. The manifest is uploaded last, after every shard,
-in one PUT, and the journal's copy is deleted. So the staging folder holds at most shards.PUBLISH_AHEAD + 1 = 3
-shards (one being written, two finished and waiting for their upload) and the journal,
-whatever the size of the pack.
+in one PUT, and the journal's copy is deleted. So the staging folder holds at most
+shards.PUBLISH_AHEAD + 1 = 3 shards (one being written, two finished and waiting for their
+upload), the journal and the pack's lock (output.OutputLock), whatever the size of the pack.
 
 --resume reads the journal in the staging folder, or the store's copy where that lists more
 shards (a pack resumed on another machine, whose staging folder is empty): the shards it
