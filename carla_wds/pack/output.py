@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..fileio import atomic_write_json
 from ..manifest import MANIFEST
-from ..train.runlock import try_lock
+from ..dirlock import try_lock
 from .journal import committed_shards, read_journal, write_header
 from .options import PackOptions
 from .routes import PackError

@@ -14,7 +14,6 @@ import logging
 import os
 import queue
 import threading
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -30,7 +29,7 @@ from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .layouts import Layout, load_layout
 from .options import PackOptions
 from .output import LocalOutput, Output
-from .report import PackReport, build_manifest
+from .report import PackReport, build_manifest, nothing_packed
 from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
 from .shards import ShardSink
 
@@ -202,7 +201,7 @@ def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]
         _run(src, opts, sink, report, sizes, start)
         records = sink.close()
         if not any(r.samples for r in records):
-            raise _nothing_packed(report, target.label)
+            raise nothing_packed(report, target.label)
     except BaseException:
         sink.abort()
         raise
@@ -216,23 +215,6 @@ def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]
     log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
              len(records), target.label, len(manifest["skipped"]))
     return manifest
-
-
-def _nothing_packed(report: PackReport, out: str) -> PackError:
-    """Every frame skipped: no manifest, since a manifest of 0 samples would load as a valid,
-    empty dataset and a training run would start on nothing."""
-    skipped = report.all_skipped()
-    reasons = Counter(s.reason for s in skipped).most_common(3)
-    why = "; ".join(f"{n} x {r}" for r, n in reasons) or "none"
-    first = ""
-    if skipped:
-        s = skipped[0]
-        first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
-    return PackError(f"no samples: all {report.frames} frames of {len(report.plans)} "
-                     f"routes were skipped ({len(skipped)}) or are route tails "
-                     f"({report.tail_frames}), so no shard and no manifest were written "
-                     f"to {out}. Reasons: {why}.{first} Fix: repair the input these reasons "
-                     "name, or check that INPUT_DIR, --layout and --pred-len match the data")
 
 
 def _run(src: _Input, opts: PackOptions, sink: ShardSink, report: PackReport,
@@ -315,9 +297,10 @@ def _checked_clip(ref, settings, opts: PackOptions) -> RoutePlan:
     from .b2d import plan_clip
     plan = plan_clip(ref, settings, opts.dot_replacement)
     if plan.filtered and opts.on_error == "fail":
-        raise PackError(f"clip {ref.path}: {plan.filtered}. Fix: re-download it (compare its "
-                        "sha256 with Bench2Drive's file list), or pack with --on-error skip "
-                        "to list it in the manifest and go on")
+        fix = "" if "--limit " in plan.filtered else (   # a limit's message has its own fix
+            ". Fix: re-download it (compare its sha256 with Bench2Drive's file list), or pack "
+            "with --on-error skip to list it in the manifest and go on")
+        raise PackError(f"clip {ref.path}: {plan.filtered}{fix}")
     if plan.filtered:
         log.warning("clip %s left out: %s", ref.name, plan.filtered)
     if plan.skipped and opts.on_error == "fail":

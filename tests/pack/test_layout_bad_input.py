@@ -187,15 +187,19 @@ def test_route_without_results_file_is_left_out_and_listed(raw_garage, tmp_path)
         assert manifest["total_samples"] == FRAMES - PRED_LEN
 
 
-def test_truncated_results_file_filters_the_route_with_its_reason(raw_garage, tmp_path):
+def test_truncated_results_file_stops_fail_mode_and_is_counted_in_skip_mode(raw_garage, tmp_path):
+    """An unreadable results.json.gz is bad input, not a score below 100: fail mode stops
+    naming it (it dropped the route with exit 0), skip mode counts each frame it costs."""
     raw = tmp_path / "raw"
     shutil.copytree(raw_garage, raw)
     _truncate(raw / EP / "results.json.gz")
-    run_pack(raw, tmp_path / "out", layout="garage")
+    with pytest.raises(PackError, match=rf"^{EP} frame 0000: results.json.gz: unreadable "
+                                        r"\(.*truncated or corrupt gzip"):
+        run_pack(raw, tmp_path / "fail", layout="garage")
+    run_pack(raw, tmp_path / "out", layout="garage", on_error="skip")
     manifest = check_accounting(raw, tmp_path / "out")
-    (entry,) = manifest["filtered_routes"]
-    assert entry["episode"] == EP
-    assert "results.json.gz" in entry["reason"] and "truncated or corrupt gzip" in entry["reason"]
+    assert not manifest["filtered_routes"]
+    assert {s["file"] for s in manifest["skipped"] if s["episode"] == EP} == {"results.json.gz"}
 
 
 # ---------------------------------------------------------------- LiDAR as .npy (points codec)
