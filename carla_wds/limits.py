@@ -52,6 +52,10 @@ class Limits:
     json_depth: int = 100                  # nesting of a JSON document (CARLA's is < 10)
     clip_bytes: int = 16 << 30             # a clip archive's members, unpacked, together
     clip_members: int = 200_000            # members of one clip archive
+    # unpacked / compressed bytes of a clip archive, past its first 64 MiB: a clip's files are
+    # JPEG, PNG, LAZ, gzip JSON and gzip HDF5, which gzip barely shrinks (~1.0-1.1x), while a
+    # gzip bomb unpacks 1000x; so a bomb stops after ~64 MiB of spool, not at clip_bytes
+    clip_ratio: int = 20
     remote_shard_bytes: int = 16 << 30     # a shard a manifest declares, read over HTTP/s3
     yaml_bytes: int = 1 << 20              # a layout or config YAML file
 

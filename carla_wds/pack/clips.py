@@ -45,6 +45,7 @@ DEFAULT_SPOOL_BYTES = 1 << 30
 GZ_CHUNK = 1 << 16      # compressed bytes read from an archive at a time
 TAR_BUFSIZE = 1 << 16   # decompressed bytes tarfile takes at a time
 UNPACKED = "unpacked size (bytes)"
+RATIO_FREE = 64 << 20   # unpacked bytes before clip_ratio applies (tar headers compress well)
 SUBSETS = ("train", "val", "all")
 MAX_SPLIT_BYTES = 16 << 20   # Bench2Drive's split file is ~1 MB for 13,638 clips
 
@@ -106,8 +107,8 @@ class _Gunzip:
         self._raw, self._what = raw, what
         self._d = zlib.decompressobj(31)
         self._pending = b""   # compressed bytes of a member not yet given to its decompressor
-        self._limit = limits.active().clip_bytes
-        self.total, self.ended = 0, False
+        self._limit, self._ratio = limits.active().clip_bytes, limits.active().clip_ratio
+        self.total, self.packed, self.ended = 0, 0, False
 
     def read(self, n: int = -1) -> bytes:
         n = n if n is not None and n > 0 else TAR_BUFSIZE
@@ -122,6 +123,11 @@ class _Gunzip:
                 self.total += len(out)
                 if self.total > self._limit:
                     raise LimitError(self._what, self.total, "clip_bytes", self._limit)
+                if self.total > RATIO_FREE + self._ratio * self.packed:
+                    raise LimitError(f"its unpacked / compressed bytes past the first "
+                                     f"{RATIO_FREE >> 20} MiB ({self.total:,} from "
+                                     f"{self.packed:,})", self.total // max(self.packed, 1),
+                                     "clip_ratio", self._ratio)
                 return out
             if not src and not d.eof:
                 raise EOFError("the gzip stream ends inside a member (the file is cut short)")
@@ -129,13 +135,17 @@ class _Gunzip:
 
     def _take(self) -> bytes:
         src, self._pending = self._pending, b""
-        return src or self._raw.read(GZ_CHUNK)
+        if not src:
+            src = self._raw.read(GZ_CHUNK)
+            self.packed += len(src)
+        return src
 
     def _next_member(self, rest: bytes) -> None:
         """After a member's trailer: the next member, or zero padding up to the end."""
         rest = rest.lstrip(b"\0")
         while not rest:
             more = self._raw.read(GZ_CHUNK)
+            self.packed += len(more)
             if not more:
                 self.ended = True
                 return

@@ -207,3 +207,31 @@ def test_zero_spool_bytes_keeps_nothing_in_memory(raw, tmp_path):
     body = len(gzip.decompress(good))
     assert held < body // 4   # --spool-bytes 0: all of the clip goes to the temporary file
     members_of(clip)
+
+
+def test_a_gzip_bomb_stops_at_clip_ratio_long_before_clip_bytes(tmp_path):
+    """Members under raw_file_bytes each, 120 MiB of zeros from a 120 KB archive: refused by
+    the unpacked/compressed ratio soon after the first 64 MiB, though clip_bytes (16 GiB)
+    would allow it all (the bomb in the issue wrote 2.9 GB of spool)."""
+    zeros = bytes(20 << 20)
+    data = tar_gz([(f"{NAME}/lidar/{i:05d}.laz", zeros) for i in range(6)], level=9)
+    assert len(data) < 200_000
+    with pytest.raises(ClipError, match="over the limit clip_ratio=20") as err:
+        open_bytes(tmp_path, data)
+    assert "--limit clip_ratio=N" in str(err.value)
+    with limits.using(limits.DEFAULT.with_overrides({"clip_ratio": 2000})):
+        assert len(members_of(open_bytes(tmp_path, data))) == 6   # raised: it unpacks
+
+
+def test_a_real_clip_is_far_below_clip_ratio(raw, tmp_path):
+    """The synthetic Bench2Drive clip (JPEG, LAZ, gzip JSON, h5, npz members) unpacks under the
+    ratio bound even with no free first 64 MiB, as the formats' own compression predicts."""
+    from carla_wds.pack import clips
+    data = archive(raw)
+    saved = clips.RATIO_FREE
+    clips.RATIO_FREE = 0
+    try:
+        with limits.using(limits.DEFAULT.with_overrides({"clip_ratio": 3})):
+            assert members_of(open_bytes(tmp_path, data))
+    finally:
+        clips.RATIO_FREE = saved
