@@ -76,11 +76,24 @@ def add_fields(values: dict[str, Any], data: dict, layout: Layout, source: str) 
             raw = lookup(data, f.key)
         except KeyError as exc:
             return f"missing field {exc.args[0]}; expected the layout's field {f.name!r}"
+        if source == "measurements" and f.key == layout.fields.get("theta"):
+            raw = compass(raw)
         value, reason = field_value(f, raw)
         if value is None:
             return f"field {f.key!r}: {reason}"
         values[f"m:{f.name}"] = value
     return ""
+
+
+def compass(raw: Any) -> Any:
+    """A field that reads the layout's theta (tcp_roach's future_theta) is the compass too, so
+    it follows the core theta's rule: NaN or null (no compass reading) is 0, as TCP's data.py
+    sets it (TCP@73cc1dd TCP/data.py __getitem__). That frame's own theta is the same value,
+    which the planner counts as nan_theta, so each such frame is counted once. An infinite
+    value stays and is refused as corrupt, like an infinite core theta."""
+    if raw is None or isinstance(raw, float) and math.isnan(raw):
+        return 0.0
+    return raw
 
 
 def field_value(f: Field, raw: Any) -> tuple[np.ndarray | None, str]:
