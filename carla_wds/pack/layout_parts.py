@@ -38,6 +38,9 @@ class Sensor:
     prefix: str = ""           # file names such as encoded_0042.png
     twin: str | None = None    # folder of the augmented twin (garage's *_augmented)
     read: str = "bytes"
+    # semantics: the project's table from saved class id to training class (its
+    # config.converter), recorded in the manifest; the loader serves the converted classes
+    classes: tuple[int, ...] = ()
 
     @property
     def member_ext(self) -> str:
@@ -63,6 +66,8 @@ class Field:
     frame: str = ""
     future: bool = False
     pad: bool = False
+    formula: str = ""    # a named label formula (formulas.py) computed from the raw value
+    twin_of: str = ""    # the field this one stands in for with the augmented twin camera
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,22 @@ class Source:
     name: str
     folder: str
     ext: str = "npy"
+
+
+@dataclass(frozen=True)
+class SampleRule:
+    """Which frames of a route the project's own loader serves, beyond "has a full future":
+    `head` frames at a route's start (frame numbers below it; garage's skip_first) and `tail`
+    more frames before the last pred_len (its loop ends that much earlier). `loader` names the
+    loop this follows (repository, commit, file, line), for the manifest."""
+    head: int = 0
+    tail: int = 0
+    loader: str = ""
+
+    def doc(self, all_frames: bool) -> dict[str, Any]:
+        """The manifest's sample_rule: the rule applied (none with --all-frames)."""
+        return {"all_frames": all_frames, "head": 0 if all_frames else self.head,
+                "tail": 0 if all_frames else self.tail, "loader": self.loader}
 
 
 @dataclass(frozen=True)
@@ -129,7 +150,7 @@ def _shape(value: Any, where: str, key: str) -> tuple[int, ...]:
 
 
 def parse_sensors(data: Any, where: str) -> tuple[Sensor, ...]:
-    allowed = ("folder", "ext", "codec", "prefix", "twin", "read")
+    allowed = ("folder", "ext", "codec", "prefix", "twin", "read", "classes")
     out = []
     for name, d in _named(data, where, "sensors").items():
         at = f"sensors.{name}"
@@ -139,13 +160,39 @@ def parse_sensors(data: Any, where: str) -> tuple[Sensor, ...]:
                    _choice(d.get("codec"), SENSOR_CODECS, where, f"{at}.codec"),
                    str(d.get("prefix", "")),
                    _str(d["twin"], where, f"{at}.twin") if d.get("twin") else None,
-                   _choice(d.get("read", "bytes"), READERS, where, f"{at}.read"))
+                   _choice(d.get("read", "bytes"), READERS, where, f"{at}.read"),
+                   _classes(d.get("classes"), d.get("codec"), where, f"{at}.classes"))
         out.append(s)
     return tuple(out)
 
 
+def _classes(value: Any, codec: Any, where: str, key: str) -> tuple[int, ...]:
+    """A semantics sensor's class table: entry i is the class of saved id i."""
+    if value is None:
+        return ()
+    if codec != "semantics" or not isinstance(value, list) or not 0 < len(value) <= 256 or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255
+                    for v in value):
+        raise fail(where, key, value, "on a semantics sensor, a list of 1 to 256 classes "
+                   "0..255, entry i the class of saved id i (the project's converter)")
+    return tuple(value)
+
+
+def _formula(d: dict, where: str, at: str) -> tuple[str, str]:
+    """A field's formula (a name from formulas.FORMULAS) and twin_of, both optional."""
+    from .formulas import FORMULAS
+    formula, twin_of = d.get("formula", ""), d.get("twin_of", "")
+    if formula and (formula not in FORMULAS or d.get("pad") or d.get("future")):
+        raise fail(where, f"{at}.formula", formula, f"one of {sorted(FORMULAS)}, on a field "
+                   "without pad or future")
+    if twin_of:
+        _name(twin_of, where, f"{at}.twin_of")
+    return formula, twin_of
+
+
 def parse_fields(data: Any, sources: tuple[Source, ...], where: str) -> tuple[Field, ...]:
-    allowed = ("key", "source", "dtype", "shape", "units", "frame", "future", "pad")
+    allowed = ("key", "source", "dtype", "shape", "units", "frame", "future", "pad", "formula",
+               "twin_of")
     names = ("measurements",) + tuple(s.name for s in sources)
     out = []
     for name, d in _named(data, where, "measurement_fields").items():
@@ -159,10 +206,15 @@ def parse_fields(data: Any, sources: tuple[Source, ...], where: str) -> tuple[Fi
                   _choice(d.get("source", "measurements"), names, where, f"{at}.source"),
                   _choice(d.get("dtype", "float32"), DTYPES, where, f"{at}.dtype"),
                   _shape(d.get("shape", []), where, f"{at}.shape"), str(d.get("units", "")),
-                  str(d.get("frame", "")), bool(d.get("future", False)), bool(d.get("pad", False)))
+                  str(d.get("frame", "")), bool(d.get("future", False)), bool(d.get("pad", False)),
+                  *_formula(d, where, at))
         if f.pad and not f.shape:
             raise fail(where, f"{at}.pad", True, "a shape whose first dimension is the most rows")
         out.append(f)
+    twins = {f.twin_of for f in out} - {f.name for f in out if not f.twin_of} - {""}
+    if twins:
+        raise fail(where, "measurement_fields twin_of", sorted(twins), "the name of another "
+                   "measurement field")
     return tuple(out)
 
 
@@ -175,6 +227,20 @@ def parse_sources(data: Any, where: str) -> tuple[Source, ...]:
                           _choice(d.get("ext", "npy"), ("npy", "json", "json.gz"), where,
                                   f"sources.{name}.ext")))
     return tuple(out)
+
+
+def parse_samples(data: Any, where: str) -> SampleRule:
+    """`samples: {head: 10, tail: 1, loader: "..."}`; absent: every frame with a full future."""
+    if data is None:
+        return SampleRule()
+    d = _only(data, ("head", "tail", "loader"), where, "samples")
+    for key in ("head", "tail"):
+        v = d.get(key, 0)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise fail(where, f"samples.{key}", v, "a whole number of frames >= 0")
+    if not isinstance(d.get("loader", ""), str):
+        raise fail(where, "samples.loader", d.get("loader"), "the loader's file and line")
+    return SampleRule(d.get("head", 0), d.get("tail", 0), d.get("loader", ""))
 
 
 def parse_filter(data: Any, where: str) -> RouteFilter | None:

@@ -1,0 +1,35 @@
+"""Named label formulas a layout's measurement field may compute at pack time.
+
+A field with `formula: <name>` stores what the formula makes of the raw value at its key (and
+the rest of the frame's measurements) instead of the value as saved: a dataset's own label
+rule, written in that dataset's module and named here, so the layout YAML declares it and the
+shared packing code knows nothing of any dataset. A formula raises ValueError with the reason
+(which the pack reports for that frame, like any unreadable field).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from . import garage_route
+
+Formula = Callable[[Any, dict], np.ndarray]
+
+FORMULAS: dict[str, Formula] = {
+    "garage_smooth_route": garage_route.smooth_route,
+    "garage_smooth_route_augmented": garage_route.smooth_route_augmented,
+}
+
+
+def formula_value(name: str, shape: tuple[int, ...], dtype: str, raw: Any, frame: dict
+                  ) -> tuple[np.ndarray | None, str]:
+    """(value, "") from formula `name`, held to the field's shape and dtype, or (None, why)."""
+    try:
+        value = np.asarray(FORMULAS[name](raw, frame), dtype=dtype)
+    except (ValueError, TypeError) as exc:
+        return None, f"{exc} (formula {name})"
+    if value.shape != shape or (value.dtype.kind == "f" and not np.isfinite(value).all()):
+        return None, (f"formula {name} gives {list(value.shape)}, not finite {list(shape)}; "
+                      "expected the shape the layout declares")
+    return value, ""
