@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LOADER = """
 import sys, time
 from carla_wds import CARLAWebData
+fields = sys.argv[3].split(",") if len(sys.argv) > 3 and sys.argv[3] else None
 data = CARLAWebData(sys.argv[1], batch_size=32, image_size=(256, 512), shuffle_buffer=256,
-                    num_workers=int(sys.argv[2]))
+                    num_workers=int(sys.argv[2]), fields=fields)
 t0 = time.perf_counter()
 n = sum(len(b) for b in data)
 print(n / (time.perf_counter() - t0))
@@ -34,8 +35,8 @@ import shutil, sys, time
 from carla_wds.pack import PackOptions, pack
 shutil.rmtree(sys.argv[2], ignore_errors=True)
 t0 = time.perf_counter()
-pack(sys.argv[1], sys.argv[2], PackOptions(layout="transfuser4", max_samples=100,
-                                           progress=False, fsync=False, **eval(sys.argv[3])))
+opts = {"layout": "transfuser4", **eval(sys.argv[3])}
+pack(sys.argv[1], sys.argv[2], PackOptions(max_samples=100, progress=False, fsync=False, **opts))
 print(time.perf_counter() - t0)
 """
 
@@ -60,12 +61,37 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, dict[str, Path]]:
                         "transfuser4", "--episodes", str(args.episodes), "--frames",
                         str(args.frames), "--image-size", "400x300", "--seed", "0"], check=True, cwd=ROOT)
     shards = {}
+    if args.garage:   # extras: depth, semantics, BEV (PNG headers), LiDAR points, boxes, record
+        garage = work / "raw_garage"
+        if not garage.exists():
+            subprocess.run([sys.executable, "-m", "carla_wds.cli", "synth", str(garage),
+                            "--layout", "garage", "--episodes", "2", "--frames",
+                            str(args.frames), "--seed", "0"], check=True, cwd=ROOT)
+        shards["garage"] = work / "shards_garage"
+        if not shards["garage"].exists():   # packed by the baseline: both trees read it
+            run(base, PACK, str(garage), str(shards["garage"]), repr(GARAGE))
     for fmt in args.formats.split(","):
         shards[fmt] = work / f"shards_{fmt}"
         if not shards[fmt].exists():
             opts = {} if fmt == "png" else {"image_format": "jpg"}
             run(ROOT, PACK, str(raw), str(shards[fmt]), repr(opts))
     return base, raw, shards
+
+
+GARAGE = {"layout": "garage", "pred_len": 4}
+GARAGE_FIELDS = "depth,semantics,bev,lidar,boxes,measurements"
+
+
+def measure(tree: Path, cell: tuple[str, str, str], args: argparse.Namespace, raw: Path,
+            shards: dict[str, Path]) -> float:
+    """One cell in a fresh process of `tree`: samples/s of a loader pass, or a pack's seconds."""
+    kind, fmt, w = cell
+    if kind == "loader":
+        return run(tree, LOADER, str(shards[fmt]), w, GARAGE_FIELDS if fmt == "garage" else "")
+    out = str(Path(args.workdir) / f"out_{tree.name}")
+    if fmt == "garage":
+        return run(tree, PACK, str(Path(args.workdir) / "raw_garage"), out, repr(GARAGE))
+    return run(tree, PACK, str(raw), out, repr({} if fmt == "png" else {"image_format": "jpg"}))
 
 
 def main() -> None:
@@ -77,24 +103,21 @@ def main() -> None:
     ap.add_argument("--workers-list", default="0,2")
     ap.add_argument("--formats", default="png,jpg")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--garage", action="store_true",
+                    help="also a garage pack (every extra field) and its loader")
     args = ap.parse_args()
     base, raw, shards = prepare(args)
     trees = {"baseline": base, "current": ROOT}
     cells = [("loader", fmt, w) for fmt in shards for w in args.workers_list.split(",")]
     cells += [("pack", "png", "-"), ("pack", "jpg", "-")]
+    cells += [("pack", "garage", "-")] if args.garage else []
     results: dict[tuple, dict[str, list[float]]] = {c: {"baseline": [], "current": []}
                                                     for c in cells}
     for i in range(args.repeats):
         order = ["baseline", "current"] if i % 2 == 0 else ["current", "baseline"]
         for cell in cells:
             for name in order:
-                kind, fmt, w = cell
-                if kind == "loader":
-                    value = run(trees[name], LOADER, str(shards[fmt]), w)
-                else:
-                    opts = {} if fmt == "png" else {"image_format": "jpg"}
-                    value = run(trees[name], PACK, str(raw),
-                                str(Path(args.workdir) / f"out_{name}"), repr(opts))
+                value = measure(trees[name], cell, args, raw, shards)
                 results[cell][name].append(value)
     print(f"| cell | baseline {args.ref} | current | current / baseline |")
     print("|---|---|---|---|")
