@@ -31,9 +31,15 @@ class MeasField:
     shape: tuple[int, ...] = ()
     units: str = ""
     frame: str = ""
+    # the field this one's value replaces when a loader serves the augmented twin camera
+    # (garage's route as seen from that camera); never served under its own name
+    twin_of: str = ""
 
     def doc(self) -> dict[str, Any]:
-        return {**asdict(self), "shape": list(self.shape)}
+        d = {**asdict(self), "shape": list(self.shape)}
+        if not self.twin_of:   # manifests keep the keys they had before twin_of existed
+            del d["twin_of"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -51,14 +57,19 @@ class Extra:
     frame: str = ""
     twin_of: str | None = None
     fields: tuple[MeasField, ...] = ()
+    # semantics: the layout's table from saved class id to served class (entry i: class of
+    # id i); empty: the ids are served as saved (every manifest before tables existed)
+    classes: tuple[int, ...] = ()
 
     @property
     def variable(self) -> bool:
         return bool(self.shape) and self.shape[0] is None
 
     def doc(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k != "fields"}
+        d = {k: v for k, v in asdict(self).items() if k not in ("fields", "classes")}
         d["shape"] = list(self.shape)
+        if self.classes:
+            d["classes"] = list(self.classes)
         if self.fields:
             d["fields"] = [f.doc() for f in self.fields]
         return d
@@ -120,12 +131,23 @@ def extras_from_doc(docs: Any, where: str) -> tuple[Extra, ...]:
         seen.add(d["name"])
         fields = tuple(MeasField(f["name"], f.get("dtype", "float32"),
                                  _shape(f.get("shape", []), at, False), f.get("units", ""),
-                                 f.get("frame", ""))
+                                 f.get("frame", ""), str(f.get("twin_of", "")))
                        for f in d.get("fields", []) if _field_ok(f, at))
         out.append(Extra(d["name"], d["member"], d["codec"], d["modality"], d["dtype"],
                          _shape(d.get("shape", []), at, True), str(d.get("units", "")),
-                         str(d.get("frame", "")), d.get("twin_of"), fields))
+                         str(d.get("frame", "")), d.get("twin_of"), fields,
+                         _classes(d.get("classes", []), at)))
     return tuple(out)
+
+
+def _classes(value: Any, at: str) -> tuple[int, ...]:
+    """A semantics table from the manifest: up to 256 classes 0..255 (a lookup table)."""
+    if not isinstance(value, list) or len(value) > 256 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255 for v in value):
+        shown = repr(value) if len(repr(value)) < 80 else repr(value)[:77] + "..."
+        raise SchemaError(f"{at}: classes {shown}; expected a list of at most 256 class ids "
+                          "0..255 (entry i: the class of saved id i)")
+    return tuple(value)
 
 
 def _field_ok(f: Any, at: str) -> bool:

@@ -46,13 +46,15 @@ def _sensor_extras(s: Sensor, frames: dict[str, str]) -> list[Extra]:
     frame = frames.get(s.name, frames.get(modality, ""))
     member = f"{s.name}.{s.member_ext}"
     codec = "npy" if s.codec == "boxes" else s.codec
-    out = [Extra(s.name, member, codec, modality, dtype, shape, units, frame)]
+    out = [Extra(s.name, member, codec, modality, dtype, shape, units, frame,
+                 classes=s.classes)]
     if s.codec == "boxes":
         out.append(Extra(f"{s.name}_raw", f"{s.name}_raw.json", "json", "json", "json", (),
                          "", frame))
     if s.twin:
         out.append(Extra(f"{s.name}_augmented", f"{s.name}_augmented.{s.member_ext}", codec,
-                         modality, dtype, shape, units, frame, twin_of=s.name))
+                         modality, dtype, shape, units, frame, twin_of=s.name,
+                         classes=s.classes))
     return out
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..extras import MeasField
 from ..schema import N_COMMANDS
+from .formulas import formula_value
 from .labels import F32_MAX
 from .layout_parts import Field, lookup
 from .layouts import Layout
@@ -29,7 +30,7 @@ def record_fields(layout: Layout, pred_len: int) -> tuple[MeasField, ...]:
     out = []
     for f in layout.measurement_fields:
         shape = (pred_len, *f.shape) if f.future else f.shape
-        out.append(MeasField(f.name, f.dtype, shape, f.units, f.frame))
+        out.append(MeasField(f.name, f.dtype, shape, f.units, f.frame, f.twin_of))
         if f.pad:
             out.append(MeasField(f"{f.name}_len", "int32", (), "rows"))
     return tuple(out)
@@ -78,7 +79,8 @@ def add_fields(values: dict[str, Any], data: dict, layout: Layout, source: str) 
             return f"missing field {exc.args[0]}; expected the layout's field {f.name!r}"
         if source == "measurements" and f.key == layout.fields.get("theta"):
             raw = compass(raw)
-        value, reason = field_value(f, raw)
+        value, reason = formula_value(f.formula, f.shape, f.dtype, raw, data) if f.formula \
+            else field_value(f, raw)   # a dataset's label rule the layout names (formulas.py)
         if value is None:
             return f"field {f.key!r}: {reason}"
         values[f"m:{f.name}"] = value
