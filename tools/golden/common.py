@@ -85,9 +85,34 @@ def stub_modules(names: Iterable[str]) -> None:
             sys.modules[name] = types.ModuleType(name)
 
 
+class _Attrs:
+    """Any attribute is its own name: enough for config constants built from a library the
+    data path never calls (carla.WeatherParameters.ClearNoon in a config's weather table)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> "_Attrs":
+        return _Attrs(f"{self._name}.{attr}")
+
+
+def stub_attr_module(name: str) -> None:
+    """A stub module whose attributes are _Attrs placeholders (module __getattr__, PEP 562)."""
+    module = types.ModuleType(name)
+
+    def attrs(attr: str) -> _Attrs:
+        if attr.startswith("__"):      # inspect and importlib probe __file__, __path__, ...
+            raise AttributeError(attr)
+        return _Attrs(f"{name}.{attr}")
+    module.__getattr__ = attrs
+    sys.modules.setdefault(name, module)
+
+
 def numpy2_aliases() -> None:
-    """np.float / np.int / np.bool, removed in numpy 1.24, used by 2021-2023 loaders."""
-    for alias, real in (("float", float), ("int", int), ("bool", bool), ("object", object)):
+    """np.float / np.int / np.bool (removed in numpy 1.24) and np.string_ (numpy 2.0), used by
+    2021-2023 loaders; each alias is what numpy's own deprecation message names."""
+    for alias, real in (("float", float), ("int", int), ("bool", bool), ("object", object),
+                        ("string_", np.bytes_)):
         if alias not in np.__dict__:
             setattr(np, alias, real)
 
