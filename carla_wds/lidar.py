@@ -19,7 +19,8 @@ same name in:
   (`overhead_splat.T`: CARLA x forward becomes the image's height axis).
 
 Both bin with `np.histogramdd` on the same edges as the projects, so the edge cases (a point
-exactly on the last edge counts in the last bin) are theirs.
+exactly on the last edge counts in the last bin) are theirs; both split (and cut) z in float64,
+as the projects do (`_cut`), whatever the dtype of the points given.
 """
 from __future__ import annotations
 
@@ -73,6 +74,26 @@ PRESETS: dict[str, HistogramPreset] = {
 }
 
 
+def _cut(height: float, dtype: np.dtype, up: bool) -> float | np.floating:
+    """The height in the points' own dtype that splits them as the float64 `height` does.
+
+    Both projects compare float64 z: TransFuser 2022's align() multiplies its float32 file by
+    a float64 matrix first, garage's laspy `.xyz` is float64. numpy compares float32 z with a
+    Python float in float32 (NEP 50), where float32(-2.3) == -2.3, so a point stored at
+    float32(-2.3) = -2.29999995 would fall below instead of above. Rounding the height to the
+    neighbouring float32 (down for `z > h` / `z <= h`, up for `z < h`) gives the float64
+    answer for every float32 z without converting the cloud (no copy, no slower)."""
+    if dtype.kind != "f" or dtype.itemsize >= 8:
+        return height
+    with np.errstate(over="ignore"):
+        cut = dtype.type(height)
+    if up and float(cut) < height:   # float(): compared as float64, not in the dtype's own
+        return np.nextafter(cut, dtype.type(np.inf))
+    if not up and float(cut) > height:
+        return np.nextafter(cut, dtype.type(-np.inf))
+    return cut
+
+
 def _splat(xy: np.ndarray, preset: HistogramPreset) -> np.ndarray:
     hist = np.histogramdd(xy, bins=preset.edges())[0]
     return np.minimum(hist, preset.max_per_pixel) / preset.max_per_pixel
@@ -90,10 +111,11 @@ def lidar_to_histogram_features(points: np.ndarray, preset: str) -> np.ndarray:
     if p.negate_y:   # on a copy: the caller's array (maybe a batch buffer) stays as stored
         pts = pts[:, :3] * np.array([1, -1, 1], dtype=pts.dtype)
     if p.max_height is not None:
-        pts = pts[pts[:, 2] < p.max_height]
+        pts = pts[pts[:, 2] < _cut(p.max_height, pts.dtype, up=True)]
     z = pts[:, 2]
-    planes = {"above": _splat(pts[z > p.split_height, :2], p),
-              "below": _splat(pts[z <= p.split_height, :2], p)}
+    split = _cut(p.split_height, pts.dtype, up=False)
+    planes = {"above": _splat(pts[z > split, :2], p),
+              "below": _splat(pts[z <= split, :2], p)}
     features = np.stack([planes[name] for name in p.channels]).astype(np.float32)
     if p.orientation == "rot90_cw":
         features = np.rot90(features, -1, axes=(1, 2))
