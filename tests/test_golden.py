@@ -61,7 +61,8 @@ def _hist(ids: np.ndarray) -> dict[str, int]:
 
 # the extra fields each layout's comparison reads (None: the core labels only)
 FIELDS = {"tcp_roach": ["measurements"],
-          "garage": ["measurements", "route", "semantics", "bev"]}
+          "garage": ["measurements", "route", "semantics", "bev"],
+          "transfuser2022": ["measurements"]}
 _PACKS: dict[tuple[str, str], dict] = {}
 
 
@@ -150,10 +151,16 @@ GARAGE = ["waypoints", "target_point", "aim_wp", "command", "speed", "theta", "s
 SETS = [("tcp", "tcp"), ("tcp", "tcp_roach"),
         pytest.param("garage", "garage", marks=xfail(
             "garage's loader serves range(skip_first=10, num_seq - pred_len - seq_len); "
-            "carla-wds packs frames 0 .. n - 9"))]
+            "carla-wds packs frames 0 .. n - 9")),
+        pytest.param("transfuser2022", "transfuser2022", marks=xfail(
+            "TransFuser 2022's loader serves range(2, num_seq - pred_len - seq_len - 2); "
+            "carla-wds packs frames 0 .. n - 5"))]
+TF2022 = ["waypoints", "target_point", "speed", "theta", "steer", "throttle", "brake",
+          "light_hazard"]
 LABELS = ([("tcp", "tcp", lab) for lab in TCP_CORE]
           + [("tcp", "tcp_roach", lab) for lab in TCP_CORE + TCP_ROACH]
-          + [_with("garage", "garage", lab) for lab in GARAGE])
+          + [_with("garage", "garage", lab) for lab in GARAGE]
+          + [("transfuser2022", "transfuser2022", lab) for lab in TF2022])
 
 
 @pytest.mark.parametrize("project,layout", SETS)
@@ -168,7 +175,7 @@ def test_label_equals_their_loader(project, layout, label, tmp_root):
     _compare(project, layout, label, tmp_root)
 
 
-@pytest.mark.parametrize("project", ["tcp", "garage"])
+@pytest.mark.parametrize("project", ["tcp", "garage", "transfuser2022"])
 def test_golden_file_records_its_provenance(project):
     doc = _golden(project)
     assert len(doc["commit"]) == 40 and doc["files"] and doc["samples"]
