@@ -7,12 +7,18 @@ import sys
 
 import click
 
+from .pack.layouts import builtin_layouts
 from .pack.routes import PackError
 from .remote import RemoteError
 from .schema import SchemaError
 
 # Errors about the user's input or folders: shown as "Error: message", never as a traceback.
 USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError, RemoteError)
+
+
+def _layouts_help(head: str, tail: str) -> str:
+    """The built-in layouts, named from the registry (never a stale list)."""
+    return f"{head}{', '.join(builtin_layouts())}{tail}"
 
 
 def _pair(value: str | None, form: str = "HxW", example: str = "256x512"
@@ -65,7 +71,7 @@ def main(verbose: bool) -> None:
 @click.argument("input_dir", type=click.Path(file_okay=False))
 @click.argument("output_dir", type=click.Path(file_okay=False))
 @click.option("--layout", default="tcp", show_default=True,
-              help="tcp, tcp_roach, transfuser4, transfuser2022, garage or a .yaml path")
+              help=_layouts_help("", ", or a layout .yaml path."))
 @click.option("--pred-len", type=int, default=None,
               help="Future waypoints; default the layout's 2 s horizon (4 at 2 Hz, 8 at 4 Hz).")
 @click.option("--max-samples", default=1000, show_default=True, help="Samples per shard.")
@@ -83,6 +89,10 @@ def main(verbose: bool) -> None:
 @click.option("--allow-pickle-input", is_flag=True,
               help="Read pickled raw .npy files (TCP supervision, TransFuser 2022 LiDAR) from "
                    "a local source you trust; shards never hold pickles.")
+@click.option("--all-frames", is_flag=True,
+              help="Keep every frame with a full future. Default: the frames the layout's own "
+                   "project's loader serves (garage skips a route's first 10 frames, TransFuser "
+                   "and the Bench2Drive TCP port end earlier); the manifest's sample_rule says.")
 @click.option("--stage", default=None, type=click.Path(file_okay=False),
               help="OUTPUT_DIR s3://...: the local folder each shard is written to before its "
                    "upload (at most 3 shards at a time) and the journal --resume reads; default "
@@ -102,6 +112,13 @@ def main(verbose: bool) -> None:
                                       "or right-handed as Bench2DriveZoo's prepare_B2D.py.")
 @click.option("--box-radius", type=float, default=None,
               help="bench2drive: keep boxes within this many metres (default 75).")
+@click.option("--box-visibility", type=click.Choice(["filter", "flag", "off"]), default="filter",
+              show_default=True, help="bench2drive: prepare_B2D's depth-visibility test of "
+              "each box (reads the depth PNGs): filter drops boxes no camera sees, as "
+              "prepare_B2D; flag keeps them, marked in the 'visible' column; off: no test.")
+@click.option("--expert-pairing", type=click.Choice(["prepare_b2d", "tcp_port"]),
+              default="prepare_b2d", show_default=True, help="bench2drive: the expert file of "
+              "frame t: t-1 (prepare_B2D, VAD) or t (the Bench2DriveZoo TCP port).")
 @click.option("--sensors", default=None, help="bench2drive: comma list from lidar, boxes, "
               "expert, radar, depth, semantic, instance (default lidar,boxes,expert).")
 @click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
@@ -127,7 +144,9 @@ def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
         raise click.ClickException(str(exc)) from None
     c = manifest["counts"]
     click.echo(f"{c['samples']} samples in {len(manifest['shards'])} shards; {c['frames']} frames "
-               f"found, {c['tail_frames']} route tails, {c['skipped']} skipped "
+               f"found, {c['tail_frames']} route tails, {c['head_frames']} + "
+               f"{c['loader_tail_frames']} left out by the loader's rule (head + end), "
+               f"{c['skipped']} skipped "
                f"(NaN theta: {c['nan_theta']}, VOID command: {c['void_command']})")
     if "between" in c:
         click.echo(f"{c['between']} frames between keyframes; speed null: {c['null_speed']}, "
@@ -216,7 +235,7 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
 @main.command()
 @click.argument("out_dir")
 @click.option("--layout", default="tcp", show_default=True,
-              help="tcp, tcp_roach, transfuser4, transfuser2022 or garage.")
+              help=_layouts_help("One of ", "."))
 @click.option("--episodes", default=4, show_default=True)
 @click.option("--frames", default=40, show_default=True)
 @click.option("--seed", default=0, show_default=True)
