@@ -30,6 +30,7 @@ from ..schema import SampleSpec
 from ..shardcache import check_limit
 from ..shardread import ShardRef, is_remote
 from .batch import CARLABatch, field_layout, with_padding_fields
+from .classes import class_options
 from .fields import FieldOptions, check_fields, stacked_kinds, twin_options
 from .plan import batches_per_rank
 from .workers import Epoch, Workers
@@ -110,7 +111,7 @@ def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | No
     (from the record; `rig` is the pack's camera order), and per-camera kinds to stack."""
     asked = list(fields or ())
     return {"calibration": "calibration" in asked, "rig": tuple(packed.cameras),
-            "stacked": tuple(stacked_kinds(spec, asked))}
+            "stacked": tuple(stacked_kinds(spec, asked)), **class_options(spec, asked)}
 
 
 def _extra_sizes(manifest: Manifest) -> tuple[tuple[str, tuple[int, int]], ...]:

@@ -18,6 +18,7 @@ from ..codecs import codec_named
 from ..extras import MEASUREMENTS, Extra, record_values
 from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
+from .classes import raw_names, served
 
 # Fields of variable row counts, always padded with a <name>_len count (raw JSON is never).
 ROWS = ("lidar", "boxes", "radar")
@@ -57,6 +58,10 @@ class FieldOptions:
     # each extra image member's (H, W) as the pack recorded it: headers are held to it before
     # anything decodes (a 20000x20000 depth PNG is refused, not allocated)
     extra_sizes: tuple[tuple[str, tuple[int, int]], ...] = ()
+    # fields with a class table (load/classes.py) whose saved ids are served as <name>_raw,
+    # and those selected only that way
+    raw_ids: tuple[str, ...] = ()
+    raw_only: tuple[str, ...] = ()
 
 
 def twin_options(spec: SampleSpec, p: float) -> dict[str, Any]:
@@ -133,12 +138,12 @@ def move_labels(labels: dict[str, Any], y: float, yaw_deg: float) -> None:
                                        axis=0).astype(np.float32)
     fields = labels.get("fields") or {}
     m = fields.get(MEASUREMENTS)
-    for name in ("target_point", "aim_wp", "route"):
+    for name in ("target_point", "aim_wp", "route", "route_raw"):
         if m is not None and name in m:
             m[name] = augment_points(m[name], y, yaw_deg).reshape(m[name].shape)
-    if m is not None and "route" in m and "route_len" in m:
-        # rows past route_len are the packer's zero padding, not points: keep them zero
-        m["route"][int(m["route_len"]):] = 0
+            if f"{name}_len" in m:
+                # rows past <name>_len are the packer's zero padding, not points: keep them 0
+                m[name][int(m[f"{name}_len"]):] = 0
     if isinstance(fields.get("lidar"), np.ndarray):
         fields["lidar"] = augment_points(fields["lidar"], y, yaw_deg)
     if isinstance(fields.get("boxes"), np.ndarray):
@@ -160,6 +165,8 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         if twin:
             move_labels(labels, shift, yaw)
     fields = labels.get("fields")
+    if fields is not None and MEASUREMENTS in fields:
+        record_twins(fields[MEASUREMENTS], spec.extra(MEASUREMENTS), twin)
     if opts.stacked and fields is not None:
         stack_cameras(fields, spec, opts.stacked)
     if opts.calibration and fields is not None and MEASUREMENTS in fields:
@@ -171,6 +178,17 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
     return raw, labels
 
 
+def record_twins(record: dict[str, np.ndarray], extra: Extra, twin: bool) -> None:
+    """Record fields computed at pack time for the twin camera (MeasField.twin_of: garage's
+    route smoothed after the augmentation) take their field's place in a twin sample, and
+    are never served under their own name."""
+    for f in extra.fields:
+        if f.twin_of and f.name in record:
+            value = record.pop(f.name)
+            if twin:
+                record[f.twin_of] = value
+
+
 def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     """The extra fields a caller selects, each one the shards hold (ValueError otherwise)."""
     if fields is None:
@@ -178,13 +196,14 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     names = [e.name for e in spec.extras if e.twin_of is None]
     held = {f.name for e in spec.extras for f in e.fields}
     extra_ok = [n for n, parts in RECORD_PARTS.items() if set(parts) <= held]
-    extra_ok += stacked_kinds(spec, list(PER_CAMERA))
+    extra_ok += stacked_kinds(spec, list(PER_CAMERA)) + raw_names(spec)
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
         raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
                          "besides the cameras and core labels")
     wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(RECORD_PARTS) else set())
     wanted |= {f"{k}_{cam}" for k in stacked_kinds(spec, fields) for cam in spec.cameras}
+    wanted |= {f[:-len("_raw")] for f in fields if f in raw_names(spec)}
     return tuple(n for n in names if n in wanted)
 
 
@@ -264,6 +283,9 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
             value = value[None]
         elif e.modality in ("lidar", "boxes"):
             value = _checked_rows(value, e, where)
+        if e.classes:   # the project's classes and/or the saved ids (load/classes.py)
+            out.update(served(e, value, opts.raw_ids, opts.raw_only, where))
+            continue
         out[e.name] = value
     return out
 

@@ -23,7 +23,8 @@ EPISODES, FRAMES, PRED_LEN = 4, 18, 8     # route 3 scores 60 in synth: left out
 # __getitem__), as the layout names them, plus the counts of padded fields
 RECORD_FIELDS = {
     "target_point": ((2,), "float32"), "aim_wp": ((2,), "float32"),
-    "route": ((20, 2), "float32"), "route_len": ((), "int32"),
+    "route": ((20, 2), "float32"), "route_augmented": ((20, 2), "float32"),
+    "route_raw": ((20, 2), "float32"), "route_raw_len": ((), "int32"),
     "command": ((), "int32"), "next_command": ((), "int32"),
     "steer": ((), "float32"), "throttle": ((), "float32"), "brake": ((), "bool"),
     "junction": ((), "bool"), "vehicle_hazard": ((), "bool"), "light_hazard": ((), "bool"),
@@ -121,15 +122,21 @@ def test_the_record_holds_every_field_garage_reads_as_saved(packed):
     assert units["speed"] == "m/s" and units["theta"] == "rad"
     assert units["augmentation_rotation"] == "deg" and units["augmentation_translation"] == "m"
     frames = {f["name"]: f["frame"] for f in extra["fields"]}
-    assert frames["route"] == frames["aim_wp"] == frames["target_point"] == "garage"
+    assert frames["route"] == frames["route_raw"] == frames["aim_wp"] == "garage"
+    assert frames["target_point"] == "garage"
     for sample, route, t in rows:
         rec = decoded(manifest, sample, "measurements.npy")
         src = gz_json(route / "measurements" / f"{t:04d}.json.gz")
         for name, (shape, dtype) in RECORD_FIELDS.items():
             assert rec[name].shape == shape and rec[name].dtype == np.dtype(dtype), name
-            if name == "route_len":
+            if name == "route_raw_len":
                 assert int(rec[name]) == len(src["route"])
-            elif name == "route":
+            elif name in ("route", "route_augmented"):   # tests/pack/test_garage_route.py
+                aug = [src[f"augmentation_{k}"] for k in ("translation", "rotation")] \
+                    if name == "route_augmented" else [0.0, 0.0]
+                np.testing.assert_allclose(rec[name], reference.garage_route(src["route"],
+                                                                             *aug), atol=2e-5)
+            elif name == "route_raw":
                 n = len(src["route"])
                 np.testing.assert_array_equal(rec[name][:n], np.float32(src["route"]))
                 assert not rec[name][n:].any()
