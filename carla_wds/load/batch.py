@@ -40,13 +40,19 @@ class CARLABatch:
     # Present when selected with CARLAWebData(fields=[...]); see load/fields.py.
     depth: torch.Tensor | None = None        # (B, n, H, W) float32 metres, camera size; n is 1
     semantics: torch.Tensor | None = None    # for a layout's one depth, else one per camera
-                                             # (B2D); uint8 class ids (nearest resize)
+                                             # (B2D); uint8 class ids (nearest resize): the
+    # project's training classes where the manifest's semantics extra has a `classes` table
+    # (garage, transfuser2022: their config.converter), else the CARLA ids as saved;
+    # fields=["semantics_raw"] puts the saved ids in extras["semantics_raw"] (load/classes.py)
     bev: torch.Tensor | None = None          # (B, C, Hb, Wb) uint8
     lidar: torch.Tensor | None = None        # (B, Nmax, C) float32, or (B, C, H, W) histogram
     lidar_len: torch.Tensor | None = None    # (B,) points per sample; rows past it are padding
     boxes: torch.Tensor | None = None        # (B, Kmax, D) float32, columns boxes.BOX_COLUMNS
     boxes_len: torch.Tensor | None = None    # (B,)
-    route: torch.Tensor | None = None        # (B, R, 2), measurements["route_len"] rows real
+    # (B, R, 2): garage's route as its loader serves it (smooth_path: 20 points, all real;
+    # measurements["route_raw"] with "route_raw_len" the saved one); packs made before
+    # that: the saved route, measurements["route_len"] rows real
+    route: torch.Tensor | None = None
     measurements: dict[str, torch.Tensor] | None = None   # name -> (B, ...)
     camera_set: torch.Tensor | None = None   # (B,) int8, 1: the augmented twin (shards with twins)
     # fields=["calibration"] (Bench2Drive): K of each camera for the images as loaded (scaled
