@@ -17,7 +17,7 @@ import numpy as np
 from .codecs import SchemaError
 
 MODALITIES = ("rgb", "depth", "semantics", "bev", "lidar", "boxes", "json", "measurements",
-              "radar", "instance")
+              "radar", "instance", "expert")
 MEASUREMENTS = "measurements"
 _DTYPES = ("float32", "uint8", "int32", "bool")
 

@@ -22,22 +22,32 @@ from ..codecs import CODECS, codec_named
 from ..extras import MEASUREMENTS, Extra, make_record
 from ..modalities import points_problem
 from ..schema import SampleSpec, encode_sample, make_key
+from ..boxes import B2D_BOX_COLUMNS
 from . import b2d_anno as anno_of
+from . import b2d_boxes
 from .b2d_raw import npz_array, radar_array
 from .clips import ClipError, ClipRef, open_clip
 from .frames import Encoded, FrameEncoder
+from .layout_parts import SampleRule
 from .routes import RoutePlan, Skip
 from .sources import decode_json
 
 log = logging.getLogger(__name__)
 RATE_HZ, WAYPOINT_HZ = 10.0, 2.0
 STEP = round(RATE_HZ / WAYPOINT_HZ)   # frames between waypoints: 2 Hz at 10 Hz
+# The Bench2DriveZoo TCP port's sample range (Thinklab-SJTU/Bench2DriveZoo@tcp/admlp 31278ff
+# tools/gen_tcp_data.py l.125 and l.182): `length = len(anno) - 1` ("drop last frame"), then
+# `range(INPUT_FRAMES-1, length-FUTURE_FRAMES-5)`, FUTURE_FRAMES = 4*5: from frame 0, ending
+# 1 + 5 = 6 source frames before the last frame with a full future. Keyframes keep --stride.
+SAMPLES = SampleRule(head=0, tail=6, loader="Bench2DriveZoo@tcp/admlp 31278ff "
+                     "tools/gen_tcp_data.py l.182: range(0, len(anno) - 1 - 4*5 - 5)")
 CAMERAS = tuple(r[0] for r in B2D_RIG)
 SENSORS = ("lidar", "boxes", "expert", "radar", "depth", "semantic", "instance")
 DEFAULT_SENSORS = ("lidar", "boxes", "expert")
 _PER_CAMERA = {"depth": ("depth_b2d8", "depth", "float32", "m"),
                "semantic": ("semantics", "semantics", "uint8", "class id (CARLA 0.9.15)"),
                "instance": ("instance", "instance", "uint8", "R tag, G/B instance id")}
+EXPERT_OFFSETS = {"prepare_b2d": -1, "tcp_port": 0}   # --expert-pairing
 RADAR_COLUMNS = ("radar", "depth", "altitude", "azimuth", "velocity")
 
 
@@ -49,6 +59,9 @@ class B2DSettings:
     box_radius: float = anno_of.DEFAULT_BOX_RADIUS
     sensors: tuple[str, ...] = DEFAULT_SENSORS
     spool_bytes: int = 1 << 30
+    box_visibility: str = "filter"   # prepare_B2D's FILTER_INVISINLE (b2d_visible.py)
+    expert_offset: int = -1     # expert file of frame t: t - 1 (prepare_B2D) or t (TCP port)
+    all_frames: bool = False    # every keyframe with a full future, not the port's range
 
     @property
     def frame_name(self) -> str:
@@ -80,7 +93,8 @@ def b2d_settings(opts) -> B2DSettings:
                        handedness=opts.handedness,
                        box_radius=d.box_radius if opts.box_radius is None else opts.box_radius,
                        sensors=d.sensors if opts.sensors is None else tuple(opts.sensors),
-                       spool_bytes=opts.spool_bytes)
+                       spool_bytes=opts.spool_bytes, box_visibility=opts.box_visibility,
+                       expert_offset=EXPERT_OFFSETS[opts.expert_pairing], all_frames=opts.all_frames)
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,8 @@ class CLIP_LAYOUT_INFO:   # noqa: N801 - stands where a Layout stands, for the m
     settings: B2DSettings
     name: str = "bench2drive"
 
+    samples: SampleRule = SAMPLES
+
     @property
     def rate_hz(self) -> float:
         return RATE_HZ / self.settings.stride
@@ -97,7 +113,8 @@ class CLIP_LAYOUT_INFO:   # noqa: N801 - stands where a Layout stands, for the m
     def spec_doc(self) -> dict[str, Any]:
         return {"handedness": self.settings.handedness, "source_rate_hz": RATE_HZ,
                 "stride": self.settings.stride, "waypoint_rate_hz": WAYPOINT_HZ,
-                "box_radius_m": self.settings.box_radius, "radar_columns": list(RADAR_COLUMNS)}
+                "box_radius_m": self.settings.box_radius, "radar_columns": list(RADAR_COLUMNS),
+                **b2d_boxes.spec_doc(self.settings)}
 
 
 def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
@@ -110,8 +127,9 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
         extras.append(Extra("lidar", "lidar.npy", "points", "lidar", "float32", (None, 3), "m",
                             frame))
     if "boxes" in s.sensors:
-        extras += [Extra("boxes", "boxes.npy", "npy", "boxes", "float32", (None, 12),
-                         "see carla_wds.boxes.BOX_COLUMNS", frame),
+        extras += [Extra("boxes", "boxes.npy", "npy", "boxes", "float32",
+                         (None, len(B2D_BOX_COLUMNS)), "see carla_wds.boxes.B2D_BOX_COLUMNS",
+                         frame),
                    Extra("boxes_raw", "boxes_raw.json", "json", "json", "json", (), "", "world")]
     if "radar" in s.sensors:
         extras.append(Extra("radar", "radar.npy", "npy", "radar", "float32", (None, 5),
@@ -120,6 +138,9 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
         if kind in s.sensors:
             extras += [Extra(f"{kind}_{cam}", f"{kind}_{cam}.png", codec, modality, dtype, (),
                              units, f"camera {cam}") for cam in CAMERAS]
+    if "expert" in s.sensors:   # its length is the file's (1536 in the TCP port's data)
+        extras.append(Extra("expert_feature", "expert_feature.npy", "npy", "expert", "float32",
+                            (None,)))
     extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
                         (), fields=anno_of.record_fields("expert" in s.sensors)))
     frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": frame,
@@ -148,7 +169,7 @@ def _wanted(s: B2DSettings) -> list[tuple[str, str, str, int]]:
     if "radar" in s.sensors:
         out.append(("radar.npy", "radar", "radar", 0))
     if "expert" in s.sensors:   # data_collect.py names frame t's assessment t - 1
-        out.append(("expert", "expert_assessment", "expert assessment", -1))
+        out.append(("expert", "expert_assessment", "expert assessment", s.expert_offset))
     for kind in _PER_CAMERA:
         if kind in s.sensors:
             out += [(f"{kind}_{cam}.png", f"camera/{kind}_{cam}", f"{kind} {cam}", 0)
@@ -204,6 +225,8 @@ class _ClipPlanner:
                 plan.tasks.append(got)
             elif got is None:
                 plan.tail += 1
+            elif got == "loader_tail":
+                plan.loader_tail += 1
             else:
                 plan.skipped.append(got)
         sampled = [task.frame for task in plan.tasks]
@@ -217,13 +240,15 @@ class _ClipPlanner:
     def _skip(self, t: int, file: str, reason: str, derived: bool = False) -> Skip:
         return Skip(self.ref.name, t, file, reason, derived=derived)
 
-    def _frame(self, t: int, last: int) -> ClipTask | Skip | None:
+    def _frame(self, t: int, last: int) -> ClipTask | Skip | str | None:
         now = self.anno(t)
         if isinstance(now, str):
             return self._skip(t, f"anno/{t:05d}.json.gz", now)
         future = [t + STEP * k for k in range(1, self.s.pred_len + 1)]
         if future[-1] > last:
             return None
+        if not self.s.all_frames and future[-1] + SAMPLES.tail > last:
+            return "loader_tail"
         for f in future:
             got = self.anno(f) if f in self.files["anno"] else "missing"
             if isinstance(got, str):
@@ -265,14 +290,25 @@ class _ClipPlanner:
         labels["meta"] = {"episode": self.ref.name, "frame": t,
                           "command": int(anno_of.number(now, "next_command"))}
         record = anno_of.record_values(now, theta, speed, self.s.handedness, expert)
+        if expert is not None:
+            files["expert_feature.npy"] = ("", codec_named("npy").encode(
+                record.pop("expert_feature")))
         if "boxes" in self.s.sensors:
             boxes = now.get("bounding_boxes")
-            files["boxes.npy"] = ("", codec_named("npy").encode(
-                anno_of.boxes_table(boxes, self.s.box_radius, self.s.handedness)))
+            files["boxes.npy"] = ("", codec_named("npy").encode(self._boxes(t, now)))
             files["boxes_raw.json"] = ("", codec_named("json").encode(boxes))
             self.ego_as_vehicle += anno_of.ego_entry(boxes)[1]
         self.null_speed += null_speed   # counted once the frame is sure to be a sample
         return labels, record
+
+    def _boxes(self, t: int, now: dict) -> np.ndarray:
+        """The box table as prepare_B2D keeps it (b2d_boxes.py): frame t - 1 for walker
+        speeds, the depth PNGs for the visibility test."""
+        prev = self.anno(t - 1) if t - 1 in self.files["anno"] else None
+        rules = b2d_boxes.BoxRules(self.s.box_radius, self.s.handedness, self.s.box_visibility)
+        depth = None if rules.visibility == "off" else b2d_boxes.depth_maps(
+            self.files, self.clip.read, t)
+        return b2d_boxes.boxes_table(now, rules, prev if isinstance(prev, dict) else None, depth)
 
     def _speed_from_positions(self, t: int) -> float:
         """|p[t+1] - p[t-1]| / 2dt (one-sided at a clip's ends): how fast the ego moved."""

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from ..boxes import BOX_CLASSES, BOX_COLUMNS, FILL, finite_row
 from ..calib import B2D_RIG, to_right_handed_cam2ego, to_right_handed_lidar2ego
 from ..extras import MeasField
 from ..schema import SchemaError
@@ -30,9 +29,16 @@ B2D_CLASSES = {"vehicle": "car", "walker": "walker", "traffic_light": "traffic_l
                "traffic_sign": "traffic_sign"}
 # prepare_B2D.py keeps boxes within 75 m; data_collect.py saves up to 100 m
 DEFAULT_BOX_RADIUS = 75.0
-_WORLD2 = ("world2vehicle", "world2ped", "world2sign", "world2tl")
-_COL = {name: i for i, name in enumerate(BOX_COLUMNS)}
-EXPERT_FEATURES = 256
+# Think2Drive's discrete actions (throttle, steer, brake) by action index: get_action in
+# Bench2DriveZoo@uniad/vad 10a2e5d mmcv/datasets/prepare_B2D.py (and tools/gen_tcp_data.py of
+# @tcp/admlp 31278ff), whose throttle/steer/brake VAD and the TCP port train on
+_STEERS7 = (-0.5, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.5)
+ACTIONS: tuple[tuple[float, float, float], ...] = (
+    ((0.0, 0.0, 1.0),) + tuple((0.7, s, 0.0) for s in _STEERS7)
+    + tuple((0.3, s, 0.0) for s in (-0.7, *_STEERS7, 0.7))
+    + tuple((0.0, s, 0.0) for s in (-1.0, -0.6, -0.3, -0.1)) + ((1.0, 0.0, 0.0),)
+    + tuple((0.0, s, 0.0) for s in (0.1, 0.3, 0.6, 1.0))
+    + tuple((0.5, s, 0.0) for s in _STEERS7))   # 30..38 reverse, which the label drops
 
 
 def record_fields(expert: bool) -> tuple[MeasField, ...]:
@@ -51,9 +57,11 @@ def record_fields(expert: bool) -> tuple[MeasField, ...]:
            MeasField("intrinsics", shape=(n, 3, 3), units="px"),
            MeasField("cam2ego", shape=(n, 4, 4), units="m", frame="b2d_ego"),
            MeasField("lidar2ego", shape=(4, 4), units="m", frame="b2d_ego")]
-    if expert:
-        out += [MeasField("expert_feature", shape=(EXPERT_FEATURES,)),
-                MeasField("expert_value"), MeasField("expert_action", "int32")]
+    if expert:   # the feature itself is its own member (expert_feature.npy): its length
+        # is the file's (the TCP port regresses 1536 values), not fixed here
+        out += [MeasField("expert_value"), MeasField("expert_action", "int32"),
+                MeasField("action_throttle"), MeasField("action_steer"),
+                MeasField("action_brake")]
     return tuple(out)
 
 
@@ -200,16 +208,19 @@ def record_values(anno: dict, theta: float, speed: float, handedness: str,
 
 
 def _expert(expert: np.ndarray) -> dict[str, Any]:
-    """feature (256), value, action of an expert assessment, each finite as stored."""
+    """feature (any length >= 1), value, action of an expert assessment, each finite as
+    stored, and the action's (throttle, steer, brake) by ACTIONS."""
     expert = np.asarray(expert, np.float64)
-    ok = expert.shape == (EXPERT_FEATURES + 2,) and finite_f32(expert)
+    ok = expert.ndim == 1 and len(expert) >= 3 and finite_f32(expert)
     action = float(expert[-1]) if ok else -1.0
-    if not ok or action != int(action) or not 0 <= action < 2 ** 31:
+    if not ok or action != int(action) or not 0 <= action < len(ACTIONS):
         raise ValueError(f"expert assessment holds {expert.dtype} {expert.shape}; expected "
-                         f"{EXPERT_FEATURES + 2} values finite in float32 (feature, value, "
-                         "action), the action a whole number >= 0")
-    return {"expert_feature": expert[:EXPERT_FEATURES], "expert_value": expert[-2],
-            "expert_action": int(action)}
+                         "the feature, the value and the action (an index 0..38 of "
+                         "Think2Drive's discrete actions), finite in float32")
+    throttle, steer, brake = ACTIONS[int(action)]
+    return {"expert_feature": expert[:-2].astype(np.float32), "expert_value": expert[-2],
+            "expert_action": int(action), "action_throttle": throttle, "action_steer": steer,
+            "action_brake": brake}
 
 
 def ego_entry(boxes: list) -> tuple[dict, bool]:
@@ -221,60 +232,3 @@ def ego_entry(boxes: list) -> tuple[dict, bool]:
         return boxes[0], True
     raise ValueError("anno bounding_boxes has no ego entry (class 'ego_vehicle', or a "
                      "'vehicle' first); expected data_collect.py's list, ego first")
-
-
-def _yaw_in_ego(entry: dict, world2ego: np.ndarray, ego_yaw: float) -> float:
-    """A box's yaw in the ego frame, from its world2<actor> matrix where it has one (anno.md:
-    static vehicles' rotation is wrong, their matrix is not), else from its rotation."""
-    for key in _WORLD2:
-        if isinstance(entry.get(key), list):
-            actor2world = np.linalg.inv(_matrix(entry[key], (4, 4), key))
-            rot = world2ego[:3, :3] @ actor2world[:3, :3]
-            return math.atan2(rot[1, 0], rot[0, 0])
-    rotation = entry.get("rotation")
-    if not isinstance(rotation, list) or len(rotation) != 3:
-        raise ValueError(f"box {entry.get('id')}: no world2<actor> matrix and rotation is "
-                         f"{rotation!r}; expected [pitch, roll, yaw] in degrees")
-    yaw = math.radians(float(floats(rotation, f"box {entry.get('id')} rotation")[2])) - ego_yaw
-    return math.atan2(math.sin(yaw), math.cos(yaw))
-
-
-def boxes_table(boxes: Any, radius: float, handedness: str) -> np.ndarray:
-    """anno['bounding_boxes'] -> (K, 12) float32 in the ego frame (boxes.BOX_COLUMNS), the ego
-    first (class ego), then every other box whose centre is within `radius` m of it."""
-    if not isinstance(boxes, list):
-        raise SchemaError(f"bounding_boxes is a {type(boxes).__name__}; expected a list")
-    ego, _ = ego_entry(boxes)
-    world2ego = _matrix(ego.get("world2ego"), (4, 4), "ego world2ego")
-    ego_yaw = math.atan2(world2ego[0, 1], world2ego[0, 0])   # world2ego = R(yaw)^T
-    rows = []
-    for i, entry in enumerate(boxes):
-        if not isinstance(entry, dict):
-            raise SchemaError(f"box entry {i} is a {type(entry).__name__}; expected an object")
-        cls = "ego" if entry is ego else B2D_CLASSES.get(entry.get("class"))
-        if cls is None:
-            raise SchemaError(f"box entry {i}: unknown class {entry.get('class')!r}; expected "
-                              f"one of {sorted(B2D_CLASSES)} or ego_vehicle")
-        centre = floats(entry.get("center", entry.get("location")), f"box entry {i} center")
-        half = floats(entry.get("extent"), f"box entry {i} extent")
-        if centre.shape != (3,) or half.shape != (3,):
-            raise SchemaError(f"box entry {i}: center/extent are not 3 numbers")
-        local = (world2ego @ np.append(centre, 1.0))[:3]
-        if cls != "ego" and math.hypot(local[0], local[1]) > radius:
-            continue
-        yaw = 0.0 if cls == "ego" else _yaw_in_ego(entry, world2ego, ego_yaw)
-        row = np.full(len(BOX_COLUMNS), FILL, np.float64)
-        row[_COL["class"]] = BOX_CLASSES[cls]
-        row[_COL["x"]:_COL["z"] + 1] = local
-        row[_COL["extent_x"]:_COL["extent_z"] + 1] = half
-        row[_COL["yaw"]] = yaw
-        for key in ("speed", "brake", "num_points", "id"):
-            value = entry.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                row[_COL[key]] = float(value)
-        rows.append(finite_row(row, i))
-    table = np.stack(rows)
-    if handedness == "right":
-        table[:, _COL["y"]] *= -1
-        table[:, _COL["yaw"]] *= -1
-    return table.astype(np.float32)

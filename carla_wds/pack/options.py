@@ -52,6 +52,9 @@ class PackOptions:
     # Unpickle raw inputs (TCP supervision, TransFuser 2022 LiDAR) from a source the user
     # trusts; what they hold is stored as typed members, never as a pickle.
     allow_pickle_input: bool = False
+    # Every frame with a full future, instead of the frames the layout's own project serves
+    # (its SampleRule: garage skips its first 10 frames, TransFuser ends earlier, ...)
+    all_frames: bool = False
     # --layout bench2drive (clips): keyframe stride (None: 5, B2D's own 2 Hz), the official
     # split file and which subset of it, label handedness, box radius (None: 75 m, as
     # prepare_B2D.py), sensors besides the cameras (None: lidar, boxes, expert), and how much
@@ -63,6 +66,12 @@ class PackOptions:
     box_radius: float | None = None
     sensors: tuple[str, ...] | None = None
     spool_bytes: int = 1 << 30
+    # bench2drive: prepare_B2D's depth-visibility test of each box (filter: drop the boxes no
+    # camera sees, as prepare_B2D does by default; flag: keep them, marked in the `visible`
+    # column; off: no test, no depth PNGs read), and which expert file goes with frame t
+    # (prepare_b2d: t - 1, as prepare_B2D and VAD; tcp_port: t, as the TCP port's gen_tcp_data)
+    box_visibility: str = "filter"
+    expert_pairing: str = "prepare_b2d"
     # OUTPUT_DIR an s3:// (fsspec) prefix: the local folder shards are staged in before their
     # upload (None: under the user's cache folder, keyed by the URL; see pack/upload.py), and
     # fsspec's options for the store (None: the AWS environment and config)
@@ -121,6 +130,9 @@ class PackOptions:
             raise _bad("--dot-replacement", repr(self.dot_replacement), "characters allowed in "
                        "a sample key (letters, digits, _-~+=,@; no dot)",
                        "pass e.g. --dot-replacement _")
+        if not isinstance(self.all_frames, bool):
+            raise _bad("--all-frames", self.all_frames, "True or False", "pass all_frames=True "
+                       "to keep every frame with a full future")
         # any layout: a negative spool is no size, and a library caller may pass one
         _whole("--spool-bytes", self.spool_bytes, 0, None, "pass the bytes of a clip held in "
                "memory, e.g. --spool-bytes 1000000000 (0: all of it in a temporary file)")
@@ -159,6 +171,8 @@ class PackOptions:
                                      ("--box-radius", self.box_radius),
                                      ("--sensors", self.sensors)) if v is not None]
         given += [("--handedness", self.handedness)] if self.handedness != "left" else []
+        given += [(o, v) for o, v, d in (("--box-visibility", self.box_visibility, "filter"),
+                  ("--expert-pairing", self.expert_pairing, "prepare_b2d")) if v != d]
         if self.layout != "bench2drive":
             if given:
                 raise _bad(given[0][0], given[0][1], "--layout bench2drive", f"leave "
@@ -172,6 +186,12 @@ class PackOptions:
         if self.handedness not in ("left", "right"):
             raise _bad("--handedness", self.handedness, "left or right", "pass --handedness "
                        "right for Bench2DriveZoo's right-handed frame, or leave it out")
+        if self.box_visibility not in ("filter", "flag", "off"):
+            raise _bad("--box-visibility", self.box_visibility, "filter, flag or off",
+                       "pass --box-visibility off to keep every box without reading depth")
+        if self.expert_pairing not in ("prepare_b2d", "tcp_port"):
+            raise _bad("--expert-pairing", self.expert_pairing, "prepare_b2d or tcp_port",
+                       "pass --expert-pairing tcp_port for the TCP port's file t at frame t")
         if self.box_radius is not None and not (isinstance(self.box_radius, (int, float))
                                                 and 0 < self.box_radius < 1e4):
             raise _bad("--box-radius", self.box_radius, "metres > 0", "pass e.g. --box-radius 75")
