@@ -58,14 +58,22 @@ B2D_TYPE_IDS: tuple[str, ...] = (B2D_OTHER_TYPE,) + (
     "vehicle.audi.tt",
     "vehicle.ford.crown",
     "vehicle.tesla.model3",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/FordCrown/SM_FordCrown_parked.SM_FordCrown_parked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Charger/SM_ChargerParked.SM_ChargerParked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Lincoln/SM_LincolnParked.SM_LincolnParked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/MercedesCCC/SM_MercedesCCC_Parked.SM_MercedesCCC_Parked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Mini2021/SM_Mini2021_parked.SM_Mini2021_parked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/NissanPatrol2021/SM_NissanPatrol2021_parked.SM_NissanPatrol2021_parked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/TeslaM3/SM_TeslaM3_parked.SM_TeslaM3_parked",
-    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/VolkswagenT2/SM_VolkswagenT2_2021_Parked.SM_VolkswagenT2_2021_Parked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/FordCrown/"
+    "SM_FordCrown_parked.SM_FordCrown_parked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Charger/"
+    "SM_ChargerParked.SM_ChargerParked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Lincoln/"
+    "SM_LincolnParked.SM_LincolnParked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/MercedesCCC/"
+    "SM_MercedesCCC_Parked.SM_MercedesCCC_Parked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/Mini2021/"
+    "SM_Mini2021_parked.SM_Mini2021_parked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/NissanPatrol2021/"
+    "SM_NissanPatrol2021_parked.SM_NissanPatrol2021_parked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/TeslaM3/"
+    "SM_TeslaM3_parked.SM_TeslaM3_parked",
+    "/Game/Carla/Static/Car/4Wheeled/ParkedVehicles/VolkswagenT2/"
+    "SM_VolkswagenT2_2021_Parked.SM_VolkswagenT2_2021_Parked",
     "vehicle.ford.ambulance",
     "vehicle.carlamotors.firetruck",
     "traffic.speed_limit.30",
@@ -216,4 +224,5 @@ def garage_boxes(boxes: list) -> np.ndarray:
                   lambda i, e: _known(_GARAGE_CLASSES, i, e, "carla_garage"), list)
 
 
-__all__ = ["B2D_BOX_COLUMNS", "B2D_TYPE_IDS", "BOX_CLASSES", "BOX_COLUMNS", "FILL", "b2d_type_index", "finite_row", "garage_boxes", "tf2022_boxes"]
+__all__ = ["B2D_BOX_COLUMNS", "B2D_TYPE_IDS", "BOX_CLASSES", "BOX_COLUMNS", "FILL",
+           "b2d_type_index", "finite_row", "garage_boxes", "tf2022_boxes"]

@@ -80,7 +80,8 @@ def _positions(anno: dict | None, radius: float) -> dict[Any, np.ndarray]:
         ego = ego_entry(boxes)[0]
         ego_loc = _location(ego, 0)
         return {e.get("id"): floats(e.get("center"), "center")[:2] for i, e in enumerate(boxes)
-                if e is not ego and isinstance(e.get("id"), (str, int)) and _kept(e, i, ego_loc, radius)}
+                if e is not ego and isinstance(e.get("id"), (str, int))
+                and _kept(e, i, ego_loc, radius)}
     except (TypeError, KeyError, ValueError, IndexError):   # no usable frame t-1: speed 0
         return {}
 
@@ -218,7 +219,8 @@ def spec_doc(s) -> dict[str, Any]:
     `s`): the table's columns, the type_id vocabulary, the rules boxes are kept by."""
     return {"box_columns": list(B2D_BOX_COLUMNS), "box_type_ids": list(B2D_TYPE_IDS),
             "box_visibility": s.box_visibility, "box_z_limit_m": Z_LIMIT,
-            "box_radius_of": "anno distance (actor location)", "expert_file_offset": s.expert_offset}
+            "box_radius_of": "anno distance (actor location)",
+            "expert_file_offset": s.expert_offset}
 
 
 __all__ = ["BoxRules", "VISIBILITY", "Z_LIMIT", "boxes_table", "depth_maps",
