@@ -19,7 +19,7 @@ from pathlib import Path
 from tools.golden import common
 
 PROJECTS = {"tcp": "tools.golden.tcp", "garage": "tools.golden.garage",
-            "transfuser2022": "tools.golden.tf2022", "bench2drive": "tools.golden.b2d_tcp"}
+            "transfuser2022": "tools.golden.tf2022", "bench2drive_tcp": "tools.golden.b2d_tcp"}
 
 
 def make(project: str, repo_dir: Path, out_dir: Path) -> Path:
