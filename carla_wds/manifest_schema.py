@@ -80,6 +80,30 @@ def validate_manifest(m: Any, where: str) -> None:
                         ("filtered_routes", list)):
         if field in m:
             _check(isinstance(m[field], kind), where, field, m[field], f"a JSON {kind.__name__}")
+    if "sample_rule" in m:
+        _check_sample_rule(m["sample_rule"], where)
+
+
+# What a pack made before the sample rule (issue 24) holds: every frame with a full future.
+EVERY_FRAME = {"all_frames": True, "head": 0, "tail": 0, "loader": ""}
+
+
+def sample_rule(m: dict[str, Any]) -> dict[str, Any]:
+    """Which frames of each route the pack holds: the layout's loader's rule (`head` frames
+    from a route's start, `tail` more before its last pred_len), or every frame with a full
+    future (`all_frames`: --all-frames, and every pack made before the rule was recorded)."""
+    return dict(m.get("sample_rule") or EVERY_FRAME)
+
+
+def _check_sample_rule(rule: Any, where: str) -> None:
+    _check(isinstance(rule, dict) and set(rule) == set(EVERY_FRAME), where, "sample_rule", rule,
+           f"an object with {sorted(EVERY_FRAME)}")
+    _check(isinstance(rule["all_frames"], bool), where, "sample_rule.all_frames",
+           rule["all_frames"], "true or false")
+    for key in ("head", "tail"):
+        _check(_int(rule[key]), where, f"sample_rule.{key}", rule[key], "an integer >= 0")
+    _check(isinstance(rule["loader"], str), where, "sample_rule.loader", rule["loader"],
+           "a string")
 
 
 def _check_shard(s: Any, field: str, where: str) -> None:

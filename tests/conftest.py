@@ -49,6 +49,12 @@ def run_pack(input_dir: Path, output_dir: Path, **options) -> dict:
     return pack(input_dir, output_dir, PackOptions(**options))
 
 
+def run_pack_all_frames(input_dir: Path, output_dir: Path, **options) -> dict:
+    """run_pack with --all-frames (every frame with a full future), for tests that follow
+    frames to a route's ends; each layout's own sample set is tests/pack/test_sample_set.py's."""
+    return run_pack(input_dir, output_dir, all_frames=True, **options)
+
+
 def read_pack(pack_dir: Path) -> dict[str, dict[str, bytes]]:
     """All samples of a pack in manifest order, read with plain tarfile: key -> {member: bytes}."""
     manifest = json.loads((Path(pack_dir) / "manifest.json").read_text())
@@ -81,7 +87,9 @@ def packed_tcp(tmp_path_factory, raw_tcp) -> Path:
 @pytest.fixture(scope="session")
 def packed_tf4(tmp_path_factory, raw_tf4) -> Path:
     out = tmp_path_factory.mktemp("packed_tf4") / "shards"
-    run_pack(raw_tf4, out, layout="transfuser4", max_samples=PACKED_MAX_SAMPLES)
+    # every frame with a full future (--all-frames), as packed_tcp: 78 samples for the loader
+    # tests; the default sample set (TransFuser 2021's) is tests/pack/test_sample_set.py's
+    run_pack(raw_tf4, out, layout="transfuser4", max_samples=PACKED_MAX_SAMPLES, all_frames=True)
     return out
 
 

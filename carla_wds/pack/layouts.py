@@ -15,11 +15,13 @@ from .layout_parts import (
     WAYPOINTS_FROM,
     Field,
     RouteFilter,
+    SampleRule,
     Sensor,
     Source,
     fail,
     parse_fields,
     parse_filter,
+    parse_samples,
     parse_sensors,
     parse_sources,
 )
@@ -50,6 +52,7 @@ class Layout:
     measurement_fields: tuple[Field, ...] = ()
     route_filter: RouteFilter | None = None
     transforms: tuple[str, ...] = ()
+    samples: SampleRule = SampleRule()   # the project's loader's head and tail frames
 
     @property
     def camera_names(self) -> tuple[str, ...]:
@@ -103,7 +106,7 @@ MAX_MESSAGE = 600   # characters of a layout error; the value excerpt is the par
 FIX = f"Fix: copy a file from {LAYOUT_DIR} and edit it"
 ALLOWED = ("name", "cameras", "fields", "measurements", "image_ext", "rate_hz", "waypoints",
            "target_point", "frames", "twins", "sensors", "sources", "measurement_fields",
-           "route_filter", "transforms")
+           "route_filter", "transforms", "samples")
 
 
 def _mapping(value: object, where: str, key: str, example: str) -> dict[str, str]:
@@ -205,4 +208,5 @@ def _parts(data: dict, cameras: dict[str, str], where: str) -> dict[str, Any]:
             "sensors": parse_sensors(data.get("sensors"), where), "sources": sources,
             "measurement_fields": parse_fields(data.get("measurement_fields"), sources, where),
             "route_filter": parse_filter(data.get("route_filter"), where),
-            "transforms": tuple(transforms)}
+            "transforms": tuple(transforms),
+            "samples": parse_samples(data.get("samples"), where)}

@@ -46,11 +46,11 @@ def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.Simpl
     last of which was the sample `start[1]`): their images are neither read nor encoded.
 
     A pool consumes this generator in its feeder thread, so it writes nothing shared: each
-    plan goes into `seen` with its frames that never become tasks (tails, skipped, committed),
-    and the main thread files them (`_file_plans`)."""
+    plan goes into `seen` with its frames that never become tasks (tails, head, skipped,
+    committed), and the main thread files them (`_file_plans`)."""
     skip, last_key = start
     for plan in plans:
-        done_already = plan.tail + len(plan.skipped)
+        done_already = plan.unsampled
         tasks = plan.tasks
         if skip:
             n = min(skip, len(tasks))
@@ -274,7 +274,7 @@ def _take(item: Encoded | Skip, opts: PackOptions, sink: ShardSink, report: Pack
 
 def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> RoutePlan:
     plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement,
-                      opts.allow_pickle_input)
+                      opts.allow_pickle_input, opts.all_frames)
     if plan.filtered:
         log.info("route %s left out by the layout's route filter: %s", route, plan.filtered)
     if plan.skipped and opts.on_error == "fail":

@@ -31,6 +31,11 @@ class PackReport:
     def tail_frames(self) -> int:
         return sum(p.tail for p in self.plans)
 
+    @property
+    def loader_left_out(self) -> tuple[int, int]:
+        """Frames with a full future the project's loader does not serve: (head, tail)."""
+        return sum(p.head for p in self.plans), sum(p.loader_tail for p in self.plans)
+
 
 def nothing_packed(report: PackReport, out: str) -> PackError:
     """Every frame skipped, every route left out, or all tails: no manifest, since a manifest
@@ -46,13 +51,18 @@ def nothing_packed(report: PackReport, out: str) -> PackError:
     if report.tail_frames:
         why.append(f"{report.tail_frames} frames are route tails (the last --pred-len frames "
                    "of a route, which have no full future)")
+    head, end = report.loader_left_out
+    if head + end:
+        why.append(f"{head + end} frames are ones the layout's own loader leaves out at a "
+                   "route's start or end (pack with --all-frames to keep them)")
     first = ""
     if skipped:
         s = skipped[0]
         first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
     return PackError(f"no samples: all {report.frames} frames of {len(report.plans)} "
                      f"routes were skipped ({len(skipped)}) or are route tails "
-                     f"({report.tail_frames}), and {len(left_out)} routes were left out, so "
+                     f"({report.tail_frames}) or left out by the loader's rule ({head + end}), "
+                     f"and {len(left_out)} routes were left out, so "
                      f"no shard and no manifest were written to {out}. Reasons: "
                      f"{'; '.join(why) or 'no frames found'}.{first} Fix: repair the input "
                      "these reasons name, or check that INPUT_DIR, --layout and --pred-len "
@@ -67,15 +77,17 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
     `members` names each member's codec, which the loader, verify and inspect decode with."""
     skipped = report.all_skipped()
     total = sum(r.samples for r in records)
+    head, end = report.loader_left_out
     counts = {"routes": n_routes, "frames": report.frames,
               "samples": total, "tail_frames": report.tail_frames,
+              "head_frames": head, "loader_tail_frames": end,
               "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in report.plans),
               "void_command": sum(p.void_command for p in report.plans),
               "filtered_routes": sum(bool(p.filtered) for p in report.plans)}
     for name in ("between", "null_speed", "ego_as_vehicle"):   # clip layouts (bench2drive)
         if any(hasattr(p, name) for p in report.plans):
             counts[name] = sum(getattr(p, name, 0) for p in report.plans)
-    if counts["frames"] != total + counts["tail_frames"] + len(skipped):
+    if counts["frames"] != total + counts["tail_frames"] + head + end + len(skipped):
         raise AssertionError(f"frame accounting broke: {counts}; this is a carla-wds bug")
     return {
         "schema_version": SCHEMA_VERSION, "tool": "carla-wds", "tool_version": version,
@@ -86,6 +98,8 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
         "filtered_routes": [{"episode": p.episode, "reason": p.filtered}
                             for p in report.plans if p.filtered],
         "total_samples": total,
+        # new in issue 24: a manifest without it holds every frame with a full future
+        "sample_rule": layout.samples.doc(opts.all_frames),
         "shards": [r.__dict__ for r in records], "counts": counts,
         "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
         # None (as in packs made before sizes were recorded) rather than a partial mapping

@@ -1,8 +1,9 @@
 """Reading raw CARLA route folders: find routes, read measurements, plan each frame's fate.
 
-Every frame found ends in exactly one of three places: a sample task, the route's tail (the last
-pred_len frames, which have no full future), or a `Skip` with its reason. `RoutePlan.check()`
-enforces that invariant for every route.
+Every frame found ends in exactly one place: a sample task, the route's tail (the last pred_len
+frames, which have no full future), the head or the loader's tail (frames with a future that
+the project's own loader does not serve: the layout's SampleRule, off with --all-frames), or a
+`Skip` with its reason. `RoutePlan.check()` enforces that invariant for every route.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..objstore import is_objstore
 from ..schema import SchemaError, make_key
 from .errors import PackError
 from .labels import layout_labels, non_finite_label
-from .layout_parts import RouteFilter, lookup
+from .layout_parts import RouteFilter, SampleRule, lookup
 from .layouts import Layout
 from .measure import read_measurement, read_source, record_values
 from .sources import read_json
@@ -72,13 +73,20 @@ class RoutePlan:
     n_frames: int = 0
     tail: int = 0
     tasks: list[FrameTask] = field(default_factory=list)
+    head: int = 0           # frames before the loader's first (the layout's samples.head)
+    loader_tail: int = 0    # frames with a full future after the loader's last sample
     skipped: list[Skip] = field(default_factory=list)
     nan_theta: int = 0
     void_command: int = 0
     filtered: str = ""     # why the whole route was left out (the layout's route filter)
 
+    @property
+    def unsampled(self) -> int:
+        """Frames that are no sample: tails, head, the loader's tail and skips."""
+        return self.tail + self.head + self.loader_tail + len(self.skipped)
+
     def check(self) -> None:
-        accounted = len(self.tasks) + self.tail + len(self.skipped)
+        accounted = len(self.tasks) + self.unsampled
         if accounted != self.n_frames:
             raise AssertionError(f"{self.episode}: {self.n_frames} frames found but "
                                  f"{accounted} accounted for; this is a carla-wds bug")
@@ -232,8 +240,10 @@ def _camera_files(route: Path, layout: Layout) -> dict[str, tuple[dict[int, str]
 
 
 def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: int,
-               dot_replacement: str | None = None, allow_pickle: bool = False) -> RoutePlan:
-    """Read one route's measurements and decide, for every frame, sample, tail or skip."""
+               dot_replacement: str | None = None, allow_pickle: bool = False,
+               all_frames: bool = False) -> RoutePlan:
+    """Read one route's measurements and decide, for every frame, sample, tail, head, the
+    loader's tail (the layout's SampleRule; none with all_frames) or skip."""
     route = Path(input_dir) / episode
     if layout.route_filter is not None:
         try:
@@ -260,7 +270,8 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
                          for t in sorted(frames)]
         return plan
     good, bad = _read_all(frames, layout, episode, plan, clash, route, allow_pickle)
-    _plan_frames(plan, frames, good, bad, route, layout, pred_len, key_of)
+    rule = SampleRule() if all_frames else layout.samples
+    _plan_frames(plan, frames, good, bad, route, layout, (pred_len, rule), key_of)
     plan.check()
     return plan
 
@@ -299,7 +310,8 @@ def _read_all(frames: dict[int, Path], layout: Layout, episode: str, plan: Route
 
 
 def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict, route: Path,
-                 layout: Layout, pred_len: int, key_of) -> None:
+                 layout: Layout, sampling: tuple[int, SampleRule], key_of) -> None:
+    pred_len, rule = sampling
     last = max(frames)
     cam_files = _camera_files(route, layout)
     sensor_files = _sensor_files(route, layout)
@@ -310,6 +322,11 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
             continue
         if t + pred_len > last:
             plan.tail += 1
+            continue
+        # the project's loop: frame numbers from rule.head, ending rule.tail frames early
+        if t < rule.head or t + pred_len + rule.tail > last:
+            plan.head += t < rule.head
+            plan.loader_tail += t >= rule.head
             continue
         future = [t + i for i in range(1, pred_len + 1) if t + i not in good]
         if future:

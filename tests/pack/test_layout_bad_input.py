@@ -25,7 +25,9 @@ import yaml
 
 from carla_wds.pack.errors import PackError
 from carla_wds.pack.layouts import LAYOUT_DIR
-from tests.conftest import make_raw, read_pack, run_pack
+from tests.conftest import make_raw, read_pack
+# every frame with a full future: short garage routes hold none of garage's own range
+from tests.conftest import run_pack_all_frames as run_pack
 
 FRAMES = 14                       # garage: pred_len 8 at 4 Hz -> frames 0..5 are samples
 PRED_LEN = 8

@@ -17,18 +17,13 @@ from carla_wds.codecs import codec_named
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth_b2d import clip_name
 from tests.conftest import read_pack
-from tests.conftest import run_pack as _run_pack
+# every keyframe with a full future: these tests follow frames to the end of 30-frame clips
+from tests.conftest import run_pack_all_frames as run_pack
 
 EPISODES, FRAMES, SIZE = 4, 30, (160, 90)
 CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
 SIDS = ("CAM_FRONT", "CAM_FRONT_LEFT", "CAM_FRONT_RIGHT", "CAM_BACK", "CAM_BACK_LEFT",
         "CAM_BACK_RIGHT")
-
-
-def run_pack(*args, **kw) -> dict:
-    """Every keyframe with a full future (--all-frames): these tests follow frames to the end
-    of 30-frame clips; the TCP port's own range is tests/pack/test_sample_set.py's."""
-    return _run_pack(*args, all_frames=True, **kw)
 
 
 @pytest.fixture(scope="module")

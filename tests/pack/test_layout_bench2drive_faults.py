@@ -16,7 +16,9 @@ import pytest
 from carla_wds.pack.errors import PackError
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth_b2d import clip_name
-from tests.conftest import read_pack, run_pack
+from tests.conftest import read_pack
+# every keyframe with a full future: these tests follow frames to the end of 30-frame clips
+from tests.conftest import run_pack_all_frames as run_pack
 from tests.pack.test_pack_resume import _kill_mid_pack
 
 EPISODES, FRAMES = 3, 30
@@ -123,7 +125,7 @@ def test_kill_9_then_resume_is_byte_identical(raw, tmp_path):
     for k in range(8):   # hard-linked copies under new clip names: nothing rendered again
         for clip in sorted((raw / "v1").iterdir()):
             shutil.copytree(clip, src / f"{clip.name}{k}", copy_function=os.link)
-    args = ["--layout", "bench2drive", "--stride", "1", "--max-samples", "2"]
+    args = ["--layout", "bench2drive", "--stride", "1", "--max-samples", "2", "--all-frames"]
     out = tmp_path / "out"
     if not _kill_mid_pack(src, out, args, min_shards=3):
         pytest.skip("the pack finished before it could be killed mid-pack")
