@@ -94,7 +94,8 @@ def b2d_settings(opts) -> B2DSettings:
                        box_radius=d.box_radius if opts.box_radius is None else opts.box_radius,
                        sensors=d.sensors if opts.sensors is None else tuple(opts.sensors),
                        spool_bytes=opts.spool_bytes, box_visibility=opts.box_visibility,
-                       expert_offset=EXPERT_OFFSETS[opts.expert_pairing], all_frames=opts.all_frames)
+                       expert_offset=EXPERT_OFFSETS[opts.expert_pairing],
+                       all_frames=opts.all_frames)
 
 
 @dataclass(frozen=True)
