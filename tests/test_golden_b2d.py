@@ -38,17 +38,21 @@ def _theirs() -> dict[tuple[str, int], dict]:
     return {(s["route"], s["frame"]): s for s in _golden()["samples"]}
 
 
-@pytest.fixture(scope="module")
-def raw(tmp_path_factory) -> Path:
-    doc = _golden()
+def synth_checked(golden: Path, out: Path) -> Path:
+    """The clips a golden file was made from, written again under out (their hash checked)."""
+    doc = json.loads(golden.read_text())
     synth = doc["synth"]
-    out = tmp_path_factory.mktemp("golden_b2d") / "raw"
     synth_dataset(out, synth["layout"], episodes=synth["episodes"], frames=synth["frames"],
                   seed=synth["seed"], image_size=tuple(synth["image_size"]), progress=False)
     assert tree_sha256(out) == doc["raw_sha256"], (
-        f"carla-wds's synth no longer writes the clips {GOLDEN} was made from; regenerate it: "
+        f"carla-wds's synth no longer writes the clips {golden} was made from; regenerate it: "
         f"{doc['regenerate']}")
     return out
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory) -> Path:
+    return synth_checked(GOLDEN, tmp_path_factory.mktemp("golden_b2d") / "raw")
 
 
 def _served(batch, i: int) -> dict:

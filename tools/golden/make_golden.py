@@ -19,7 +19,8 @@ from pathlib import Path
 from tools.golden import common
 
 PROJECTS = {"tcp": "tools.golden.tcp", "garage": "tools.golden.garage",
-            "transfuser2022": "tools.golden.tf2022", "bench2drive_tcp": "tools.golden.b2d_tcp"}
+            "transfuser2022": "tools.golden.tf2022", "bench2drive_tcp": "tools.golden.b2d_tcp",
+            "bench2drive_prepare": "tools.golden.b2d_prepare"}
 
 
 def make(project: str, repo_dir: Path, out_dir: Path) -> Path:
