@@ -121,7 +121,7 @@ def test_resume_keeps_frames_skipped_in_committed_shards(raw_tcp, copy_raw, tmp_
 def test_full_disk_names_the_file_and_resume_finishes(raw_tf4, packed_tf4, copy_raw, tmp_path,
                                                       cli):
     raw, out = copy_raw(raw_tf4), tmp_path / "out"
-    args = ["--layout", "transfuser4", "--max-samples", "7"]
+    args = ["--layout", "transfuser4", "--max-samples", "7", "--all-frames"]   # as packed_tf4
     proc = pack_with_fault("enospc", 500_000, raw, out, *args)
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()[-1]
