@@ -26,7 +26,9 @@ from carla_wds.manifest_schema import ManifestError
 from carla_wds.pack.audit import summary, verify
 from carla_wds.pack.errors import PackError
 from carla_wds.pack.sources import decode_json, read_npy
-from tests.conftest import make_raw, run_pack
+from tests.conftest import make_raw
+# every frame with a full future: 12-frame garage routes hold none of garage's own range
+from tests.conftest import run_pack_all_frames as run_pack
 from tests.helpers import SIZE, make_pack, rewrite_shard
 
 OVER_POINTS = limits.DEFAULT.lidar_points + 1      # ~80 MB of LAS records if allocated

@@ -25,7 +25,9 @@ from carla_wds.pack.errors import PackError   # noqa: E402
 from carla_wds.pack.synth import synth_dataset   # noqa: E402
 from carla_wds.pack.synth_b2d import SPLIT_FILE, clip_name   # noqa: E402
 from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
-from tests.conftest import read_pack, run_pack   # noqa: E402
+from tests.conftest import read_pack   # noqa: E402
+# every keyframe with a full future, so the short clips fill several shards
+from tests.conftest import run_pack_all_frames as run_pack   # noqa: E402
 from tests.pack.stallproxy import StallingProxy   # noqa: E402
 from tests.s3server import BUCKET, client, env, fresh_prefix, keys, options   # noqa: E402
 
@@ -128,7 +130,7 @@ def test_parts_from_s3_through_the_cli(raw, aws, tmp_path, cli):
         # --check-images decodes every JPEG, so the frames go to 2 worker processes
         result = cli("pack", url, tmp_path / f"p{i}", "--layout", "bench2drive",
                      "--max-samples", "2", "--part", f"{i}/2", "--no-fsync", "--workers", "2",
-                     "--check-images")
+                     "--check-images", "--all-frames")
         assert result.exit_code == 0, result.output
         run_pack(raw / "archives", tmp_path / f"local{i}", layout="bench2drive", max_samples=2,
                  part=(i, 2), check_images=True)
@@ -145,7 +147,7 @@ def test_from_s3_archives_to_an_s3_prefix(raw, aws, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))   # the default staging
     url, out = upload_archives(aws, raw / "archives"), fresh_prefix("out")
     result = cli("pack", url, f"s3://{BUCKET}/{out}", "--layout", "bench2drive",
-                 "--max-samples", "3")
+                 "--max-samples", "3", "--all-frames")
     assert result.exit_code == 0, result.output
     run_pack(raw / "archives", tmp_path / "local", layout="bench2drive", max_samples=3)
     local = {p.name: p.read_bytes() for p in (tmp_path / "local").iterdir()}
@@ -330,7 +332,7 @@ def test_cli_read_timeout_and_retries_bound_a_stalled_store(stalling, cli, tmp_p
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     url = f"s3://{BUCKET}/{fresh_prefix('stalled')}"
     result = cli("pack", url, tmp_path / "out", "--layout", "bench2drive", "--read-timeout",
-                 "0.5", "--retries", "2")
+                 "0.5", "--retries", "2", "--all-frames")
     assert result.exit_code != 0
     assert re.search(f"INPUT_DIR {url}: ReadTimeoutError.*tried 3 times", result.output), \
         result.output
