@@ -31,7 +31,8 @@ def data(tmp_path_factory) -> Path:
         synth_dataset(root / "raw" / split, "transfuser4", episodes=episodes, frames=24,
                       seed=seed, image_size=(64, 48), progress=False)
         pack(root / "raw" / split, root / split,
-             PackOptions(layout="transfuser4", max_samples=9, progress=False))
+             PackOptions(layout="transfuser4", max_samples=9, progress=False,
+                         all_frames=True))   # every frame with a future: 20 per route
     return root
 
 
