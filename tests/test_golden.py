@@ -5,8 +5,10 @@ routes, the project's loader at a pinned commit (recorded in the file, with the 
 every file it ran) serves samples from them, and the file keeps each sample's (route, frame) and
 labels rounded to float32. Here the same routes are synthesised again (their hash must equal the
 recorded one, else the golden file is stale: regenerate it, tools/golden/README.md), packed by
-carla-wds, loaded, and compared: the sample set and each label. Known differences (issue 24) are
-strict xfails, so each flips to a failure the day its fix lands and must become an assert.
+carla-wds, loaded, and compared: the sample set and each label. A known difference would be a
+strict xfail naming it, so that it flips to a failure the day its fix lands; the issue-24 ones
+(garage's and TransFuser 2022's sample sets, garage's smoothed route and semantic classes) are
+fixed and asserted.
 No network, no project code: only the committed JSON and carla-wds's synth.
 """
 from __future__ import annotations
@@ -125,41 +127,20 @@ def _compare(project: str, layout: str, label: str, tmp_root: Path) -> None:
             _close(got[label], want[label], label, where)
 
 
-def xfail(reason: str):
-    return pytest.mark.xfail(strict=True, reason=f"issue 24: {reason}")
-
-
-def _with(project: str, layout: str, label):
-    """(project, layout, label) as a parameter, keeping a label's pytest.param marks."""
-    if isinstance(label, str):
-        return (project, layout, label)
-    return pytest.param(project, layout, *label.values, marks=label.marks)
-
-
-# (project, layout) -> labels compared; a label wrapped in pytest.param carries its xfail
+# (project, layout) -> labels compared
 TCP_CORE = ["waypoints", "target_point", "command", "speed"]
 TCP_ROACH = ["action", "action_mu", "action_sigma", "future_action_mu", "future_action_sigma",
              "value", "feature_sha256", "future_feature_sha256"]
 GARAGE = ["waypoints", "target_point", "aim_wp", "command", "speed", "theta", "steer",
-          "throttle", "brake", "junction", "bev_semantics_hist",
-          pytest.param("route_points", marks=xfail(
-              "garage's loader smooths the route (config.smooth_route: smooth_path, first point "
-              "2.5 m ahead, then one every 1 m); carla-wds serves the saved route")),
-          pytest.param("semantics_hist", marks=xfail(
-              "garage's loader maps raw CARLA ids through config.converter; carla-wds serves "
-              "the raw ids"))]
-SETS = [("tcp", "tcp"), ("tcp", "tcp_roach"),
-        pytest.param("garage", "garage", marks=xfail(
-            "garage's loader serves range(skip_first=10, num_seq - pred_len - seq_len); "
-            "carla-wds packs frames 0 .. n - 9")),
-        pytest.param("transfuser2022", "transfuser2022", marks=xfail(
-            "TransFuser 2022's loader serves range(2, num_seq - pred_len - seq_len - 2); "
-            "carla-wds packs frames 0 .. n - 5"))]
+          "throttle", "brake", "junction", "bev_semantics_hist", "route_points",
+          "semantics_hist"]
+SETS = [("tcp", "tcp"), ("tcp", "tcp_roach"), ("garage", "garage"),
+        ("transfuser2022", "transfuser2022")]
 TF2022 = ["waypoints", "target_point", "speed", "theta", "steer", "throttle", "brake",
           "light_hazard"]
 LABELS = ([("tcp", "tcp", lab) for lab in TCP_CORE]
           + [("tcp", "tcp_roach", lab) for lab in TCP_CORE + TCP_ROACH]
-          + [_with("garage", "garage", lab) for lab in GARAGE]
+          + [("garage", "garage", lab) for lab in GARAGE]
           + [("transfuser2022", "transfuser2022", lab) for lab in TF2022])
 
 

@@ -170,7 +170,10 @@ class _Frame:
                           half: np.ndarray) -> bool:
         """Fills speed, vx, vy and visible; False where the visibility filter drops the box."""
         yaw = vis.box_yaw(self.rig, entry, _matrix, lambda: _rotation_yaw(entry))
-        speed = _speed(entry, centre, self.before)
+        try:
+            speed = _speed(entry, centre, self.before)
+        except ValueError as exc:   # name the box, not only the key
+            raise ValueError(f"box entry {entry.get('id', '?')}: {exc}") from None
         if speed is not None:
             row[_COL["speed"]] = speed
         vx, vy = vis.velocity_in_ego(self.rig, speed or 0.0, yaw)
@@ -194,8 +197,6 @@ def boxes_table(anno: dict, rules: BoxRules, prev: dict | None = None,
         for col in ("y", "yaw", "vy"):
             table[:, _COL[col]] *= -1
     return table.astype(np.float32)
-
-
 
 
 def depth_maps(files: dict[str, dict[int, str]], read, t: int) -> list[np.ndarray]:
