@@ -6,6 +6,7 @@ silently with a default.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ class TrainConfig:
 
 
 
+# numbers with an exponent but no dot, which YAML 1.1 leaves as strings (YAML 1.2 reads them)
+_YAML11_MISSED = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
@@ -115,6 +118,8 @@ def _coerce(value: Any, tp: Any, where: str, f: dataclasses.Field) -> Any:
             return [_coerce(v, item, where, f) for v in value]
     elif tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    elif tp is float and isinstance(value, str) and _YAML11_MISSED.fullmatch(value.strip()):
+        return float(value)   # PyYAML (YAML 1.1) reads 3e-4 and 1E5 as strings
     elif tp in _TYPE_NAMES and not (isinstance(value, tp) and
                                     not (tp is int and isinstance(value, bool))):
         wrong = _TYPE_NAMES[tp]

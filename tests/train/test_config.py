@@ -187,3 +187,14 @@ def test_as_override_round_trips_through_load_config():
                              f"data.cameras={as_override(None)}",
                              f"data.verify={as_override(True)}"])
     assert cfg.data.image_size == [16, 32] and cfg.data.cameras is None and cfg.data.verify
+
+
+def test_numbers_with_an_exponent_and_no_dot_are_numbers():
+    """The README's `optim.lr=3e-4` was refused: PyYAML (YAML 1.1) reads 3e-4 as a string.
+    In a float setting it is the number; an integer setting still refuses it."""
+    cfg = load_config(TINY, ["optim.lr=3e-4", "optim.weight_decay=1E-5"])
+    assert (cfg.optim.lr, cfg.optim.weight_decay) == (3e-4, 1e-5)
+    with pytest.raises(ConfigError, match="optim.lr: expected a number, got '3e'"):
+        load_config(TINY, ["optim.lr=3e"])
+    with pytest.raises(ConfigError, match="epochs: expected an integer"):
+        load_config(TINY, ["epochs=1e3"])
