@@ -236,6 +236,8 @@ def npy_header(data: Data) -> tuple[tuple[int, ...], bool, np.dtype, int]:
         shape, fortran, dtype = read(f)
     except (SyntaxError, TypeError, OverflowError, MemoryError) as exc:   # odd header text
         raise ValueError(f"unreadable .npy header ({type(exc).__name__})") from None
+    if any(int(d) < 0 for d in shape):   # (-2, -2) multiplies out positive; np.load refuses it
+        raise ValueError(f"an .npy header with a negative dimension {shape}")
     return tuple(int(d) for d in shape), bool(fortran), dtype, f.tell()
 
 

@@ -6,7 +6,6 @@ sample counts from here, so `len()` is O(1) and never iterates data.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import re
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
 
+from .codecs import json_loads
 from .manifest_schema import MAX_MANIFEST_BYTES, ManifestError, validate_manifest
 from .objstore import is_objstore, join, read_object
 from .remote import RemoteOptions, is_http, read_url, with_storage
@@ -71,9 +71,9 @@ def read_manifest(source: str | Path, remote: RemoteOptions | None = None,
             raise ManifestError(f"{where}: {path.stat().st_size} bytes, over "
                                 f"{MAX_MANIFEST_BYTES}; not a manifest")
         text = path.read_text("utf-8", "replace")
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as exc:
+    try:   # bounded: a manifest nested 200,000 deep is one line, not a RecursionError
+        manifest = json_loads(text.encode("utf-8"))
+    except ValueError as exc:   # malformed JSON, or over json_depth
         raise ManifestError(f"{where}: manifest is not valid JSON ({exc}); re-pack") from None
     validate_manifest(manifest, where)
     return Manifest.of(manifest, where)

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 from ..dist import rank_world
 from ..limits import Limits
 from ..limits import active as active_limits
+from ..limits import using as using_limits
 from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
@@ -155,7 +156,8 @@ class CARLAWebData:
         self.limits = limits if isinstance(limits, Limits) else \
             active_limits().with_overrides(limits or {})
         remote = with_storage(remote, storage_options)   # s3:// options travel with remote
-        self.manifest = read_manifest(source, remote)
+        with using_limits(self.limits):   # the recorded sizes are held to these limits too
+            self.manifest = read_manifest(source, remote)
         self.where, self.remote = self.manifest.where, remote
         spec = _select_cameras(self.manifest.spec, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)

@@ -102,6 +102,22 @@ class PassState:
         return replace(e, ring=None, live=None, **{name: 0 for name in cls.NAMES})
 
 
+def _scoped(stream: Iterator, bounds: Limits) -> Iterator:
+    """`stream` with `bounds` the active limits while each item is made, and the caller's
+    between items: with num_workers=0 the stream runs in the caller's process, beside other
+    loaders, and a generator paused at a yield must not leave its limits switched on."""
+    try:
+        while True:
+            with limits.using(bounds):
+                try:
+                    item = next(stream)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        stream.close()
+
+
 class EpochStream(IterableDataset):
     """Yields one worker's CARLABatches of one epoch, following plan.plan_worker."""
 
@@ -110,8 +126,7 @@ class EpochStream(IterableDataset):
 
     def __iter__(self) -> Iterator[CARLABatch | RingItem]:
         e = self.e if self.e.live is None else self.e.live.current(self.e)
-        with limits.using(e.limits):   # the loader's bounds, in a worker process too
-            yield from self._stream(e)
+        yield from _scoped(self._stream(e), e.limits)
 
     def _stream(self, e: Epoch) -> Iterator[CARLABatch | RingItem]:
         info = get_worker_info()

@@ -152,6 +152,8 @@ def _npy_header(fp) -> tuple[np.dtype, tuple[int, ...], str]:
         raise ValueError(f"arr_0.npy has no valid .npy header ({_one_line(exc)})") from None
     if dtype.hasobject or dtype.kind not in "biuf":
         raise ValueError(f"arr_0.npy holds {dtype}; expected numbers")
+    if any(d < 0 for d in shape):   # (-2, -2) multiplies out positive
+        raise ValueError(f"arr_0.npy's header has a negative dimension {shape}")
     return dtype, tuple(shape), "F" if fortran else "C"
 
 

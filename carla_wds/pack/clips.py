@@ -24,7 +24,6 @@ objects, a request each.
 """
 from __future__ import annotations
 
-import json
 import os
 import tarfile
 import tempfile
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from ..codecs import json_loads
 from .. import limits
 from ..limits import LimitError
 from ..objstore import ObjectLister, ObjectReader, is_objstore, read_object
@@ -352,7 +352,7 @@ def split_clips(clips: list[ClipRef], split_file: str | Path, subset: str,
     if stored:
         data = read_object(split_file, MAX_SPLIT_BYTES, remote, what="--split")
     try:
-        doc = json.loads(data if stored else read_bytes(Path(split_file), MAX_SPLIT_BYTES))
+        doc = json_loads(data if stored else read_bytes(Path(split_file), MAX_SPLIT_BYTES))
     except (OSError, ValueError) as exc:
         raise PackError(f"--split {split_file}: {exc}; expected Bench2Drive's split JSON "
                         '({"val": ["v1/<clip>", ...]})') from None

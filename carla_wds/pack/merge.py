@@ -73,7 +73,7 @@ def _check_parts(manifests: list[tuple[dict, str]]) -> None:
     first = manifests[0][0]
     for m, where in manifests[1:]:
         for k in ("schema_version", "layout", "cameras", "pred_len", "image_format",
-                  "image_sizes", "members"):
+                  "image_sizes", "extra_sizes", "members", "sample_rule"):
             if m.get(k) != first.get(k):
                 raise SchemaError(f"{where}: {k}={m.get(k)!r} but the first part has "
                                   f"{first.get(k)!r}; parts must be packed with the same options")

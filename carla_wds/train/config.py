@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ..limits import DEFAULT as DEFAULT_LIMITS
 from .model import ModelConfig
 from .settings import ConfigError, as_override, setting, validate
 
@@ -47,6 +48,15 @@ class DataConfig:
                             doc="skip: a bad sample becomes valid=False padding, counted")
     read_timeout: float = setting(30.0, gt=0, doc="seconds an http(s) read may wait for bytes")
     retries: int = setting(3, ge=0, doc="further attempts per remote object after a failure")
+    limits: list[str] = setting(default_factory=list, unique=True, doc="NAME=N bounds on what "
+                                "one file may make a decoder allocate (README, 'Security model')")
+
+    def cross_checks(self) -> list[tuple[str, str]]:
+        try:
+            DEFAULT_LIMITS.with_overrides(self.limits)
+        except ValueError as exc:
+            return [("limits", f"{exc}. Fix: e.g. data.limits=[lidar_points=8e6]")]
+        return []
 
 
 @dataclass

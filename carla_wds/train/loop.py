@@ -30,7 +30,7 @@ import torch.distributed as tdist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from .. import dist
+from .. import dist, limits
 from ..fileio import atomic_write_json
 from ..load import CARLAWebData, RemoteOptions
 from ..manifest import read_manifest
@@ -87,6 +87,9 @@ class Run:
 
 def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARLAWebData, CARLAWebData]:
     d = cfg.data
+    # a trainer process reads only this run's data: its limits are the process's (manifests,
+    # workers and the loaders alike)
+    limits.set_active(limits.DEFAULT.with_overrides(d.limits))
     remote = RemoteOptions(read_timeout=d.read_timeout, retries=d.retries)
     common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
                   seed=cfg.seed, image_size=tuple(d.image_size),
