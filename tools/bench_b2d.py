@@ -44,8 +44,10 @@ def make_data(work: Path, clips: int, frames: int,
         synth_dataset(raw, "bench2drive", episodes=clips, frames=frames, seed=0,
                       image_size=size, progress=True)
     if not (shards / "manifest.json").exists():
+        # every frame with a future, as before the layout's sample rule (short bench clips)
         pack(raw / "archives", shards, PackOptions(layout="bench2drive", stride=1,
-                                                   max_samples=16, overwrite=True))
+                                                   max_samples=16, overwrite=True,
+                                                   all_frames=True))
     return raw, shards
 
 
@@ -113,7 +115,8 @@ def bench_pack(raw: Path, work: Path, repeats: int) -> list[str]:
             shutil.rmtree(out, ignore_errors=True)
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "carla_wds.cli", "pack", str(raw / "archives"),
-                            str(out), "--layout", "bench2drive", "--stride", "1", *extra],
+                            str(out), "--layout", "bench2drive", "--stride", "1",
+                            "--all-frames", *extra],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             times[name].append(time.perf_counter() - t0)
     tar = statistics.median(times["tar xzf"])

@@ -128,11 +128,13 @@ def prepare(workdir: Path, episodes: int, frames: int, image_size: str | None) -
         synth_dataset(raw, "garage", episodes=episodes, frames=frames, seed=0, image_size=size,
                       progress=False)
     if not (workdir / "shards" / "manifest.json").exists():
+        # every frame with a future, as before garage's own sample rule (short bench routes)
         pack(raw, workdir / "shards", PackOptions(layout="garage", overwrite=True,
-                                                  progress=False))
+                                                  progress=False, all_frames=True))
     if not (workdir / "shards_laz" / "manifest.json").exists():
         pack(raw, workdir / "shards_laz", PackOptions(layout=str(_laz_layout(workdir)),
-                                                      overwrite=True, progress=False))
+                                                      overwrite=True, progress=False,
+                                                      all_frames=True))
     manifest = json.loads((workdir / "shards" / "manifest.json").read_text())
     found = []
     for name in [s["name"] for s in manifest["shards"]]:

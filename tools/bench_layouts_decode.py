@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 FIELDS = ["depth", "semantics", "bev", "lidar", "boxes", "measurements"]
-PRED_LEN, ROUTE_POINTS = 8, 20
+PRED_LEN = 8
 GARAGE_DEPTH_SCALE = np.float32(50.0 / 255.0)
 # the measurement fields of garage.yaml's record, as (name, dtype)
 RECORD = (("aim_wp", np.float32), ("command", np.int32), ("next_command", np.int32),
@@ -47,7 +47,11 @@ class PerFileGarage:
     the arrays CARLAWebData gives; a map-style torch Dataset (len, getitem)."""
 
     def __init__(self, raw: Path, frames: list[tuple[str, int]], image_size: tuple[int, int]):
+        from carla_wds.pack.layouts import load_layout
         self.raw, self.frames, self.size = raw, frames, tuple(image_size)
+        # garage's config.converter, as its loader applies it (the layout declares the table)
+        sem = next(s for s in load_layout("garage").sensors if s.name == "semantics")
+        self.classes = np.asarray(sem.classes, np.uint8)
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -70,11 +74,9 @@ class PerFileGarage:
         wp = ((future - origin[:, 3]) @ origin[:, :3])[:, :2].astype(np.float32)
         command = np.zeros(6, np.float32)
         command[(cur["command"] if cur["command"] > 0 else 4) - 1] = 1.0
-        route = np.zeros((ROUTE_POINTS, 2), np.float32)
-        given = np.asarray(cur["route"][:ROUTE_POINTS], np.float32).reshape(-1, 2)
-        route[:len(given)] = given
+        from carla_wds.pack.garage_route import smooth_route
         record = {name: np.asarray(cur[name], dtype) for name, dtype in RECORD}
-        record.update(route=route, route_len=np.int32(len(given)))
+        record.update(route=smooth_route(cur["route"], cur))   # smooth_route=True, as garage
         return {"speed": np.float32(cur["speed"]),
                 "target_point": np.asarray(cur["target_point"], np.float32),
                 "command": command, "waypoints": wp,
@@ -100,8 +102,8 @@ class PerFileGarage:
         depth = self._image(route / "depth" / f"{name}.png", cv2.IMREAD_UNCHANGED,
                             cv2.INTER_LINEAR)
         out["depth"] = (depth.astype(np.float32) * GARAGE_DEPTH_SCALE)[None]
-        out["semantics"] = self._image(route / "semantics" / f"{name}.png",
-                                       cv2.IMREAD_UNCHANGED, cv2.INTER_NEAREST)[None]
+        out["semantics"] = self.classes[self._image(route / "semantics" / f"{name}.png",
+                                                    cv2.IMREAD_UNCHANGED, cv2.INTER_NEAREST)][None]
         out["bev"] = _imread(route / "bev_semantics" / f"{name}.png", cv2.IMREAD_UNCHANGED)[None]
         out["lidar"] = self.lidar(route, frame)
         out["boxes"] = self.boxes(route, frame)
