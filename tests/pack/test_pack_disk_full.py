@@ -86,7 +86,10 @@ def test_a_file_size_limit_on_the_spool_names_the_folder(archives, tmp_path, on_
 MEMORY_CHILD = """
 import io, gzip, resource, sys, tarfile
 from pathlib import Path
+from carla_wds import limits
 from carla_wds.pack.clips import ArchiveClip, ClipRef
+# zeros compress 1000x: clip_ratio would refuse them first, and this is about memory
+limits.set_active(limits.DEFAULT.with_overrides({"clip_ratio": 10 ** 6}))
 path = Path(sys.argv[1])
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w") as tar:   # 192 MiB of zeros in 12 members
