@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from carla_wds.boxes import B2D_BOX_COLUMNS, B2D_TYPE_IDS, BOX_CLASSES
+from carla_wds.boxes import BOX_CLASSES
+from carla_wds.pack.b2d_vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS
 from carla_wds.load import CARLAWebData
 from carla_wds.pack import PackOptions, pack
 from tests.test_golden_b2d import synth_checked

@@ -22,7 +22,7 @@ from ..codecs import CODECS, codec_named
 from ..extras import MEASUREMENTS, Extra, make_record
 from ..modalities import points_problem
 from ..schema import SampleSpec, encode_sample, make_key
-from ..boxes import B2D_BOX_COLUMNS
+from .b2d_vocab import B2D_BOX_COLUMNS
 from . import b2d_anno as anno_of
 from . import b2d_boxes
 from .b2d_raw import npz_array, radar_array
@@ -129,7 +129,7 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
                             frame))
     if "boxes" in s.sensors:
         extras += [Extra("boxes", "boxes.npy", "npy", "boxes", "float32",
-                         (None, len(B2D_BOX_COLUMNS)), "see carla_wds.boxes.B2D_BOX_COLUMNS",
+                         (None, len(B2D_BOX_COLUMNS)), "see carla_wds.pack.b2d_vocab.B2D_BOX_COLUMNS",
                          frame),
                    Extra("boxes_raw", "boxes_raw.json", "json", "json", "json", (), "", "world")]
     if "radar" in s.sensors:

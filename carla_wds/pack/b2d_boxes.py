@@ -1,4 +1,4 @@
-"""Bench2Drive's `bounding_boxes` -> the box table (boxes.B2D_BOX_COLUMNS) in the ego frame, with
+"""Bench2Drive's `bounding_boxes` -> the box table (b2d_vocab.B2D_BOX_COLUMNS) in the ego frame, with
 the boxes prepare_B2D.py keeps and the values it gives them (Bench2DriveZoo@uniad/vad 10a2e5d
 mmcv/datasets/prepare_B2D.py `preprocess`):
 
@@ -10,7 +10,7 @@ mmcv/datasets/prepare_B2D.py `preprocess`):
   moves |centre(t) - centre(t-1)| x 10 Hz, 0 where the id was not kept at frame t-1.
   vx, vy: speed along prepare_B2D's yaw, turned into the table's frame; the ego row carries
   (speed, 0) as prepare's ego_vel.
-- `type_id`: the blueprint name's index in boxes.B2D_TYPE_IDS (0: other).
+- `type_id`: the blueprint name's index in b2d_vocab.B2D_TYPE_IDS (0: other).
 The ego's row comes first (class ego), as before; positions and yaw are the ego frame's.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ import numpy as np
 
 from ..calib import B2D_RIG
 from ..codecs import codec_named
-from ..boxes import B2D_BOX_COLUMNS, B2D_TYPE_IDS, BOX_CLASSES, FILL, b2d_type_index, finite_row
+from ..boxes import BOX_CLASSES, FILL, finite_row
+from .b2d_vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS, b2d_type_index
 from ..schema import SchemaError
 from . import b2d_visible as vis
 from .b2d_anno import B2D_CLASSES, _matrix, ego_entry, floats, number
@@ -187,7 +188,7 @@ class _Frame:
 
 def boxes_table(anno: dict, rules: BoxRules, prev: dict | None = None,
                 depth: list[np.ndarray] | None = None) -> np.ndarray:
-    """anno['bounding_boxes'] -> (K, 16) float32 (boxes.B2D_BOX_COLUMNS): the ego first, then
+    """anno['bounding_boxes'] -> (K, 16) float32 (b2d_vocab.B2D_BOX_COLUMNS): the ego first, then
     every box prepare_B2D keeps. `prev`: frame t-1's anno (walker speeds), `depth`: the six
     depth maps in metres (B2D_RIG order) when rules.visibility is not 'off'."""
     frame = _Frame(anno, rules, prev, depth)
