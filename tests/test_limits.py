@@ -60,3 +60,17 @@ def test_the_cli_option_sets_the_limit_for_the_command(tmp_path):
         assert not (tmp_path / "out").exists()
     finally:
         limits.set_active(limits.DEFAULT)
+
+
+def test_a_pack_records_the_limits_it_raised(tmp_path):
+    """The manifest says which limits differ from the defaults (None when none do), so a
+    reader of a pack made with --limit knows to raise the same ones."""
+    from carla_wds.pack import PackOptions, pack
+    from carla_wds.pack.synth import synth_dataset
+    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=8, seed=0, image_size=(64, 48),
+                  progress=False)
+    plain = pack(tmp_path / "raw", tmp_path / "a", PackOptions(progress=False))
+    assert plain["limits"] is None
+    with limits.using(limits.DEFAULT.with_overrides({"json_depth": 50})):
+        raised = pack(tmp_path / "raw", tmp_path / "b", PackOptions(progress=False))
+    assert raised["limits"] == {"json_depth": 50}

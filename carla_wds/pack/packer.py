@@ -211,6 +211,10 @@ def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]
         manifest["split_missing"] = src.split_missing
     # each extra image member's (H, W): the loader and verify hold headers to it (None: none)
     manifest["extra_sizes"] = {m: list(hw) for m, hw in sorted(sizes.extras.items())} or None
+    # the limits this pack needed raised (--limit), so a reader knows to raise them too
+    default = limits.DEFAULT.doc()
+    manifest["limits"] = {k: v for k, v in limits.active().doc().items()
+                          if v != default[k]} or None
     target.write_manifest(manifest)
     log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
              len(records), target.label, len(manifest["skipped"]))
