@@ -200,11 +200,21 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
         raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
-                         "besides the cameras and core labels")
+                         f"besides the cameras and core labels{_part_of(spec, bad)}")
     wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(RECORD_PARTS) else set())
     wanted |= {f"{k}_{cam}" for k in stacked_kinds(spec, fields) for cam in spec.cameras}
     wanted |= {f[:-len("_raw")] for f in fields if f in raw_names(spec)}
     return tuple(n for n in names if n in wanted)
+
+
+def _part_of(spec: SampleSpec, bad: list) -> str:
+    """Where a refused name is one value of a selectable field (action_mu of the measurements
+    record): which field to select, and where the value lands in the batch."""
+    owner = {f.name: e.name for e in spec.extras if e.twin_of is None for f in e.fields}
+    hints = [f"{name!r} is a value of {owner[name]!r}: select fields=[{owner[name]!r}] and read "
+             f"batch.{owner[name]}[{name!r}]" for name in bad
+             if isinstance(name, str) and name in owner]
+    return ("; " + "; ".join(hints)) if hints else ""
 
 
 def stacked_kinds(spec: SampleSpec, fields: list[str]) -> list[str]:

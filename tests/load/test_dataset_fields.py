@@ -197,3 +197,14 @@ def test_workers_after_a_main_process_laz_decode(packed_laz):
                           timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["30", "30"]
+
+
+def test_a_value_of_the_record_asked_as_a_field_names_the_field_to_select(packed_garage):  # noqa: F811
+    """fields=["steer"] (a value of the measurements record, as TCP's action_mu is) says which
+    field to select and where the value lands, instead of only listing the fields."""
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(str(packed_garage), batch_size=2, fields=["steer", "nothing"])
+    msg = str(exc.value)
+    assert "'steer' is a value of 'measurements'" in msg
+    assert "fields=['measurements']" in msg and "batch.measurements['steer']" in msg
+    assert "'nothing'" in msg and "'nothing' is a value" not in msg
