@@ -227,6 +227,8 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
     click.echo(f"layout {s['layout']}, cameras {s['cameras']}, pred_len {s['pred_len']}, "
                f"skipped {s['skipped']}")
     click.echo("commands: " + ", ".join(f"{k} {v}" for k, v in s["commands"].items()))
+    for name, what in s["fields"].items():   # what fields=[...] can select
+        click.echo(f"field {name}: {what}")
     sp = s["speed"]
     click.echo(f"speed m/s: mean {sp['mean']:.2f} std {sp['std']:.2f} min {sp['min']:.2f} "
                f"max {sp['max']:.2f}, stopped {100 * sp['stopped_share']:.0f}%")

@@ -144,6 +144,24 @@ def _speed_and_command(spec, raw: dict, where: str) -> tuple[float, str]:
     return float(speed), COMMANDS[command_index(command)].name
 
 
+def _fields_of(spec) -> dict[str, str]:
+    """The fields CARLAWebData(fields=[...]) can select, each with what it holds (dtype, shape,
+    units; a record's value names), so a user sees them without reading the manifest."""
+    out = {}
+    for e in spec.extras:
+        if e.twin_of is not None:
+            continue   # served in its field's place by twin_p, never by its own name
+        shape = "x".join("N" if d is None else str(d) for d in e.shape)
+        text = " ".join(p for p in (e.modality, e.dtype, shape, e.units) if p)
+        if e.classes:
+            text += (f", served as {max(e.classes) + 1} training classes ({e.name}_raw: the "
+                     "saved ids)")
+        if e.fields:
+            text = f"{e.modality}: " + ", ".join(f.name for f in e.fields)
+        out[e.name] = text
+    return out
+
+
 def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[str, Any]:
     """Samples, shards, sizes, samples per command and speed statistics of a pack."""
     import numpy as np
@@ -173,6 +191,6 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
             "shard_bytes_min": min(sizes, default=0), "shard_bytes_max": max(sizes, default=0),
             "layout": doc.get("layout"), "cameras": list(spec.cameras),
             "pred_len": spec.pred_len, "skipped": len(doc.get("skipped", [])),
-            "commands": dict(sorted(commands.items())),
+            "commands": dict(sorted(commands.items())), "fields": _fields_of(spec),
             "speed": {"mean": float(s.mean()), "std": float(s.std()), "min": float(s.min()),
                       "max": float(s.max()), "stopped_share": float((s < 0.1).mean())}}

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import webdataset as wds
 
+from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
+
 ROAD_OPTIONS = {1: "LEFT", 2: "RIGHT", 3: "STRAIGHT", 4: "LANEFOLLOW", 5: "CHANGELANELEFT",
                 6: "CHANGELANERIGHT"}
 
@@ -173,3 +175,19 @@ def test_inspect_on_members_of_other_types_is_one_line(packed_tcp, copy_tree, cl
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit), result.exception
     assert shard.name in result.output and member in result.output, result.output
+
+
+def test_inspect_lists_the_fields_a_pack_holds(packed_garage, cli):  # noqa: F811
+    """What CARLAWebData(fields=[...]) can select, named by inspect (text and --json): each
+    one the loader accepts, the twins (served in their field's place) left out."""
+    from carla_wds import CARLAWebData
+    as_json = json.loads(cli("inspect", packed_garage, "--json").output)
+    names = list(as_json["fields"])
+    assert {"depth", "semantics", "lidar", "boxes", "measurements"} <= set(names)
+    assert not any(n.endswith("_augmented") for n in names)
+    assert "training classes" in as_json["fields"]["semantics"]
+    assert "steer" in as_json["fields"]["measurements"]
+    CARLAWebData(str(packed_garage), batch_size=2, fields=names)   # every one selectable
+    text = cli("inspect", packed_garage).output
+    for name in names:
+        assert f"field {name}: " in text, text
