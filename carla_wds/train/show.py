@@ -10,6 +10,7 @@ from ..load import CARLAWebData
 from ..manifest import read_manifest
 from .checkpoint import CheckpointError, load_checkpoint, stored_config
 from .config import ConfigError, TrainConfig, config_from_dict
+from .frames import label_frames, to_right_forward
 from .inputs import loader_options, model_for, predict
 from .model import WaypointModel
 
@@ -36,18 +37,32 @@ def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = No
         model = _model(checkpoint, ckpt, cfg, data)
         with torch.no_grad():
             pred = predict(model, batch)
+    rows = bev_rows(batch, dict(data.spec.frames), pred if model is not None else None)
+    title = f"{shards}" + (f" - predictions of {checkpoint}" if checkpoint else "")
+    return montage(rows, data.camera_names, out, title=title)
+
+
+def bev_rows(batch: Any, frames: dict[str, str], pred: torch.Tensor | None = None
+             ) -> list[dict[str, Any]]:
+    """The montage's rows: each valid sample's images, and its waypoints, target point and
+    prediction as (right, forward) metres, from the frame each label is in (the manifest's
+    spec.frames: garage and bench2drive are (forward, right), TCP (right, -forward)), so the
+    bird's-eye panel draws every layout driving up the page."""
+    wp_frame, tp_frame = label_frames(frames)
+    waypoints = to_right_forward(batch.waypoints, wp_frame)
+    target = to_right_forward(batch.target_point, tp_frame)
+    pred = None if pred is None else to_right_forward(pred, wp_frame)
     rows = []
     for i in range(len(batch)):
         if not batch.valid[i]:
             continue
-        row = {"images": batch.images[i].numpy(), "waypoints": batch.waypoints[i].numpy(),
-               "target_point": batch.target_point[i].numpy(), "key": batch.keys[i],
+        row = {"images": batch.images[i].numpy(), "waypoints": waypoints[i].numpy(),
+               "target_point": target[i].numpy(), "key": batch.keys[i],
                "command": int(batch.command[i].argmax())}
-        if model is not None:
+        if pred is not None:
             row["pred"] = pred[i].numpy()
         rows.append(row)
-    title = f"{shards}" + (f" - predictions of {checkpoint}" if checkpoint else "")
-    return montage(rows, data.camera_names, out, title=title)
+    return rows
 
 
 def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:

@@ -194,9 +194,8 @@ def _plot_target(ax: Axes, tgt: np.ndarray, box: tuple[float, float, float, floa
 
 
 def _plot_bev(ax: Axes, sample: dict) -> None:
-    def to_plot(a: Any) -> np.ndarray:  # ego (x, y) -> plot (x, -y): forward up
-        a = np.asarray(a, dtype=np.float64).reshape(-1, 2)
-        return np.stack([a[:, 0], -a[:, 1]], axis=1)
+    def to_plot(a: Any) -> np.ndarray:  # (right, forward) metres (show.bev_rows): forward up
+        return np.asarray(a, dtype=np.float64).reshape(-1, 2)
 
     gt = to_plot(sample["waypoints"])
     pred = to_plot(sample["pred"]) if sample.get("pred") is not None else None
@@ -219,8 +218,8 @@ def _plot_bev(ax: Axes, sample: dict) -> None:
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal", adjustable="box")
     ax.set_title(title, fontsize=9)
-    ax.set_xlabel("x lateral [m]", fontsize=8)
-    ax.set_ylabel("forward (-y) [m]", fontsize=8)
+    ax.set_xlabel("right [m]", fontsize=8)
+    ax.set_ylabel("forward [m]", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
     # Outside the axes so it never hides the trajectories.

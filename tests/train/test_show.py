@@ -9,12 +9,16 @@ import sys
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pytest
 import torch
+
+from carla_wds import CARLAWebData
 
 from carla_wds.train.checkpoint import save_checkpoint
 from carla_wds.train.config import TrainConfig, to_dict
 from carla_wds.train.model import ModelConfig, build_model
+from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
 
 
 def make_checkpoint(path: Path, n_cameras: int = 4, **config_edits) -> Path:
@@ -143,3 +147,21 @@ def test_resume_errors_keep_the_trainer_wording(packed_tf4, tmp_path):
                                               r".*or move .*checkpoint.pt away"):
         run_training(cfg)
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "checkpoint.pt", "config.json"]
+
+
+def test_every_layout_drives_up_the_page(packed_tf4, packed_garage):  # noqa: F811
+    """The bird's-eye rows are (right, forward) whatever frame the layout's labels use:
+    garage's (forward, right) waypoints were drawn as TCP's (right, -forward), sideways."""
+    from carla_wds.train.show import bev_rows
+    for packed, forward in ((packed_tf4, lambda w: -w[..., 1]), (packed_garage,
+                                                                lambda w: w[..., 0])):
+        data = CARLAWebData(str(packed), batch_size=8, mode="eval", image_size=(32, 64))
+        batch = next(iter(data))
+        rows = bev_rows(batch, dict(data.spec.frames))
+        moving = [(r, i) for i, r in enumerate(rows) if float(batch.speed[i]) > 1.0]
+        assert moving, "the synthetic routes drive"
+        for row, i in moving:
+            np.testing.assert_allclose(row["waypoints"][:, 1], forward(batch.waypoints[i].numpy()),
+                                       atol=1e-5)
+            assert row["waypoints"][-1, 1] > 1.0   # ahead: up the page
+            assert abs(row["waypoints"][-1, 0]) < row["waypoints"][-1, 1]   # not sideways
