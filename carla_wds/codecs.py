@@ -91,6 +91,12 @@ class ImageCodec(Codec):
 
     def decode(self, data: Data) -> np.ndarray:
         bounded_image(data)
+        return self.decode_checked(data)
+
+    def decode_checked(self, data: Data) -> np.ndarray:
+        """decode() for bytes whose header size the caller has just checked against the
+        limits itself (the loader's decode_image, against the manifest's recorded size):
+        the header is not parsed a second time on the per-camera hot path."""
         if pyspng is not None and data[:8] == PNG_SIG:
             try:
                 img = pyspng.load(bytes(data))   # it takes bytes only (shards give memoryviews)
@@ -322,6 +328,10 @@ class RecordCodec(NpyCodec):
     with allow_pickle=False like every array."""
     name: ClassVar[str] = "record"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._bounds: dict[bytes, tuple[tuple[int, ...], np.dtype]] = {}
+
     def encode(self, value: Any) -> bytes:
         arr = np.asarray(value)
         if arr.dtype.names is None or arr.dtype.hasobject:
@@ -331,8 +341,16 @@ class RecordCodec(NpyCodec):
         return buf.getvalue()
 
     def decode(self, data: Data) -> np.ndarray:
-        shape, _, dtype, _ = npy_header(data)
-        self.bound(shape, dtype)
+        # one record per sample in the loader: its header (numpy parses it with ast) is read
+        # once per distinct header for the bound, not a second time beside np.load's
+        head = bytes(data[:_npy_header_end(data)])
+        known = self._bounds.get(head)
+        if known is None:
+            shape, _, dtype, _ = npy_header(data)
+            known = (shape, dtype)
+            if head and len(self._bounds) < 256:
+                self._bounds[head] = known
+        self.bound(*known)   # checked each time: the limits may have changed
         return np.load(io.BytesIO(bytes(data)), allow_pickle=False)
 
 
