@@ -91,12 +91,6 @@ class ImageCodec(Codec):
 
     def decode(self, data: Data) -> np.ndarray:
         bounded_image(data)
-        return self.decode_checked(data)
-
-    def decode_checked(self, data: Data) -> np.ndarray:
-        """decode() for bytes whose header size the caller has just checked against the
-        limits itself (the loader's decode_image, against the manifest's recorded size):
-        the header is not parsed a second time on the per-camera hot path."""
         if pyspng is not None and data[:8] == PNG_SIG:
             try:
                 img = pyspng.load(bytes(data))   # it takes bytes only (shards give memoryviews)
@@ -341,8 +335,7 @@ class RecordCodec(NpyCodec):
         return buf.getvalue()
 
     def decode(self, data: Data) -> np.ndarray:
-        # one record per sample in the loader: its header (numpy parses it with ast) is read
-        # once per distinct header for the bound, not a second time beside np.load's
+        # one record per sample: the bound reads each distinct header once (ast-parsed)
         head = bytes(data[:_npy_header_end(data)])
         known = self._bounds.get(head)
         if known is None:
