@@ -19,6 +19,7 @@ import json
 import logging
 from contextlib import closing
 from dataclasses import asdict, replace
+from collections.abc import Mapping
 from typing import Any, Iterator
 
 from ..dist import rank_world
@@ -32,7 +33,8 @@ from ..shardcache import check_limit
 from ..shardread import ShardRef, is_remote
 from .batch import CARLABatch, field_layout, with_padding_fields
 from .classes import class_options
-from .fields import FieldOptions, check_fields, stacked_kinds, twin_options
+from .adapters import adapter_options, adapters_for
+from .fields import FieldOptions, check_fields, stacked_kinds
 from .plan import batches_per_rank
 from .workers import Epoch, Workers
 
@@ -63,18 +65,17 @@ def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
     return replace(spec, cameras=tuple(cameras))   # keeps the recorded codecs
 
 
-def _field_options(spec: SampleSpec, brake_override: bool | None, lidar_histogram: str | None,
+def _field_options(spec: SampleSpec, adapters: dict[str, Any], lidar_histogram: str | None,
                    fields: tuple[str, ...]) -> FieldOptions:
-    """brake_override None: the layout's choice (tcp_roach asks for TCP's, recorded in the
-    manifest's spec.transforms); a histogram needs the lidar field and a known preset."""
-    if brake_override is None:
-        brake_override = "tcp_brake_override" in spec.transforms
+    """The load adapters that apply (each asks the manifest's spec, e.g. its transforms or
+    twins, with the caller's option; load/adapters/); a histogram needs the lidar field and
+    a known preset."""
     if lidar_histogram is not None:
         from ..lidar import PRESETS
         if lidar_histogram not in PRESETS or "lidar" not in fields:
             raise ValueError(f"lidar_histogram {lidar_histogram!r}: expected one of "
                              f"{sorted(PRESETS)}, with 'lidar' in fields (got {list(fields)})")
-    return FieldOptions(bool(brake_override), lidar_histogram)
+    return FieldOptions(lidar_histogram, adapters_for(spec, adapters))
 
 
 def _check_args(mode: str, on_error: str, batch_size: int, num_workers: int,
@@ -145,12 +146,16 @@ class CARLAWebData:
                  verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2,
                  persistent_workers: bool = False, shard_urls: list[str] | None = None,
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
-                 brake_override: bool | None = None, lidar_histogram: str | None = None,
-                 twin_p: float = 0.0, exact_resize: bool = False,
+                 lidar_histogram: str | None = None, exact_resize: bool = False,
                  storage_options: dict | None = None,
                  cache_limit_bytes: int | None = None,
-                 limits: Limits | dict[str, int] | None = None) -> None:
+                 limits: Limits | dict[str, int] | None = None,
+                 adapters: Mapping[str, Any] | None = None, **aliases: Any) -> None:
+        """`adapters`: {load adapter name: its option} (carla_wds.load.adapters.ADAPTERS);
+        an adapter left out does what the manifest says. `**aliases`: the adapters' older
+        keywords, kept (`brake_override=`, `twin_p=`; see adapters.keywords())."""
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
+        options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises
         # some of this process's active ones
         self.limits = limits if isinstance(limits, Limits) else \
@@ -164,8 +169,8 @@ class CARLAWebData:
         self.fields = check_fields(spec, fields)
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
         self.field_opts = replace(
-            _field_options(spec, brake_override, lidar_histogram, self.fields),
-            **twin_options(spec, twin_p), **_decode_options(spec, self.manifest.spec, fields),
+            _field_options(spec, options, lidar_histogram, self.fields),
+            **_decode_options(spec, self.manifest.spec, fields),
             exact_resize=bool(exact_resize), extra_sizes=_extra_sizes(self.manifest))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed

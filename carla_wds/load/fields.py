@@ -14,10 +14,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..codecs import codec_named
 from ..extras import MEASUREMENTS, Extra, record_values
-from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
+from .adapters import Draw, LoadAdapter, SampleState
 from .classes import raw_names, served
 
 # Fields of variable row counts, always padded with a <name>_len count (raw JSON is never).
@@ -30,23 +29,18 @@ RECORD_PARTS = {"route": ("route",), "calibration": ("intrinsics", "cam2ego")}
 # Per-camera image fields (Bench2Drive's <kind>_<camera> members) that one name selects for
 # every loaded camera, stacked in camera order: kind -> the batch field it becomes.
 PER_CAMERA = {"depth": "depth", "semantic": "semantics", "instance": "instance"}
-# TCP/data.py: "the average value of roach braking action", set where only the rule-based
-# detector braked (only_ap_brake); index 0 is the acceleration Beta's (alpha, beta).
-TCP_BRAKE_MU, TCP_BRAKE_SIGMA = 0.8, 5.5
 
 
 @dataclass(frozen=True)
 class FieldOptions:
     """What the loader does with the extra fields besides decoding them (picklable)."""
-    brake_override: bool = False          # TCP's, on the measurements record
     lidar_histogram: str | None = None    # a carla_wds.lidar preset: BEV histogram in workers
-    # carla_garage's camera twin: with probability twin_p a sample's *_augmented members
-    # stand in for the originals and its labels move with the camera (train mode only).
-    twin_p: float = 0.0
-    twins: tuple[tuple[str, str], ...] = ()   # member -> its twin member
-    record: str | None = None                 # the measurements member (augmentation values)
+    # the load adapters that apply to these shards (load/adapters/), configured; their draws
+    # are per (seed, epoch, key), in train passes only
+    adapters: tuple[LoadAdapter, ...] = ()
     seed: int = 0
     epoch: int = 0
+    train: bool = True
     # JPEG cameras decoded at libjpeg's reduced DCT scale where the output allows (load/jpeg.py)
     exact_resize: bool = False
     # batch.intrinsics and batch.cam2ego from the record, intrinsics scaled to the output size;
@@ -64,109 +58,24 @@ class FieldOptions:
     raw_only: tuple[str, ...] = ()
 
 
-def twin_options(spec: SampleSpec, p: float) -> dict[str, Any]:
-    """FieldOptions keywords for the camera twin of a layout that has one (garage)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"twin_p {p}: expected a probability in [0, 1]")
-    by_name = {e.name: e for e in spec.extras}
-    twins = tuple((f"{e.twin_of}.{spec.image_format}" if e.twin_of in spec.cameras
-                   else by_name[e.twin_of].member, e.member)
-                  for e in spec.extras if e.twin_of)
-    if p > 0 and (not twins or MEASUREMENTS not in by_name):
-        raise ValueError(f"twin_p {p}: these shards have no augmented camera twin and its "
-                         "measurements (pack a layout with twins, such as garage)")
-    return {"twin_p": p, "twins": twins,
-            "record": by_name[MEASUREMENTS].member if p > 0 else None}
-
-
-def twin_swap(raw: dict[str, Any], opts: FieldOptions
-              ) -> tuple[dict[str, Any], bool, float, float]:
-    """The sample with its twin members in the originals' places when the (seed, epoch, key)
-    draw picks the augmented set: (raw, True, y shift m, yaw deg); else (raw, False, 0, 0)."""
-    if opts.twin_p <= 0:
-        return raw, False, 0.0, 0.0
-    rng = numpy_rng(derive_seed(opts.seed, opts.epoch, raw["__key__"], "twin"))
-    if rng.random() >= opts.twin_p:
-        return raw, False, 0.0, 0.0
-    rec = codec_named("record").decode(raw[opts.record])
-    y, yaw = float(rec["augmentation_translation"]), float(rec["augmentation_rotation"])
-    swapped = dict(raw)
-    for member, twin in opts.twins:
-        swapped[member] = raw[twin]
-    return swapped, True, y, yaw
-
-
-def augment_points(points: np.ndarray, y: float, yaw_deg: float) -> np.ndarray:
-    """carla_garage's augment_target_point / augment_route: R(yaw).T @ (p - (0, y)), in its
-    vehicle frame (x forward, y right; yaw in degrees). Works on the first two columns of
-    (..., 2+) arrays; any further columns (LiDAR z) are returned unchanged, as its `align`
-    leaves z alone (rotation about z, shift along y)."""
-    p = np.asarray(points, np.float64)
-    a = np.deg2rad(yaw_deg)
-    rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
-    out = p.copy()
-    out[..., :2] = (p[..., :2] - np.array([0.0, y])) @ rot
-    return out.astype(np.float32)
-
-
-def _normalize_angle(x: np.ndarray) -> np.ndarray:
-    """carla_garage transfuser_utils.normalize_angle, elementwise: x mod 2pi, minus 2pi above pi."""
-    a = np.mod(x, 2 * np.pi)
-    return np.where(a > np.pi, a - 2 * np.pi, a)
-
-
-def _move_boxes(boxes: np.ndarray, y: float, yaw_deg: float) -> np.ndarray:
-    """Box rows (boxes.BOX_COLUMNS) as carla_garage's get_bbox_label moves them: position
-    R(yaw).T @ (p - (0, y)), yaw - yaw_rad normalised; z, extents and the rest unchanged.
-    Every row moves, the ego's too (garage drops its ego box; here it stays, in the same
-    frame as the others, so class 4 is where the ego is seen from the augmented camera)."""
-    out = boxes.copy()
-    if len(out):
-        out[:, 1:3] = augment_points(boxes[:, 1:3], y, yaw_deg)
-        out[:, 7] = _normalize_angle(boxes[:, 7].astype(np.float64) - np.deg2rad(yaw_deg))
-    return out
-
-
-def move_labels(labels: dict[str, Any], y: float, yaw_deg: float) -> None:
-    """The labels of the augmented camera set, as carla_garage's loader moves them
-    (team_code/data.py __getitem__: augment_target_point, augment_route, get_waypoints, align
-    for the LiDAR, get_bbox_label for the boxes). `boxes_raw` JSON stays as saved."""
-    labels["target_point"] = augment_points(labels["target_point"], y, yaw_deg)
-    wp = augment_points(labels["waypoints"], y, yaw_deg)
-    labels["waypoints"] = wp
-    labels["waypoints_diff"] = np.diff(np.concatenate([np.zeros((1, 2), np.float32), wp]),
-                                       axis=0).astype(np.float32)
-    fields = labels.get("fields") or {}
-    m = fields.get(MEASUREMENTS)
-    for name in ("target_point", "aim_wp", "route", "route_raw"):
-        if m is not None and name in m:
-            m[name] = augment_points(m[name], y, yaw_deg).reshape(m[name].shape)
-            if f"{name}_len" in m:
-                # rows past <name>_len are the packer's zero padding, not points: keep them 0
-                m[name][int(m[f"{name}_len"]):] = 0
-    if isinstance(fields.get("lidar"), np.ndarray):
-        fields["lidar"] = augment_points(fields["lidar"], y, yaw_deg)
-    if isinstance(fields.get("boxes"), np.ndarray):
-        fields["boxes"] = _move_boxes(fields["boxes"], y, yaw_deg)
-
-
 def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, int],
                   opts: FieldOptions, where: str, sizes: Any = None
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One raw sample's camera set and labels: (raw with the chosen set's members, labels
     with the selected extra fields under "fields"). The labels move with the twin before
-    the LiDAR histogram is taken, so the histogram is of the moved cloud, as garage's is."""
-    raw, twin, shift, yaw = twin_swap(raw, opts)
+    the LiDAR histogram is taken, so the histogram is of the moved cloud (as carla_garage's
+    loader takes it after its camera twin's move)."""
+    state, draw = SampleState(), Draw(opts.seed, opts.epoch, opts.train)
+    for adapter in opts.adapters:
+        raw = adapter.before_decode(raw, draw, state)
     labels = decode_labels(spec, raw, where)
-    if spec.extras or opts.twins:
+    if spec.extras:
         labels["fields"] = decode_fields(raw, spec, image_size, opts, where)
-    if opts.twins:   # shards with a twin always say which set a sample is (eval: 0)
-        labels["fields"]["camera_set"] = np.array(twin, np.int8)   # 1: the augmented twin's
-        if twin:
-            move_labels(labels, shift, yaw)
+    for adapter in opts.adapters:
+        adapter.after_labels(labels, state)
     fields = labels.get("fields")
     if fields is not None and MEASUREMENTS in fields:
-        record_twins(fields[MEASUREMENTS], spec.extra(MEASUREMENTS), twin)
+        record_twins(fields[MEASUREMENTS], spec.extra(MEASUREMENTS), state.twin)
     if opts.stacked and fields is not None:
         stack_cameras(fields, spec, opts.stacked)
     if opts.calibration and fields is not None and MEASUREMENTS in fields:
@@ -250,22 +159,6 @@ def calibration(raw: dict[str, Any], spec: SampleSpec, record: dict[str, np.ndar
             "cam2ego": record["cam2ego"][order].astype(np.float32)}
 
 
-def brake_override(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """TCP's override on copies: mu/sigma[..., 0] = 0.8/5.5 where only_ap_brake, for the
-    current action and each future step."""
-    out = dict(values)
-    for prefix in ("", "future_"):
-        flag, mu, sigma = (values.get(f"{prefix}{n}") for n in
-                           ("only_ap_brake", "action_mu", "action_sigma"))
-        if flag is None or mu is None or sigma is None:
-            continue
-        mu, sigma, flag = mu.copy(), sigma.copy(), np.asarray(flag, bool)
-        mu[..., 0] = np.where(flag, TCP_BRAKE_MU, mu[..., 0])
-        sigma[..., 0] = np.where(flag, TCP_BRAKE_SIGMA, sigma[..., 0])
-        out[f"{prefix}action_mu"], out[f"{prefix}action_sigma"] = mu, sigma
-    return out
-
-
 def _image_like(e: Extra, value: np.ndarray, image_size: tuple[int, int], codec) -> np.ndarray:
     """depth/semantics: (1, H, W) at the camera's output size; semantics and other class ids
     nearest-neighbour only, so a class id is never interpolated."""
@@ -286,7 +179,8 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         value = decode_member(spec, raw, e.member, where)
         if e.modality == MEASUREMENTS:
             value = record_values(value, e, where)
-            value = brake_override(value) if opts.brake_override else value
+            for adapter in opts.adapters:
+                value = adapter.on_record(value)
         elif e.modality in ("depth", "semantics", "instance"):
             value = _image_like(e, value, image_size, spec.codec(e.member))
         elif e.modality == "bev" and value.ndim == 2:

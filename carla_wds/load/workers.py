@@ -164,9 +164,9 @@ class EpochStream(IterableDataset):
 
     @staticmethod
     def _field_opts(e: Epoch) -> FieldOptions:
-        """The twin draw is per (seed, epoch, key), and in train mode only."""
+        """The adapters' draws are per (seed, epoch, key), and in train mode only."""
         if e.mode != "train":
-            return replace(e.field_opts, twin_p=0.0)
+            return replace(e.field_opts, train=False)
         return replace(e.field_opts, seed=e.seed, epoch=e.epoch)
 
     @staticmethod
