@@ -12,34 +12,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
+from .codecbase import SchemaError
+from .modalities import member_kinds
+from .modalities.measurements import (MEASUREMENTS, MeasField, make_record, record_dtype,
+                                      record_values)
 
-from .codecs import SchemaError
-
-MODALITIES = ("rgb", "depth", "semantics", "bev", "lidar", "boxes", "json", "measurements",
-              "radar", "instance", "expert")
-MEASUREMENTS = "measurements"
+# the member kinds of the modality table (carla_wds.modalities) when this module was imported;
+# manifests are checked against the live table (member_kinds), so a registered kind is known
+MODALITIES = member_kinds()
 _DTYPES = ("float32", "uint8", "int32", "bool")
-
-
-@dataclass(frozen=True)
-class MeasField:
-    """One named value of the measurements record; `future`: the values of the next pred_len
-    frames (TCP's future_* lists), so its stored shape is (pred_len, *shape)."""
-    name: str
-    dtype: str = "float32"
-    shape: tuple[int, ...] = ()
-    units: str = ""
-    frame: str = ""
-    # the field this one's value replaces when a loader serves the augmented twin camera
-    # (garage's route as seen from that camera); never served under its own name
-    twin_of: str = ""
-
-    def doc(self) -> dict[str, Any]:
-        d = {**asdict(self), "shape": list(self.shape)}
-        if not self.twin_of:   # manifests keep the keys they had before twin_of existed
-            del d["twin_of"]
-        return d
 
 
 @dataclass(frozen=True)
@@ -75,35 +56,6 @@ class Extra:
         return d
 
 
-def record_dtype(fields: tuple[MeasField, ...]) -> np.dtype:
-    """The structured dtype of a measurements record (little-endian, packed, in field order)."""
-    return np.dtype([(f.name, "<" + np.dtype(f.dtype).str[1:] if f.dtype != "bool" else "?",
-                      f.shape) for f in fields])
-
-
-def make_record(fields: tuple[MeasField, ...], values: dict[str, Any]) -> np.ndarray:
-    """A 0-d structured array of the named values (checked for shape and finiteness)."""
-    rec = np.zeros((), record_dtype(fields))
-    for f in fields:
-        arr = np.asarray(values[f.name], dtype=f.dtype)
-        if arr.shape != f.shape:
-            raise SchemaError(f"measurement {f.name} has shape {arr.shape}; expected {f.shape}")
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise SchemaError(f"measurement {f.name} holds non-finite values; expected finite "
-                              f"{f.dtype}")
-        rec[f.name] = arr
-    return rec
-
-
-def record_values(rec: np.ndarray, extra: Extra, where: str) -> dict[str, np.ndarray]:
-    """A decoded record -> field name -> array, refused unless its dtype is the declared one."""
-    want = record_dtype(extra.fields)
-    if rec.dtype != want or rec.shape != ():
-        raise SchemaError(f"{where}: {extra.member} holds {rec.dtype} {rec.shape}; the manifest "
-                          f"declares {want} ()", fix="re-pack the shard")
-    return {f.name: np.array(rec[f.name]) for f in extra.fields}
-
-
 def _shape(value: Any, where: str, variable: bool) -> tuple[int | None, ...]:
     ok = isinstance(value, list) and all(
         (isinstance(d, int) and not isinstance(d, bool) and d >= 0) or (d is None and variable)
@@ -125,8 +77,9 @@ def extras_from_doc(docs: Any, where: str) -> tuple[Extra, ...]:
                                               ("name", "member", "codec", "modality", "dtype")):
             raise SchemaError(f"{at}: expected an object with string name, member, codec, "
                               "modality and dtype")
-        if d["modality"] not in MODALITIES or d["name"] in seen:
-            raise SchemaError(f"{at}: modality {d['modality']!r} (one of {list(MODALITIES)}) "
+        kinds = member_kinds()
+        if d["modality"] not in kinds or d["name"] in seen:
+            raise SchemaError(f"{at}: modality {d['modality']!r} (one of {list(kinds)}) "
                               f"or name {d['name']!r} (each once) is wrong")
         seen.add(d["name"])
         fields = tuple(MeasField(f["name"], f.get("dtype", "float32"),

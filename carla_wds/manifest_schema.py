@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from . import limits
+from .datasets import transforms as load_transforms
 from .extras import extras_from_doc
 from .schema import (
     CAMERAS,
@@ -23,7 +24,8 @@ from .schema import (
 )
 
 MAX_MANIFEST_BYTES = 256 << 20
-LOAD_TRANSFORMS = ("tcp_brake_override",)
+# the load transforms a manifest may name: each dataset's (carla_wds.datasets), as registered
+LOAD_TRANSFORMS = tuple(load_transforms())
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -151,8 +153,9 @@ def _check_spec(spec: Any, where: str) -> None:
     frames, transforms = spec.get("frames", {}), spec.get("transforms", [])
     _check(isinstance(frames, dict) and all(isinstance(v, str) for v in frames.values()),
            where, "spec.frames", frames, "an object of label -> convention name")
-    _check(isinstance(transforms, list) and all(t in LOAD_TRANSFORMS for t in transforms),
-           where, "spec.transforms", transforms, f"a list from {list(LOAD_TRANSFORMS)}")
+    known = list(load_transforms())
+    _check(isinstance(transforms, list) and all(t in known for t in transforms),
+           where, "spec.transforms", transforms, f"a list from {known}")
 
 
 def _check_members(members: Any, expected: list[str], where: str) -> None:
