@@ -112,6 +112,19 @@ def batch_attributes() -> tuple[str, ...]:
     return tuple(out)
 
 
+def markdown_table() -> str:
+    """The table as Markdown (kind, codecs, batch, collate, resize, units): the documented
+    table of where each kind reaches the batch is generated from (or checked against) this.
+    Complete (the datasets' own codecs too) once carla_wds.codecs is imported."""
+    rows = ["| kind | codecs | batch | collate | resize | units |", "|---" * 6 + "|"]
+    for m in MODALITIES.values():
+        batch = ", ".join(m.parts) if m.parts else (
+            f"{BATCH_MAPPING}[name]" if m.batch == BATCH_MAPPING else m.batch)
+        rows.append(f"| {m.kind} | {', '.join(u.codec for u in m.codecs) or '-'} | {batch} | "
+                    f"{m.collate} | {m.resize} | {m.units or '-'} |")
+    return "\n".join(rows) + "\n"
+
+
 def __getattr__(name: str) -> Any:
     # One-release shim: codec classes that moved to carla_wds.datasets (dataset-named ones)
     # stay importable from here; looked up by name so this file names no dataset.
@@ -142,5 +155,5 @@ __all__ = ["BATCH_MAPPING", "BevClassesCodec", "BitPlanesCodec", "COLLATE", "Cod
            "DepthCarla24Codec", "InstanceCodec", "LazCodec", "MODALITIES", "Modality",
            "PointsCodec", "QuantizedDepthCodec", "RESIZE", "SemanticsCodec", "add_codec",
            "batch_attributes", "codec_kind", "codec_kinds", "depth_metres", "encode_laz",
-           "member_kinds", "modality", "pack_bit_planes", "per_camera", "points_array",
+           "markdown_table", "member_kinds", "modality", "pack_bit_planes", "per_camera", "points_array",
            "points_problem", "register_modality", "row_kinds"]

@@ -12,9 +12,10 @@ import pytest
 from carla_wds.codecbase import Codec, Data, SchemaError
 from carla_wds.codecs import CODECS, codec_for, codec_named
 from carla_wds.extras import extras_from_doc
+import carla_wds.modalities as modalities_pkg
 from carla_wds.modalities import (MODALITIES, CodecUse, Modality, batch_attributes, codec_kind,
-                                  codec_kinds, member_kinds, modality, per_camera,
-                                  register_modality, row_kinds)
+                                  codec_kinds, markdown_table, member_kinds, modality,
+                                  per_camera, register_modality, row_kinds)
 from tests.tables import restored_tables
 
 
@@ -104,10 +105,18 @@ def test_the_table_gives_the_lookups_pack_and_load_kept_before():
 
 
 def test_every_kind_reaches_the_batch_one_named_way():
-    """A typed attribute, or an entry of the one typed mapping; never nowhere."""
+    """A typed attribute, or an entry of the one typed mapping; never nowhere. The package's
+    documented table lists every kind, in table order, and the generated one agrees."""
     for m in MODALITIES.values():
         assert m.batch or m.parts, m.kind
         assert m.doc, m.kind
+    doc_rows = [line.split("|")[1].strip() for line in modalities_pkg.__doc__.splitlines()
+                if line.startswith("| ") and not line.startswith("| kind")]
+    assert doc_rows == list(MODALITIES)
+    table = markdown_table().splitlines()
+    assert [r.split("|")[1].strip() for r in table[2:]] == list(MODALITIES)
+    assert "| instance | instance | fields[name] | fixed | nearest |" in markdown_table()
+    assert "| calibration | - | intrinsics, cam2ego |" in markdown_table()
 
 
 @pytest.mark.parametrize("kind", [k for k, m in MODALITIES.items() if m.resize != "none"
