@@ -7,8 +7,9 @@ import sys
 
 import click
 
-from .pack.layouts import builtin_layouts
-from .pack.routes import PackError
+from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts
+from .pack.errors import PackError
+from .pack.synth import synth_layouts
 from .remote import RemoteError
 from .schema import SchemaError
 
@@ -16,9 +17,30 @@ from .schema import SchemaError
 USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError, RemoteError)
 
 
-def _layouts_help(head: str, tail: str) -> str:
-    """The built-in layouts, named from the registry (never a stale list)."""
-    return f"{head}{', '.join(builtin_layouts())}{tail}"
+def _layouts_help(names: list[str], head: str, tail: str) -> str:
+    """Layouts named from a registry (never a stale list)."""
+    return f"{head}{', '.join(names)}{tail}"
+
+
+def _dataset_options(command):
+    """Add each registered dataset's own pack options (pack/datasets: DatasetOption) to
+    `command`, spelled and explained by the dataset that owns them."""
+    for o in reversed(all_options()):
+        kind = click.Choice(list(o.choices)) if o.choices else o.type
+        command = click.option(o.flag, o.name, type=kind, default=o.default,
+                               show_default=o.show_default, help=o.help)(command)
+    return command
+
+
+def _given_dataset_options(kw: dict) -> dict:
+    """Pop the dataset options out of a command's keywords: those not at their default, each
+    parsed as its dataset says (a comma list, ...)."""
+    given = {}
+    for o in all_options():
+        value = kw.pop(o.name)
+        if value != o.default:
+            given[o.name] = o.parse(value) if o.parse and value is not None else value
+    return given
 
 
 def _pair(value: str | None, form: str = "HxW", example: str = "256x512"
@@ -70,8 +92,8 @@ def main(verbose: bool) -> None:
 @main.command()
 @click.argument("input_dir", type=click.Path(file_okay=False))
 @click.argument("output_dir", type=click.Path(file_okay=False))
-@click.option("--layout", default="tcp", show_default=True,
-              help=_layouts_help("", ", or a layout .yaml path."))
+@click.option("--layout", default=DEFAULT_LAYOUT, show_default=True,
+              help=_layouts_help(builtin_layouts(), "", ", or a layout .yaml path."))
 @click.option("--pred-len", type=int, default=None,
               help="Future waypoints; default the layout's 2 s horizon (4 at 2 Hz, 8 at 4 Hz).")
 @click.option("--max-samples", default=1000, show_default=True, help="Samples per shard.")
@@ -87,12 +109,12 @@ def main(verbose: bool) -> None:
 @click.option("--check-images", is_flag=True, help="Fully decode every image.")
 @click.option("--dot-replacement", default=None, help="Map dots in route names to this string.")
 @click.option("--allow-pickle-input", is_flag=True,
-              help="Read pickled raw .npy files (TCP supervision, TransFuser 2022 LiDAR) from "
-                   "a local source you trust; shards never hold pickles.")
+              help="Read pickled raw .npy files (some layouts' supervision or LiDAR) from a "
+                   "local source you trust; shards never hold pickles.")
 @click.option("--all-frames", is_flag=True,
               help="Keep every frame with a full future. Default: the frames the layout's own "
-                   "project's loader serves (garage skips a route's first 10 frames, TransFuser "
-                   "and the Bench2Drive TCP port end earlier); the manifest's sample_rule says.")
+                   "project's loader serves (some skip a route's first frames, some end "
+                   "earlier); the manifest's sample_rule says.")
 @click.option("--stage", default=None, type=click.Path(file_okay=False),
               help="OUTPUT_DIR s3://...: the local folder each shard is written to before its "
                    "upload (at most 3 shards at a time) and the journal --resume reads; default "
@@ -102,42 +124,23 @@ def main(verbose: bool) -> None:
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="fsync each shard before it gets its name (durable against power loss). "
                    "--no-fsync is faster; shards stay atomic against a killed pack.")
-@click.option("--stride", type=int, default=None,
-              help="bench2drive: pack every k-th 10 Hz frame (default 5: B2D's 2 Hz keyframes).")
-@click.option("--split", default=None, help="bench2drive: the official train/val split JSON.")
-@click.option("--subset", type=click.Choice(["train", "val", "all"]), default="train",
-              show_default=True, help="bench2drive: which clips of --split to pack.")
-@click.option("--handedness", type=click.Choice(["left", "right"]), default="left",
-              show_default=True, help="bench2drive: labels in CARLA's left-handed vehicle frame, "
-                                      "or right-handed as Bench2DriveZoo's prepare_B2D.py.")
-@click.option("--box-radius", type=float, default=None,
-              help="bench2drive: keep boxes within this many metres (default 75).")
-@click.option("--box-visibility", type=click.Choice(["filter", "flag", "off"]), default="filter",
-              show_default=True, help="bench2drive: prepare_B2D's depth-visibility test of "
-              "each box (reads the depth PNGs): filter drops boxes no camera sees, as "
-              "prepare_B2D; flag keeps them, marked in the 'visible' column; off: no test.")
-@click.option("--expert-pairing", type=click.Choice(["prepare_b2d", "tcp_port"]),
-              default="prepare_b2d", show_default=True, help="bench2drive: the expert file of "
-              "frame t: t-1 (prepare_B2D, VAD) or t (the Bench2DriveZoo TCP port).")
-@click.option("--sensors", default=None, help="bench2drive: comma list from lidar, boxes, "
-              "expert, radar, depth, semantic, instance (default lidar,boxes,expert).")
+@_dataset_options
 @click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
               help="s3:// INPUT_DIR or OUTPUT_DIR: seconds a read may wait for bytes.")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="s3:// INPUT_DIR or OUTPUT_DIR: further attempts per object after a failure.")
 @click.option("--spool-bytes", type=int, default=1 << 30, show_default=True,
-              help="bench2drive archives: bytes of a clip held in memory; the rest goes to one "
-                   "temporary file.")
+              help="Archived episodes (clips): bytes of one held in memory; the rest goes to "
+                   "one temporary file.")
 @limit_option
-def pack(input_dir, output_dir, resize, part, sensors, **kw) -> None:
+def pack(input_dir, output_dir, resize, part, **kw) -> None:
     """Pack raw CARLA route folders (or Bench2Drive clips and their .tar.gz) into WebDataset
     shards plus manifest.json. OUTPUT_DIR is a folder or an s3:// prefix (credentials and
     endpoint from the AWS environment: AWS_PROFILE or AWS_ACCESS_KEY_ID/..., AWS_ENDPOINT_URL)."""
     from .pack.packer import PackOptions
     from .pack.packer import pack as run_pack
     opts = PackOptions(resize=_pair(resize), part=_part(part),
-                       sensors=None if sensors is None else tuple(
-                           x for x in sensors.split(",") if x), **kw)
+                       dataset_options=_given_dataset_options(kw), **kw)
     try:
         manifest = run_pack(input_dir, output_dir, opts)
     except (*USER_ERRORS, ValueError, OSError) as exc:
@@ -236,8 +239,8 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
 
 @main.command()
 @click.argument("out_dir")
-@click.option("--layout", default="tcp", show_default=True,
-              help=_layouts_help("One of ", "."))
+@click.option("--layout", default=DEFAULT_LAYOUT, show_default=True,
+              help=_layouts_help(synth_layouts(), "One of ", "."))
 @click.option("--episodes", default=4, show_default=True)
 @click.option("--frames", default=40, show_default=True)
 @click.option("--seed", default=0, show_default=True)
@@ -255,7 +258,9 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--config", default=None, help="A shipped config (tiny, tcp) or a YAML file.")
+@click.option("--config", default=None,
+              help="A shipped config (a file name in carla_wds/train/configs, e.g. tiny) or a YAML "
+                   "file.")
 @click.argument("overrides", nargs=-1)
 def train(config, overrides) -> None:
     """Train the waypoint model in one process (use torchrun -m carla_wds.train for DDP)."""

@@ -46,7 +46,7 @@ def make_raw(out_dir: Path, layout: str, episodes: int = RAW_EPISODES, frames: i
 def run_pack(input_dir: Path, output_dir: Path, **options) -> dict:
     """carla_wds.pack.packer.pack with progress off; returns the manifest."""
     options.setdefault("progress", False)
-    return pack(input_dir, output_dir, PackOptions(**options))
+    return pack(input_dir, output_dir, PackOptions.of(**options))
 
 
 def run_pack_all_frames(input_dir: Path, output_dir: Path, **options) -> dict:

@@ -104,7 +104,7 @@ def make_pack(root: Path, layout: str = "tcp", episodes: int = 3, frames: int = 
     raw, out = root / "raw", root / "shards"
     synth_dataset(raw, layout, episodes=episodes, frames=frames, seed=5, image_size=(64, 48),
                   progress=False)
-    pack(raw, out, PackOptions(layout=layout, max_samples=max_samples, progress=False, **kw))
+    pack(raw, out, PackOptions.of(layout=layout, max_samples=max_samples, progress=False, **kw))
     return out
 
 

@@ -75,7 +75,7 @@ def npy_claiming(shape: tuple[int, ...], dtype: str = "<f4") -> bytes:
 def garage_layout(tmp: Path) -> Path:
     """The garage layout keeping LAZ bytes as `lidar.laz` members (codec laz), as its YAML
     comment offers, so shards hold a LAZ member the loader decodes."""
-    from carla_wds.pack.layouts import LAYOUT_DIR
+    from carla_wds.pack.datasets.routes.layouts import LAYOUT_DIR
     text = (LAYOUT_DIR / "garage.yaml").read_text()
     text = text.replace("codec: points, read: laz_points", "codec: laz")
     assert "codec: laz}" in text

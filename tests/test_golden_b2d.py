@@ -74,7 +74,7 @@ def _packed(name: str, raw: Path) -> dict[tuple[str, int], dict]:
     if name in _CACHE:
         return _CACHE[name]
     out = raw.parent / f"shards_{name}"
-    pack(raw / "v1", out, PackOptions(layout="bench2drive", progress=False, sensors=("expert",),
+    pack(raw / "v1", out, PackOptions.of(layout="bench2drive", progress=False, sensors=("expert",),
                                       **PACKS[name]))
     width, height = _golden()["synth"]["image_size"]
     data = CARLAWebData(str(out), batch_size=8, mode="eval", image_size=(height, width),

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from carla_wds.boxes import BOX_CLASSES
-from carla_wds.pack.b2d_vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS
+from carla_wds.pack.datasets.bench2drive.vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS
 from carla_wds.load import CARLAWebData
 from carla_wds.pack import PackOptions, pack
 from tests.test_golden_b2d import synth_checked
@@ -42,7 +42,7 @@ def pairs(tmp_path_factory) -> list[tuple[dict, dict]]:
     synth = doc["synth"]
     raw = synth_checked(GOLDEN, tmp_path_factory.mktemp("golden_b2d_prepare") / "raw")
     out = raw.parent / "shards"
-    pack(raw / "v1", out, PackOptions(layout="bench2drive", progress=False, stride=1,
+    pack(raw / "v1", out, PackOptions.of(layout="bench2drive", progress=False, stride=1,
                                       all_frames=True, handedness="right",
                                       sensors=("boxes", "expert")))
     width, height = synth["image_size"]

@@ -1,5 +1,5 @@
 """`carla-wds pack --help` and `synth --help` name every built-in layout: the --layout help
-is made from the registry (carla_wds.pack.layouts.builtin_layouts), so it cannot go stale."""
+is made from the registry (carla_wds.pack.datasets.builtin_layouts), so it cannot go stale."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from carla_wds.cli import main
-from carla_wds.pack.layouts import builtin_layouts
+from carla_wds.pack.datasets import builtin_layouts
 
 
 def _layout_help(command: str) -> set[str]:
@@ -31,5 +31,5 @@ def test_help_lists_every_builtin_layout(command):
 def test_synth_writes_every_layout_its_help_names():
     """What synth's help offers, synth can write (the registry is the one list)."""
     from carla_wds.pack import synth
-    writable = set(synth.LAYOUT_CAMERAS) | set(synth.MODULE_LAYOUTS)
+    writable = set(synth.synth_layouts())
     assert set(builtin_layouts()) <= writable

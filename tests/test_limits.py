@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from carla_wds import limits
 from carla_wds.cli import main
-from carla_wds.pack.layouts import LAYOUT_DIR
+from carla_wds.pack.datasets.routes.layouts import LAYOUT_DIR
 
 
 def test_overrides_parse_numbers_and_refuse_unknown_names_and_bad_values():

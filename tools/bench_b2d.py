@@ -45,7 +45,7 @@ def make_data(work: Path, clips: int, frames: int,
                       image_size=size, progress=True)
     if not (shards / "manifest.json").exists():
         # every frame with a future, as before the layout's sample rule (short bench clips)
-        pack(raw / "archives", shards, PackOptions(layout="bench2drive", stride=1,
+        pack(raw / "archives", shards, PackOptions.of(layout="bench2drive", stride=1,
                                                    max_samples=16, overwrite=True,
                                                    all_frames=True))
     return raw, shards

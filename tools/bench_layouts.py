@@ -108,7 +108,7 @@ def measure(workdir: Path, kind: str, workers: int, batch: int, epochs: int,
 def _laz_layout(workdir: Path) -> Path:
     """garage.yaml with its lidar sensor keeping the LAZ bytes (codec laz), for the LiDAR
     comparison: the built-in layout decodes them once at pack time into float32 npy."""
-    from carla_wds.pack import layouts
+    from carla_wds.pack.datasets.routes import layouts
     text = (Path(layouts.__file__).parent / "layouts" / "garage.yaml").read_text()
     old = "lidar: {folder: lidar, ext: laz, codec: points, read: laz_points}"
     if old not in text:

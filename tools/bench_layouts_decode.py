@@ -47,7 +47,7 @@ class PerFileGarage:
     the arrays CARLAWebData gives; a map-style torch Dataset (len, getitem)."""
 
     def __init__(self, raw: Path, frames: list[tuple[str, int]], image_size: tuple[int, int]):
-        from carla_wds.pack.layouts import load_layout
+        from carla_wds.pack.datasets.routes.layouts import load_layout
         self.raw, self.frames, self.size = raw, frames, tuple(image_size)
         # garage's config.converter, as its loader applies it (the layout declares the table)
         sem = next(s for s in load_layout("garage").sensors if s.name == "semantics")
@@ -74,7 +74,7 @@ class PerFileGarage:
         wp = ((future - origin[:, 3]) @ origin[:, :3])[:, :2].astype(np.float32)
         command = np.zeros(6, np.float32)
         command[(cur["command"] if cur["command"] > 0 else 4) - 1] = 1.0
-        from carla_wds.pack.garage_route import smooth_route
+        from carla_wds.pack.datasets.routes.garage_route import smooth_route
         record = {name: np.asarray(cur[name], dtype) for name, dtype in RECORD}
         record.update(route=smooth_route(cur["route"], cur))   # smooth_route=True, as garage
         return {"speed": np.float32(cur["speed"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import shutil
 import tempfile
+from typing import Any
 
 # errors of the machine, never of the input: the disk or a quota is full, a file too large
 # for the process's limit (RLIMIT_FSIZE)
@@ -13,6 +14,20 @@ _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 class PackError(RuntimeError):
     """A pack that cannot go on; the message names episode, frame, file, expectation and fix."""
+
+
+def bad_option(option: str, value: Any, expected: str, fix: str) -> PackError:
+    """The one-line error of a bad pack option: what it got, what it expects, the fix."""
+    return PackError(f"{option} {value}: expected {expected}. Fix: {fix}")
+
+
+def whole_number(option: str, value: Any, low: int, high: int | None, fix: str) -> None:
+    """PackError unless value is an int (not a bool) in low..high (high None: no bound)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (
+        high is None or value <= high)
+    if not ok:
+        span = f"a whole number >= {low}" if high is None else f"a whole number {low}..{high}"
+        raise bad_option(option, value, span, fix)
 
 
 class ResourceError(PackError):

@@ -16,13 +16,13 @@ import numpy as np
 
 from .. import limits
 from ..codecs import CODECS, ImageCodec, ImageHeaderError, codec_for, codec_named
+from ..datasets import box_parser
 from ..extras import MEASUREMENTS, make_record
 from ..imagesize import image_size
 from ..limits import LimitError
 from ..modalities import points_problem
 from ..schema import SampleSpec, SchemaError, encode_sample
-from .layout_spec import Reader
-from .routes import FIX_SKIP, FrameTask, Skip
+from .routes import FIX_SKIP, FrameTask, Reader, Skip
 from .sources import decode_json, read_bytes, read_npy
 
 Problem = str | tuple[str, str]   # why a frame is bad, or (why, the fix to name)
@@ -162,8 +162,8 @@ class FrameEncoder:
 
     @staticmethod
     def _boxes(r: Reader, entries: object) -> dict[str, bytes]:
-        from ..boxes import garage_boxes, tf2022_boxes   # the raw JSON's own conventions
-        typed = (tf2022_boxes if r.read == "boxes_tf2022" else garage_boxes)(entries)
+        # the raw JSON's own conventions: the parser its dataset registers for the reader
+        typed = box_parser(r.read)(entries)
         out = {r.member: codec_named("npy").encode(typed)}
         if r.raw_member:
             out[r.raw_member] = codec_named("json").encode(entries)

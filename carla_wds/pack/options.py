@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..remote import RemoteOptions
 from ..schema import IMAGE_FORMATS
+from .datasets import DEFAULT_LAYOUT, all_options, check_options
 from .errors import PackError
+from .errors import bad_option as _bad
+from .errors import whole_number as _whole
 
 # A shard name must stay a plain file name in OUTPUT_DIR that a manifest may list: no path
 # separator or "..", and no leading dot (hidden, and the pack's temporary files start with one).
@@ -16,21 +19,9 @@ _KEY_CHARS = re.compile(r"^[A-Za-z0-9_\-~+=,@]*$")   # what schema.make_key allo
 MAX_SIDE = 65535   # JPEG's limit on a side; PNG's is larger but no camera comes near it
 
 
-def _bad(option: str, value: Any, expected: str, fix: str) -> PackError:
-    return PackError(f"{option} {value}: expected {expected}. Fix: {fix}")
-
-
-def _whole(option: str, value: Any, low: int, high: int | None, fix: str) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low and (
-        high is None or value <= high)
-    if not ok:
-        span = f"a whole number >= {low}" if high is None else f"a whole number {low}..{high}"
-        raise _bad(option, value, span, fix)
-
-
 @dataclass
 class PackOptions:
-    layout: str = "tcp"
+    layout: str = DEFAULT_LAYOUT
     pred_len: int | None = None            # None: the layout's horizon_s x rate_hz
     max_samples: int = 1000
     max_bytes: int | None = None
@@ -55,23 +46,12 @@ class PackOptions:
     # Every frame with a full future, instead of the frames the layout's own project serves
     # (its SampleRule: garage skips its first 10 frames, TransFuser ends earlier, ...)
     all_frames: bool = False
-    # --layout bench2drive (clips): keyframe stride (None: 5, B2D's own 2 Hz), the official
-    # split file and which subset of it, label handedness, box radius (None: 75 m, as
-    # prepare_B2D.py), sensors besides the cameras (None: lidar, boxes, expert), and how much
-    # of an archive's clip is spooled in memory before the rest goes to one temporary file.
-    stride: int | None = None
-    split: str | None = None
-    subset: str = "train"
-    handedness: str = "left"
-    box_radius: float | None = None
-    sensors: tuple[str, ...] | None = None
+    # The options the layout's dataset owns (pack/datasets: DatasetOption.name -> value), e.g.
+    # {"stride": 1} for --layout bench2drive; checked by that dataset. None: its defaults.
+    dataset_options: dict[str, Any] | None = None
+    # how much of an archive's episode is spooled in memory before the rest goes to one
+    # temporary file
     spool_bytes: int = 1 << 30
-    # bench2drive: prepare_B2D's depth-visibility test of each box (filter: drop the boxes no
-    # camera sees, as prepare_B2D does by default; flag: keep them, marked in the `visible`
-    # column; off: no test, no depth PNGs read), and which expert file goes with frame t
-    # (prepare_b2d: t - 1, as prepare_B2D and VAD; tcp_port: t, as the TCP port's gen_tcp_data)
-    box_visibility: str = "filter"
-    expert_pairing: str = "prepare_b2d"
     # OUTPUT_DIR an s3:// (fsspec) prefix: the local folder shards are staged in before their
     # upload (None: under the user's cache folder, keyed by the URL; see pack/upload.py), and
     # fsspec's options for the store (None: the AWS environment and config)
@@ -86,7 +66,22 @@ class PackOptions:
         """The options that change the output bytes; a resume must match them exactly."""
         skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
                 "spool_bytes", "stage", "storage_options", "read_timeout", "retries"}
-        return {k: v for k, v in asdict(self).items() if k not in skip}
+        out = {k: v for k, v in asdict(self).items() if k not in skip | {"dataset_options"}}
+        # every registered dataset's options, at their defaults unless given: a manifest's
+        # pack_args lists the same keys whatever the layout
+        given = self.dataset_options or {}
+        out.update((o.name, given.get(o.name, o.default)) for o in all_options())
+        return out
+
+    @classmethod
+    def of(cls, **kw: Any) -> "PackOptions":
+        """PackOptions from keywords, where those naming a dataset's option (pack/datasets,
+        e.g. stride=1 for bench2drive) go into dataset_options."""
+        own = {f.name for f in fields(cls)}
+        theirs = {k: kw.pop(k) for k in list(kw) if k not in own}
+        if theirs:
+            kw["dataset_options"] = {**(kw.get("dataset_options") or {}), **theirs}
+        return cls(**kw)
 
     def remote(self) -> RemoteOptions:
         """How an object store's objects are read and written: timeouts, retries, options."""
@@ -97,7 +92,7 @@ class PackOptions:
         """Raise PackError naming the first bad option, what it expects and the fix."""
         if self.pred_len is not None:
             _whole("--pred-len", self.pred_len, 1, None, "pass the number of future waypoints, "
-                   "e.g. --pred-len 4 (TCP's), or leave it out for the layout's 2 s horizon")
+                   "e.g. --pred-len 4, or leave it out for the layout's 2 s horizon")
         _whole("--max-samples", self.max_samples, 1, None, "pass samples per shard, e.g. "
                "--max-samples 1000")
         if self.max_bytes is not None:
@@ -136,7 +131,10 @@ class PackOptions:
         # any layout: a negative spool is no size, and a library caller may pass one
         _whole("--spool-bytes", self.spool_bytes, 0, None, "pass the bytes of a clip held in "
                "memory, e.g. --spool-bytes 1000000000 (0: all of it in a temporary file)")
-        self._check_clips()
+        if self.dataset_options is not None and not isinstance(self.dataset_options, dict):
+            raise _bad("dataset_options", repr(self.dataset_options), "a mapping of option "
+                       "names to values", "pass e.g. dataset_options={} or leave it out")
+        check_options(self.layout, self.dataset_options or {})
         if self.resume and self.overwrite:
             raise _bad("--resume with --overwrite", "", "one of them", "pass --resume to "
                        "finish an interrupted pack, or --overwrite to start again")
@@ -162,46 +160,3 @@ class PackOptions:
             text = "/".join(map(str, self.part)) if isinstance(self.part, tuple) else self.part
             raise _bad("--part", text, "i/N with 0 <= i < N", "pass e.g. --part 0/4 ... "
                        "--part 3/4, one per machine")
-
-    def _check_clips(self) -> None:
-        """The bench2drive options: refused for other layouts, checked for bench2drive."""
-        from .b2d import SENSORS
-        from .clips import SUBSETS
-        given = [(o, v) for o, v in (("--stride", self.stride), ("--split", self.split),
-                                     ("--box-radius", self.box_radius),
-                                     ("--sensors", self.sensors)) if v is not None]
-        given += [("--handedness", self.handedness)] if self.handedness != "left" else []
-        given += [(o, v) for o, v, d in (("--box-visibility", self.box_visibility, "filter"),
-                  ("--expert-pairing", self.expert_pairing, "prepare_b2d")) if v != d]
-        if self.layout != "bench2drive":
-            if given:
-                raise _bad(given[0][0], given[0][1], "--layout bench2drive", f"leave "
-                           f"{given[0][0]} out for --layout {self.layout}")
-            return
-        if self.stride is not None:
-            _whole("--stride", self.stride, 1, None, "pass e.g. --stride 5 (2 Hz keyframes) "
-                   "or --stride 1 (every 10 Hz frame)")
-        if self.subset not in SUBSETS:
-            raise _bad("--subset", self.subset, f"one of {list(SUBSETS)}", "pass --subset train")
-        if self.handedness not in ("left", "right"):
-            raise _bad("--handedness", self.handedness, "left or right", "pass --handedness "
-                       "right for Bench2DriveZoo's right-handed frame, or leave it out")
-        if self.box_visibility not in ("filter", "flag", "off"):
-            raise _bad("--box-visibility", self.box_visibility, "filter, flag or off",
-                       "pass --box-visibility off to keep every box without reading depth")
-        if self.expert_pairing not in ("prepare_b2d", "tcp_port"):
-            raise _bad("--expert-pairing", self.expert_pairing, "prepare_b2d or tcp_port",
-                       "pass --expert-pairing tcp_port for the TCP port's file t at frame t")
-        if self.box_radius is not None and not (isinstance(self.box_radius, (int, float))
-                                                and 0 < self.box_radius < 1e4):
-            raise _bad("--box-radius", self.box_radius, "metres > 0", "pass e.g. --box-radius 75")
-        bad = [s for s in self.sensors or () if s not in SENSORS]
-        if bad or (self.sensors is not None and len(set(self.sensors)) != len(self.sensors)):
-            raise _bad("--sensors", ",".join(self.sensors), f"distinct names from {list(SENSORS)}",
-                       "pass e.g. --sensors lidar,boxes,expert,radar")
-        if "radar" in (self.sensors or ()):
-            try:
-                import h5py  # noqa: F401
-            except ImportError:
-                raise _bad("--sensors", ",".join(self.sensors), "h5py installed for radar",
-                           "pip install 'carla-wds[radar]', or leave radar out") from None

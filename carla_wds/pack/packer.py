@@ -11,32 +11,28 @@ is output.LocalOutput (a folder) or upload.StoreOutput (an s3:// prefix, staged 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from tqdm import tqdm
 
 from .. import __version__, limits
 from ..objstore import is_objstore
-from ..schema import SampleSpec, SchemaError, make_key
-from .layout_spec import layout_spec, readers
+from .datasets import PackInput, dataset_for
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
-from .layouts import Layout, load_layout
 from .options import PackOptions
 from .output import LocalOutput, Output
 from .report import PackReport, build_manifest, nothing_packed
-from .routes import FrameTask, PackError, RoutePlan, Skip, find_routes, plan_route
+from .routes import FrameTask, PackError, RoutePlan, Skip
 from .shards import ShardSink
 
 log = logging.getLogger(__name__)
 CHUNK = 16   # frames per worker task: large enough to amortise IPC, small enough to stream
 AHEAD = 64   # chunks a pool may hold before their results are taken (bounds clip bytes held)
-CLIP_LAYOUT = "bench2drive"
 
 
 def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.SimpleQueue,
@@ -84,42 +80,6 @@ def _changed(detail: str) -> PackError:
                      f"({detail}); the input changed. Fix: pack again with --overwrite")
 
 
-def _check_key_collisions(routes: list[str], dot_replacement: str | None) -> None:
-    """Two routes whose keys coincide (a.b and a_b with --dot-replacement _) would interleave."""
-    seen: dict[str, str] = {}
-    for route in routes:
-        try:
-            key = make_key(route, 0, dot_replacement)
-        except SchemaError:
-            continue   # reported per frame by plan_route
-        if key in seen:
-            raise PackError(f"routes {seen[key]!r} and {route!r} give the same sample keys "
-                            f"({key[:-6]}__NNNN). Fix: rename one folder or choose another "
-                            "--dot-replacement")
-        seen[key] = route
-
-
-def _select_part(routes: list[str], part: tuple[int, int] | None) -> list[str]:
-    if part is None:
-        return routes
-    i, n = part
-    # Contiguous slices keep the merged parts in the same order as a single pack.
-    return routes[i * len(routes) // n:(i + 1) * len(routes) // n]
-
-
-@dataclass
-class _Input:
-    """What one pack reads, whatever the dataset's structure: the episodes (route folders, or
-    clips), how each is planned, the encoder of its tasks, and what the manifest says of it."""
-    layout: Any                           # .name, .rate_hz (and .spec_doc) for the manifest
-    spec: SampleSpec
-    episodes: list[Any]
-    plan: Callable[[Any], RoutePlan]
-    encoder: FrameEncoder
-    total: int | None                     # frames, for the progress bar (None: unknown)
-    split_missing: list[str] = field(default_factory=list)
-
-
 def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> dict[str, Any]:
     """Pack input_dir into output_dir (a folder, or an s3:// prefix: see upload.py); returns
     the manifest that was written.
@@ -127,8 +87,7 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
     first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
     opts.validate()
-    src, opts = _clip_input(input_dir, opts) if opts.layout == CLIP_LAYOUT else \
-        _route_input(input_dir, opts)
+    src, opts = dataset_for(opts.layout).open(input_dir, opts)
     if is_objstore(str(output_dir)):
         from .upload import StoreOutput
         target: Output = StoreOutput(str(output_dir), opts)
@@ -141,52 +100,7 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
         raise
 
 
-def _route_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackOptions]:
-    """Route folders of a layout YAML (tcp, transfuser4, tcp_roach, transfuser2022, garage)."""
-    try:
-        layout = load_layout(opts.layout)
-    except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML content
-        raise PackError(f"--layout {opts.layout}: {exc}") from None
-    pred_len = opts.pred_len if opts.pred_len is not None else layout.pred_len
-    spec = layout_spec(layout, pred_len, opts.image_format or layout.image_ext)
-    all_routes = find_routes(input_dir, layout)
-    _check_key_collisions(all_routes, opts.dot_replacement)
-    routes = _select_part(all_routes, opts.part)
-    opts = replace(opts, pred_len=pred_len)
-    encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
-                           readers(layout, spec), opts.allow_pickle_input)
-    ext = "." + layout.measurements_ext
-    total = sum(n.endswith(ext) for r in routes
-                for n in os.listdir(Path(input_dir) / r / layout.measurements))
-    return _Input(layout, spec, routes, lambda r: _checked_plan(input_dir, r, layout, opts),
-                  encoder, total), opts
-
-
-def _clip_input(input_dir: str | Path, opts: PackOptions) -> tuple[_Input, PackOptions]:
-    """Bench2Drive clips, extracted or as their .tar.gz archives (pack/b2d.py)."""
-    from .b2d import CLIP_LAYOUT_INFO, ClipEncoder, b2d_settings, b2d_spec
-    from .clips import find_clips, split_clips
-    settings = b2d_settings(opts)
-    opts = replace(opts, pred_len=settings.pred_len)
-    spec = b2d_spec(settings, opts.image_format or "jpg")
-    remote = opts.remote()   # an s3:// INPUT_DIR's credentials, timeouts and retries
-    clips = find_clips(input_dir, remote=remote)
-    missing: list[str] = []
-    if opts.split is not None:
-        clips, missing = split_clips(clips, opts.split, opts.subset, remote=remote)
-        if missing and opts.on_error == "fail":
-            raise PackError(f"--split {opts.split} lists {len(missing)} {opts.subset} clip(s) "
-                            f"that INPUT_DIR {input_dir} lacks, e.g. {missing[0]}. Fix: point "
-                            "INPUT_DIR at the folder holding every clip, or pack with "
-                            "--on-error skip to list them in the manifest and go on")
-    clips = _select_part(clips, opts.part)
-    encoder = ClipEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
-                          mirror_y=settings.handedness == "right")
-    return _Input(CLIP_LAYOUT_INFO(settings), spec, clips,
-                  lambda ref: _checked_clip(ref, settings, opts), encoder, None, missing), opts
-
-
-def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]:
+def _pack_into(target: Output, src: PackInput, opts: PackOptions) -> dict[str, Any]:
     done = target.prepare(opts)
     if not done:
         target.start_journal(opts)
@@ -221,7 +135,7 @@ def _pack_into(target: Output, src: _Input, opts: PackOptions) -> dict[str, Any]
     return manifest
 
 
-def _run(src: _Input, opts: PackOptions, sink: ShardSink, report: PackReport,
+def _run(src: PackInput, opts: PackOptions, sink: ShardSink, report: PackReport,
          sizes: ImageSizes, start: tuple[int, str]) -> None:
     plans = (src.plan(e) for e in src.episodes)
     bar = tqdm(desc="pack", unit="frame", total=src.total, disable=not opts.progress)
@@ -276,38 +190,8 @@ def _take(item: Encoded | Skip, opts: PackOptions, sink: ShardSink, report: Pack
         sink.add(item)
 
 
-def _checked_plan(input_dir, route: str, layout: Layout, opts: PackOptions) -> RoutePlan:
-    plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement,
-                      opts.allow_pickle_input, opts.all_frames)
-    if plan.filtered:
-        log.info("route %s left out by the layout's route filter: %s", route, plan.filtered)
-    if plan.skipped and opts.on_error == "fail":
-        # Name the bad file's own frame rather than an earlier frame it makes unusable.
-        cause = [s for s in plan.skipped if not s.derived] or plan.skipped
-        raise PackError(cause[0].message())
-    return plan
-
-
 def _skip(item: Skip, opts: PackOptions, report: PackReport) -> None:
     if opts.on_error == "fail":
         raise PackError(item.message())
     log.warning("skipped %s", item.message())
     report.skipped.append(item)
-
-
-def _checked_clip(ref, settings, opts: PackOptions) -> RoutePlan:
-    """plan_clip, with an unreadable clip (a truncated archive) an error in fail mode and a
-    listed, left-out clip in skip mode."""
-    from .b2d import plan_clip
-    plan = plan_clip(ref, settings, opts.dot_replacement)
-    if plan.filtered and opts.on_error == "fail":
-        fix = "" if "--limit " in plan.filtered else (   # a limit's message has its own fix
-            ". Fix: re-download it (compare its sha256 with Bench2Drive's file list), or pack "
-            "with --on-error skip to list it in the manifest and go on")
-        raise PackError(f"clip {ref.path}: {plan.filtered}{fix}")
-    if plan.filtered:
-        log.warning("clip %s left out: %s", ref.name, plan.filtered)
-    if plan.skipped and opts.on_error == "fail":
-        cause = [s for s in plan.skipped if not s.derived] or plan.skipped
-        raise PackError(cause[0].message())
-    return plan

@@ -169,7 +169,7 @@ def test_torchrun_ranks_match_the_simulated_ones(packed_garage, tmp_path):  # no
 def packed_laz(raw_garage, tmp_path_factory) -> Path:  # noqa: F811
     """The garage pack with its LiDAR kept as the source LAZ bytes (codec laz), decoded by
     the loader: a layout YAML of one's own, as the README describes."""
-    from carla_wds.pack import layouts
+    from carla_wds.pack.datasets.routes import layouts
     text = (Path(layouts.__file__).parent / "layouts" / "garage.yaml").read_text()
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("lidar:")]
     at = lines.index("sensors:") + 1

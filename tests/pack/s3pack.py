@@ -44,7 +44,7 @@ def objects(endpoint: str, prefix: str) -> dict[str, bytes]:
 def s3_pack(raw: Path, endpoint: str, prefix: str, stage: Path, **kw) -> dict:
     from carla_wds.pack import PackOptions, pack
     kw = {"max_samples": 7, "progress": False, **kw}
-    opts = PackOptions(stage=str(stage), storage_options=options(endpoint), **kw)
+    opts = PackOptions.of(stage=str(stage), storage_options=options(endpoint), **kw)
     return pack(raw, f"s3://{BUCKET}/{prefix}", opts)
 
 

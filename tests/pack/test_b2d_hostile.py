@@ -24,10 +24,10 @@ from carla_wds import limits
 from carla_wds.calib import B2D_RADARS
 from carla_wds.codecs import codec_named
 from carla_wds.limits import LimitError
-from carla_wds.pack.b2d_raw import npz_array, radar_array
+from carla_wds.pack.datasets.bench2drive.raw import npz_array, radar_array
 from carla_wds.pack.errors import PackError
 from carla_wds.pack.synth import synth_dataset
-from carla_wds.pack.synth_b2d import clip_name
+from carla_wds.pack.synth.bench2drive import clip_name
 from tests.conftest import read_pack
 # every keyframe with a full future: the bad frames sit near the ends of 6-keyframe clips
 from tests.conftest import run_pack_all_frames as run_pack
@@ -178,7 +178,7 @@ def test_radar_declaring_1e9_rows_is_refused_before_allocating(tmp_path):
     code = textwrap.dedent(f"""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-        from carla_wds.pack.b2d import radar_array
+        from carla_wds.pack.datasets.bench2drive.plan import radar_array
         try:
             radar_array(open({str(path)!r}, "rb").read())
         except ValueError as exc:

@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import pytest
 
-from carla_wds.pack.b2d_vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS
+from carla_wds.pack.datasets.bench2drive.vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS
 from carla_wds.codecs import codec_named
 from carla_wds.pack.synth import synth_dataset
 from tests.conftest import read_pack, run_pack

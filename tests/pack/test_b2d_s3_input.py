@@ -19,11 +19,11 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
 from carla_wds import objstore   # noqa: E402
-from carla_wds.pack.b2d import B2DSettings, plan_clip   # noqa: E402
-from carla_wds.pack.clips import ArchiveClip, ClipRef, find_clips   # noqa: E402
+from carla_wds.pack.datasets.bench2drive.plan import B2DSettings, plan_clip   # noqa: E402
+from carla_wds.pack.datasets.bench2drive.clips import ArchiveClip, ClipRef, find_clips   # noqa: E402
 from carla_wds.pack.errors import PackError   # noqa: E402
 from carla_wds.pack.synth import synth_dataset   # noqa: E402
-from carla_wds.pack.synth_b2d import SPLIT_FILE, clip_name   # noqa: E402
+from carla_wds.pack.synth.bench2drive import SPLIT_FILE, clip_name   # noqa: E402
 from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
 from tests.conftest import read_pack   # noqa: E402
 # every keyframe with a full future, so the short clips fill several shards

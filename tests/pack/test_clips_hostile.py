@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from carla_wds import limits
-from carla_wds.pack.clips import ArchiveClip, ClipError, ClipRef
+from carla_wds.pack.datasets.bench2drive.clips import ArchiveClip, ClipError, ClipRef
 from carla_wds.pack.errors import PackError
 from carla_wds.pack.synth import synth_dataset
-from carla_wds.pack.synth_b2d import clip_name
+from carla_wds.pack.synth.bench2drive import clip_name
 from tests.conftest import read_pack, run_pack
 
 NAME = clip_name(0)
@@ -226,7 +226,7 @@ def test_a_gzip_bomb_stops_at_clip_ratio_long_before_clip_bytes(tmp_path):
 def test_a_real_clip_is_far_below_clip_ratio(raw, tmp_path):
     """The synthetic Bench2Drive clip (JPEG, LAZ, gzip JSON, h5, npz members) unpacks under the
     ratio bound even with no free first 64 MiB, as the formats' own compression predicts."""
-    from carla_wds.pack import clips
+    from carla_wds.pack.datasets.bench2drive import clips
     data = archive(raw)
     saved = clips.RATIO_FREE
     clips.RATIO_FREE = 0

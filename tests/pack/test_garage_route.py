@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from carla_wds.load.dataset import CARLAWebData
-from carla_wds.pack.layouts import LAYOUT_DIR
+from carla_wds.pack.datasets.routes.layouts import LAYOUT_DIR
 from tests import reference
 from tests.conftest import make_raw, run_pack
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from carla_wds.pack.errors import PackError
-from carla_wds.pack.layouts import LAYOUT_DIR
+from carla_wds.pack.datasets.routes.layouts import LAYOUT_DIR
 from tests.conftest import make_raw, read_pack
 # every frame with a full future: short garage routes hold none of garage's own range
 from tests.conftest import run_pack_all_frames as run_pack

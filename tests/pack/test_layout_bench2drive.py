@@ -15,7 +15,7 @@ import pytest
 
 from carla_wds.codecs import codec_named
 from carla_wds.pack.synth import synth_dataset
-from carla_wds.pack.synth_b2d import clip_name
+from carla_wds.pack.synth.bench2drive import clip_name
 from tests.conftest import read_pack
 # every keyframe with a full future: these tests follow frames to the end of 30-frame clips
 from tests.conftest import run_pack_all_frames as run_pack

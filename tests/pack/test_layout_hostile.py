@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from carla_wds import limits
-from carla_wds.pack.layouts import ALLOWED, LAYOUT_DIR, load_layout
+from carla_wds.pack.datasets.routes.layouts import ALLOWED, LAYOUT_DIR, load_layout
 
 LAUGHS = "\n".join(["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"] + [
     f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)] + ["cameras: *a8"])
@@ -23,7 +23,7 @@ def test_billion_laughs_is_refused_quickly_and_small(tmp_path):
     assert path.stat().st_size < 2000
     code = textwrap.dedent(f"""
         import resource, sys
-        from carla_wds.pack.layouts import load_layout
+        from carla_wds.pack.datasets.routes.layouts import load_layout
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
         try:
             load_layout({str(path)!r})

@@ -17,7 +17,7 @@ import pytest
 from carla_wds.boxes import BOX_CLASSES, BOX_COLUMNS
 from carla_wds.load import CARLAWebData
 from carla_wds.modalities import BevTf2022Codec, DepthCarla24Codec, SemanticsCodec
-from carla_wds.pack import synth_tf2022
+from carla_wds.pack.synth import transfuser2022 as synth_tf2022
 from carla_wds.pack.errors import PackError
 from tests import reference
 from tests.conftest import make_raw, read_pack, run_pack

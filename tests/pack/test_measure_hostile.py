@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from carla_wds.pack.layout_parts import Field
-from carla_wds.pack.measure import field_value
+from carla_wds.pack.datasets.routes.layout_parts import Field
+from carla_wds.pack.datasets.routes.measure import field_value
 
 COMMAND = Field("command", "command", dtype="int32")
 ROUTE = Field("route", "route", dtype="int32", shape=(3,), pad=True)

@@ -12,7 +12,7 @@ import pytest
 from carla_wds.pack.errors import PackError
 from carla_wds.pack.options import PackOptions
 from carla_wds.pack.synth import synth_dataset
-from carla_wds.pack.synth_b2d import clip_name
+from carla_wds.pack.synth.bench2drive import clip_name
 from tests.conftest import make_raw
 # every frame with a full future: short garage routes hold none of garage's own range
 from tests.conftest import run_pack_all_frames as run_pack

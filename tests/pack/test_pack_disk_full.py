@@ -87,7 +87,7 @@ MEMORY_CHILD = """
 import io, gzip, resource, sys, tarfile
 from pathlib import Path
 from carla_wds import limits
-from carla_wds.pack.clips import ArchiveClip, ClipRef
+from carla_wds.pack.datasets.bench2drive.clips import ArchiveClip, ClipRef
 # zeros compress 1000x: clip_ratio would refuse them first, and this is about memory
 limits.set_active(limits.DEFAULT.with_overrides({"clip_ratio": 10 ** 6}))
 path = Path(sys.argv[1])

@@ -121,7 +121,7 @@ def test_bad_layout_file_is_a_one_line_error(case, raw_tcp, tmp_path, cli):
 
 
 def test_layout_value_errors_name_the_file(tmp_path):
-    from carla_wds.pack.layouts import load_layout
+    from carla_wds.pack.datasets.routes.layouts import load_layout
     path = tmp_path / "x.yaml"
     path.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ValueError, match="x.yaml: not a text file"):

@@ -14,7 +14,7 @@ import pytest
 
 from carla_wds.calib import project
 from carla_wds.pack.synth import synth_dataset
-from carla_wds.pack.synth_b2d import clip_name
+from carla_wds.pack.synth.bench2drive import clip_name
 
 CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
 

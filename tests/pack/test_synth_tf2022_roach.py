@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from carla_wds.modalities import BevTf2022Codec, DepthCarla24Codec
-from carla_wds.pack import synth_tf2022
+from carla_wds.pack.synth import transfuser2022 as synth_tf2022
 from carla_wds.pack.synth import synth_dataset
 from tests import reference
 
@@ -345,7 +345,7 @@ def test_roach_deterministic_and_refuses_busy(tmp_path):
 
 
 def test_modules_refuse_other_layouts_and_bad_args(tmp_path):
-    from carla_wds.pack import synth_roach
+    from carla_wds.pack.synth import roach as synth_roach
     with pytest.raises(ValueError, match="transfuser2022"):
         synth_tf2022.synth_dataset(tmp_path, layout="garage")
     with pytest.raises(ValueError, match="tcp_roach"):

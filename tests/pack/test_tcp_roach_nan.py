@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from carla_wds.load import CARLAWebData
-from carla_wds.pack.synth_roach import synth_dataset
+from carla_wds.pack.synth.roach import synth_dataset
 from tests.conftest import IMAGE_SIZE, run_pack
 
 FRAMES = 10

@@ -23,8 +23,8 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from . import synth as base
-from .synth_sensors import (  # noqa: F401 - the other writers take them from here too
+from . import world as base
+from .sensors import (  # noqa: F401 - the other writers take them from here too
     GROUND_POINTS, SEM_ROAD, SEM_ROADLINE, SEM_SIDEWALK, SEM_SKY, SEM_TERRAIN, SEM_VEGETATION,
     count_in_box, depth_m, encode, gz_json, laz_bytes, lidar_points, semantics_of)
 
@@ -359,7 +359,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "garage", episodes: int = 4
     written already holds files."""
     if layout != "garage":
         raise ValueError(f"synth_garage writes layout 'garage', not {layout!r}")
-    base._check_args("tcp", episodes, frames, seed, image_size)
+    base.check_args(episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or GARAGE_SIZE))
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
     return write_routes("garage", out_dir, routes, lambda route, ep: _write_garage_episode(

@@ -36,12 +36,12 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from ..calib import B2D_IMAGE_SIZE, B2D_LIDAR_MOUNT, B2D_RIG, carla_matrix, intrinsic
-from ..calib import B2D_RADARS as RADARS
-from . import synth as base
-from .synth_b2d_actors import box_corners as _box_corners
-from .synth_b2d_actors import others as _others
-from .synth_garage import (EGO_HALF_EXTENT, cars, count_in_box, depth_m, encode,
+from ...calib import B2D_IMAGE_SIZE, B2D_LIDAR_MOUNT, B2D_RIG, carla_matrix, intrinsic
+from ...calib import B2D_RADARS as RADARS
+from . import world as base
+from .bench2drive_actors import box_corners as _box_corners
+from .bench2drive_actors import others as _others
+from .garage import (EGO_HALF_EXTENT, cars, count_in_box, depth_m, encode,
                            gz_json, laz_bytes, lidar_points, refuse_busy, semantics_of, simulate,
                            to_ego, wrap)
 
@@ -324,7 +324,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
     Byte-identical for the same arguments; FileExistsError if a clip folder holds files."""
     if layout != "bench2drive":
         raise ValueError(f"synth_b2d writes layout 'bench2drive', not {layout!r}")
-    base._check_args("tcp", episodes, frames, seed, image_size)
+    base.check_args(episodes, frames, seed, image_size)
     _need_h5py()   # before anything is written: no half-written clip without radar files
     size = tuple(int(v) for v in (image_size or B2D_IMAGE_SIZE))
     out = Path(out_dir)

@@ -20,8 +20,8 @@ import zlib
 
 import numpy as np
 
-from .. import limits
-from ..calib import B2D_RADARS as RADARS
+from .... import limits
+from ....calib import B2D_RADARS as RADARS
 
 # the filters a Bench2Drive radar file may use (data_collect.py writes gzip; shuffle goes
 # with it); every other id is refused before HDF5 could look for a plugin to load for it

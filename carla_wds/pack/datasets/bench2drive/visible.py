@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calib import B2D_RIG, LEFT2RIGHT, to_right_handed_cam2ego, to_right_handed_lidar2ego
+from ....calib import B2D_RIG, LEFT2RIGHT, to_right_handed_cam2ego, to_right_handed_lidar2ego
 
 LEFTHAND_EGO_TO_LIDAR = np.array([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
                                  np.float64)

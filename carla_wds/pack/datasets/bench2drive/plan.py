@@ -17,20 +17,20 @@ from typing import Any
 
 import numpy as np
 
-from ..calib import B2D_RIG
-from ..codecs import CODECS, codec_named
-from ..extras import MEASUREMENTS, Extra, make_record
-from ..modalities import points_problem
-from ..schema import SampleSpec, encode_sample, make_key
-from .b2d_vocab import B2D_BOX_COLUMNS
-from . import b2d_anno as anno_of
-from . import b2d_boxes
-from .b2d_raw import npz_array, radar_array
+from ....calib import B2D_RIG
+from ....codecs import CODECS, codec_named
+from ....extras import MEASUREMENTS, Extra, make_record
+from ....modalities import points_problem
+from ....schema import SampleSpec, encode_sample, make_key
+from .vocab import B2D_BOX_COLUMNS
+from . import anno as anno_of
+from . import boxes as b2d_boxes
+from .raw import npz_array, radar_array
 from .clips import ClipError, ClipRef, open_clip
-from .frames import Encoded, FrameEncoder
-from .layout_parts import SampleRule
-from .routes import RoutePlan, Skip
-from .sources import decode_json
+from ...frames import Encoded, FrameEncoder
+from ..routes.layout_parts import SampleRule
+from ...routes import RoutePlan, Skip
+from ...sources import decode_json
 
 log = logging.getLogger(__name__)
 RATE_HZ, WAYPOINT_HZ = 10.0, 2.0
@@ -86,15 +86,16 @@ class ClipTask:
     files: dict[str, tuple[str, bytes]] = field(default_factory=dict)   # member -> (file, bytes)
 
 
-def b2d_settings(opts) -> B2DSettings:
-    """The bench2drive settings of a PackOptions (its defaults where an option is None)."""
+def b2d_settings(opts, own) -> B2DSettings:
+    """The bench2drive settings of a PackOptions and its Bench2DriveOptions `own` (the
+    defaults where an option is None)."""
     d = B2DSettings()
-    return B2DSettings(stride=opts.stride or d.stride, pred_len=opts.pred_len or d.pred_len,
-                       handedness=opts.handedness,
-                       box_radius=d.box_radius if opts.box_radius is None else opts.box_radius,
-                       sensors=d.sensors if opts.sensors is None else tuple(opts.sensors),
-                       spool_bytes=opts.spool_bytes, box_visibility=opts.box_visibility,
-                       expert_offset=EXPERT_OFFSETS[opts.expert_pairing],
+    return B2DSettings(stride=own.stride or d.stride, pred_len=opts.pred_len or d.pred_len,
+                       handedness=own.handedness,
+                       box_radius=d.box_radius if own.box_radius is None else own.box_radius,
+                       sensors=d.sensors if own.sensors is None else tuple(own.sensors),
+                       spool_bytes=opts.spool_bytes, box_visibility=own.box_visibility,
+                       expert_offset=EXPERT_OFFSETS[own.expert_pairing],
                        all_frames=opts.all_frames)
 
 

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ..calib import B2D_RIG
-from ..codecs import codec_named
-from ..boxes import BOX_CLASSES, FILL, finite_row
-from .b2d_vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS, b2d_type_index
-from ..schema import SchemaError
-from . import b2d_visible as vis
-from .b2d_anno import B2D_CLASSES, _matrix, ego_entry, floats, number
+from ....calib import B2D_RIG
+from ....codecs import codec_named
+from ....boxes import BOX_CLASSES, FILL, finite_row
+from .vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS, b2d_type_index
+from ....schema import SchemaError
+from . import visible as vis
+from .anno import B2D_CLASSES, _matrix, ego_entry, floats, number
 
 Z_LIMIT = 10.0      # prepare_B2D's FILTER_Z_SHRESHOLD
 VISIBILITY = ("filter", "flag", "off")

@@ -6,41 +6,20 @@ manifest, so a layout made only of known modalities needs no code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ..extras import MEASUREMENTS, Extra
-from ..schema import SampleSpec
+from .... import datasets as _datasets  # noqa: F401 - registers the dataset-named codecs
+from ....extras import MEASUREMENTS, Extra
+from ....modalities import codec_kind
+from ....schema import SampleSpec
+from ...routes import Reader
 from .layout_parts import Sensor
 from .layouts import Layout
 from .measure import record_fields
 
-# modality, decoded dtype, decoded shape (None: varies per sample; (): as the image header says)
-_KINDS = {
-    "png": ("rgb", "uint8", (), ""), "jpg": ("rgb", "uint8", (), ""),
-    "depth_carla24": ("depth", "float32", (), "m"),
-    "depth_garage8": ("depth", "float32", (), "m"),
-    "semantics": ("semantics", "uint8", (), "class id"),
-    "bev_tf2022": ("bev", "uint8", (), "0/1 per channel"),
-    "bev_classes": ("bev", "uint8", (), "class id"),
-    "points": ("lidar", "float32", (None, 4), "m"),
-    "laz": ("lidar", "float32", (None, 3), "m"),
-    "boxes": ("boxes", "float32", (None, None), "see carla_wds.boxes.BOX_COLUMNS"),
-}
-
-
-@dataclass(frozen=True)
-class Reader:
-    """How the encoder turns one raw file into one or two members (picklable)."""
-    name: str
-    member: str
-    read: str                     # layout_parts.READERS, or "camera" for a camera twin
-    codec: str
-    gz: bool = False
-    raw_member: str | None = None   # boxes: the raw JSON beside the typed array
-
 
 def _sensor_extras(s: Sensor, frames: dict[str, str]) -> list[Extra]:
-    modality, dtype, shape, units = _KINDS[s.codec]
+    # modality, decoded dtype, decoded shape (None: varies per sample; (): as the image
+    # header says) and units: the codec's row of the modality table
+    modality, dtype, shape, units = codec_kind(s.codec)
     if s.read == "laz_points":   # LAZ holds xyz only
         shape = (None, 3)
     frame = frames.get(s.name, frames.get(modality, ""))

@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from ..codecs import json_loads
-from .. import limits
-from ..limits import LimitError
-from ..objstore import ObjectLister, ObjectReader, is_objstore, read_object
-from ..remote import RemoteError, RemoteOptions
-from .errors import PackError, ResourceError, spool_error
-from .sources import read_bytes
+from ....codecs import json_loads
+from .... import limits
+from ....limits import LimitError
+from ....objstore import ObjectLister, ObjectReader, is_objstore, read_object
+from ....remote import RemoteError, RemoteOptions
+from ...errors import PackError, ResourceError, spool_error
+from ...sources import read_bytes
 
 ARCHIVE_EXT = ".tar.gz"
 DEFAULT_SPOOL_BYTES = 1 << 30

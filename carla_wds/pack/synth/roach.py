@@ -29,8 +29,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from . import synth as base
-from . import synth_garage as sg
+from . import world as base
+from . import garage as sg
+from . import tcp
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def supervision_npy(sup: dict) -> bytes:
 def measurement(sim: dict, t: int) -> dict:
     """save(): synth.py's tcp positions and route target, plus the near (waypoint planner,
     a few metres ahead) and far (command planner: the route target) nodes."""
-    m = base._measurement("tcp", sim, t)
+    m = tcp.measurement("tcp", sim, t)
     road, s_t = sim["road"], float(sim["s"][t])
     nx, ny, _ = road.at(np.array([s_t + max(4.0, 1.5 * m["speed"])]))
     cmd = int(sim["command"][t])
@@ -152,8 +153,8 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp_roach", episodes: int 
     already holds files (nothing is overwritten)."""
     if layout != "tcp_roach":
         raise ValueError(f"synth_roach writes layout 'tcp_roach', not {layout!r}")
-    base._check_args("tcp", episodes, frames, seed, image_size)
+    base.check_args(episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or ROACH_SIZE))
-    routes = [base._route_dir(Path(out_dir), "tcp", ep) for ep in range(int(episodes))]
+    routes = [tcp.route_dir(Path(out_dir), "tcp", ep) for ep in range(int(episodes))]
     return sg.write_routes("tcp_roach", out_dir, routes, lambda route, ep: _write_episode(
         route, ep, int(seed), int(frames), size), frames, size, progress)

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from ..safeyaml import read_yaml
-from ..schema import CAMERAS
+from ....safeyaml import read_yaml
+from ....schema import CAMERAS
 from .layout_parts import (
     TARGET_FROM,
     WAYPOINTS_FROM,
@@ -65,14 +65,6 @@ class Layout:
         return max(1, round(self.horizon_s * self.rate_hz))
 
 
-# Layouts whose structure is code, not a YAML file: Bench2Drive's clips (pack/b2d.py).
-CLIP_LAYOUTS = ("bench2drive",)
-
-
-def builtin_layouts() -> list[str]:
-    return sorted([p.stem for p in LAYOUT_DIR.glob("*.yaml")] + list(CLIP_LAYOUTS))
-
-
 def load_layout(name_or_path: str | Path) -> Layout:
     """A built-in layout name (`tcp`, `transfuser4`) or a path to a layout YAML file.
 
@@ -82,6 +74,7 @@ def load_layout(name_or_path: str | Path) -> Layout:
     if not path.suffix:
         path = LAYOUT_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
+            from .. import builtin_layouts   # the registry: YAML and code datasets alike
             raise ValueError(f"unknown layout {str(name_or_path)!r}; built-in layouts are "
                              f"{builtin_layouts()}, or pass a path to a layout .yaml file")
     if not path.is_file():

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from ..calib import carla_matrix
-from .synth_garage import CAR_HALF_EXTENT
+from ...calib import carla_matrix
+from .garage import CAR_HALF_EXTENT
 
 DT = 0.1
 WALKER_SPEED = 1.4       # m/s, across the road; the anno's walker speed is 0 (as B2D's)

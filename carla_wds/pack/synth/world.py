@@ -1,4 +1,5 @@
-"""Procedural CARLA-like routes in the raw TCP / TransFuser-CVPR2021 on-disk layouts.
+"""The shared synthetic world: a procedural CARLA-like road, the ego's drive along it, and a
+pinhole renderer of it; each dataset's writer (tcp.py, garage.py, ...) lays it out on disk.
 
 Lets the whole toolkit (pack, load, train, visualise) run without a simulator. Each episode is a
 road made of straights, junction crossings, junction turns and gentle bends; the ego follows its
@@ -12,32 +13,15 @@ to the ego's right: a RIGHT turn makes theta grow, and the left camera looks alo
 """
 from __future__ import annotations
 
-import json
-import logging
 import math
-from pathlib import Path
 
 import cv2
 import numpy as np
-from tqdm import tqdm
 
-from ..schema import RoadOption
-from .synth_road import (  # noqa: F401 (re-exported: synth_garage, synth_tf2022, ... use them)
+from ...schema import RoadOption
+from .road import (  # noqa: F401 (re-exported: the writers take them from here)
     DS, LEAD_IN, MAX_SPEED, _BEND, _JUNCTION, _Road, _STRAIGHT, _TURN, _make_road, _segments)
 
-logger = logging.getLogger(__name__)
-
-LAYOUT_CAMERAS: dict[str, dict[str, str]] = {
-    "tcp": {"front": "rgb"},
-    "transfuser4": {"front": "rgb_front", "rear": "rgb_rear", "left": "rgb_left",
-                    "right": "rgb_right"},
-}
-DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (900, 256), "transfuser4": (400, 300)}
-# Layouts written by their own modules (synth_garage, synth_tf2022, synth_roach), with their
-# default image sizes there: garage 1024x256, transfuser2022 960x160, tcp_roach 900x256.
-MODULE_LAYOUTS: dict[str, str] = {"garage": "synth_garage", "transfuser2022": "synth_tf2022",
-                                  "bench2drive": "synth_b2d",
-                                  "tcp_roach": "synth_roach"}
 # Yaw offset of each camera from the ego heading; +pi/2 is the ego's right (see module doc).
 CAMERA_YAW: dict[str, float] = {"front": 0.0, "right": math.pi / 2, "left": -math.pi / 2,
                                 "rear": math.pi}
@@ -159,20 +143,6 @@ def _simulate(rng: np.random.Generator, frames: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _measurement(layout: str, sim: dict, t: int) -> dict:
-    num = {k: float(sim[k][t]) for k in ("x", "y", "theta", "speed")}
-    steer, throttle, brake = (float(v) for v in sim["controls"][t])
-    tx, ty = (float(v) for v in sim["target"][t])
-    cmd = int(sim["command"][t])
-    if layout == "tcp":
-        return {**num, "x_target": tx, "y_target": ty, "target_command": cmd, "steer": steer,
-                "throttle": throttle, "brake": brake, "command": cmd}
-    hazard = str(sim["hazard"][t])
-    return {**num, "x_command": tx, "y_command": ty, "command": cmd, "steer": steer,
-            "throttle": throttle, "brake": brake, "junction": bool(sim["junction"][t]),
-            **{f"{h}_hazard": hazard == h for h in ("vehicle", "light", "walker", "stop_sign")}}
-
-
 def _clip_near(lat: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Sutherland-Hodgman against the plane z = NEAR_CLIP, vectorised over the polygon's edges."""
     inside = z > NEAR_CLIP
@@ -265,36 +235,8 @@ class _Renderer:
         return np.round(np.clip(uv, -1e6, 1e6) * 16).astype(np.int32)
 
 
-def _route_dir(out_dir: Path, layout: str, episode: int) -> Path:
-    town = episode % 5 + 1
-    if layout == "tcp":
-        return out_dir / f"Town{town:02d}" / f"routes_town{town:02d}_{episode:02d}"
-    return out_dir / f"Town{town:02d}_tiny" / f"routes_{episode:02d}"
-
-
-def _write_episode(route: Path, layout: str, episode: int, seed: int, frames: int,
-                   size: tuple[int, int]) -> None:
-    sim = _simulate(np.random.default_rng([seed, episode]), frames)
-    renderer = _Renderer(size[0], size[1], np.random.default_rng([seed, episode, 1]))
-    cameras = LAYOUT_CAMERAS[layout]
-    for folder in [*cameras.values(), "measurements"]:
-        (route / folder).mkdir(parents=True, exist_ok=True)
-    for t in range(frames):
-        pose = (float(sim["x"][t]), float(sim["y"][t]), float(sim["theta"][t]))
-        for camera, folder in cameras.items():
-            ok, png = cv2.imencode(".png", renderer.render(sim["road"], sim["s"][t], pose, camera))
-            if not ok:
-                raise RuntimeError(f"cv2 could not encode {route}/{folder}/{t:04d}.png")
-            (route / folder / f"{t:04d}.png").write_bytes(png.tobytes())
-        with open(route / "measurements" / f"{t:04d}.json", "w") as fh:
-            json.dump(_measurement(layout, sim, t), fh, indent=4)
-
-
-def _check_args(layout: str, episodes: int, frames: int, seed: int,
-                image_size: tuple[int, int] | None) -> None:
-    if layout not in LAYOUT_CAMERAS and layout not in MODULE_LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; valid layouts are "
-                         f"{sorted(LAYOUT_CAMERAS)} and {sorted(MODULE_LAYOUTS)}")
+def check_args(episodes: int, frames: int, seed: int, image_size: tuple[int, int] | None) -> None:
+    """ValueError naming the first bad argument of a writer (the layout is the registry's)."""
     for name, value in (("episodes", episodes), ("frames", frames)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -303,37 +245,3 @@ def _check_args(layout: str, episodes: int, frames: int, seed: int,
     if image_size is not None and (len(image_size) != 2 or min(image_size) < 8
                                    or any(int(v) != v for v in image_size)):
         raise ValueError(f"image_size must be (width, height), integers >= 8, got {image_size!r}")
-
-
-def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, frames: int = 40,
-                  seed: int = 0, image_size: tuple[int, int] | None = None,
-                  progress: bool = True) -> list[Path]:
-    """Write `episodes` route folders under out_dir and return them sorted.
-
-    layout: "tcp" (Town0K/routes_town0K_<ep>/rgb, measurements) or "transfuser4"
-    (Town0K_tiny/routes_<ep>/rgb_front, rgb_rear, rgb_left, rgb_right, measurements); K cycles
-    1..5. Each route has `frames` frames named %04d from 0, at 2 Hz. image_size is
-    (width, height), default the real sensor size (DEFAULT_IMAGE_SIZE). Output is byte-identical
-    for the same arguments. Raises ValueError for bad arguments and FileExistsError if a route
-    folder to be written already holds files (nothing is overwritten or deleted).
-    "garage", "transfuser2022" and "tcp_roach" are written by synth_garage, synth_tf2022 and
-    synth_roach (their own folder layouts, rates and default sizes; see their docstrings).
-    """
-    _check_args(layout, episodes, frames, seed, image_size)
-    if layout in MODULE_LAYOUTS:
-        import importlib
-        module = importlib.import_module(f"{__package__}.{MODULE_LAYOUTS[layout]}")
-        return module.synth_dataset(out_dir, layout=layout, episodes=episodes, frames=frames,
-                                    seed=seed, image_size=image_size, progress=progress)
-    size = tuple(int(v) for v in (image_size or DEFAULT_IMAGE_SIZE[layout]))
-    routes = [_route_dir(Path(out_dir), layout, ep) for ep in range(int(episodes))]
-    busy = [str(r) for r in routes if r.is_dir() and any(r.iterdir())]
-    if busy:
-        raise FileExistsError(f"route folders already hold files: {busy[:3]}; "
-                              "choose an empty out_dir or remove them")
-    for ep, route in enumerate(tqdm(routes, desc=f"synth {layout}", unit="route",
-                                    disable=not progress)):
-        _write_episode(route, layout, ep, int(seed), int(frames), size)
-    logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,
-                frames, size[0], size[1], out_dir)
-    return sorted(routes)

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ..extras import MeasField
-from ..schema import N_COMMANDS
+from ....extras import MeasField
+from ....schema import N_COMMANDS
 from .formulas import formula_value
-from .labels import F32_MAX
+from ...labels import F32_MAX
 from .layout_parts import Field, lookup
 from .layouts import Layout
-from .sources import read_json, read_npy
+from ...sources import read_json, read_npy
 
 CORE_FINITE = ("x", "y", "speed", "target_x", "target_y")
 

@@ -12,7 +12,7 @@ import math
 import cv2
 import numpy as np
 
-from . import synth as base
+from . import world as base
 
 # CARLA 0.9.10 semantic ids used by the image segmentations
 SEM_ROADLINE, SEM_ROAD, SEM_SIDEWALK, SEM_VEGETATION, SEM_SKY, SEM_TERRAIN = 6, 7, 8, 9, 13, 22

@@ -33,8 +33,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from . import synth as base
-from . import synth_garage as sg
+from . import world as base
+from . import garage as sg
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +301,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "transfuser2022", episodes:
     already holds files (nothing is overwritten)."""
     if layout != "transfuser2022":
         raise ValueError(f"synth_tf2022 writes layout 'transfuser2022', not {layout!r}")
-    base._check_args("tcp", episodes, frames, seed, image_size)
+    base.check_args(episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or TF2022_SIZE))
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
     return sg.write_routes("transfuser2022", out_dir, routes, lambda route, ep: _write_episode(

@@ -1,0 +1,80 @@
+"""The pack registry: layout name -> the Dataset that packs it (base.py: the one interface).
+
+Built in: the declarative YAML layouts (routes/: one Dataset per shipped .yaml file) and the
+code datasets (bench2drive/). A layout that is a path to a .yaml file is packed by the YAML
+adapter. `register` adds a dataset (and its synthetic writer) from outside the package; the
+CLI's --layout help, its dataset options and tools/check_wheel.sh read their lists from here.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..errors import PackError, bad_option
+from ..synth import Writer, register_writer
+from .base import Dataset, DatasetOption, PackInput
+from .bench2drive import DATASETS as _CODE_DATASETS
+from .routes import RoutesDataset, yaml_datasets
+
+_REGISTRY: dict[str, Dataset] = {**yaml_datasets(), **_CODE_DATASETS}
+DEFAULT_LAYOUT = "tcp"   # `carla-wds pack` and PackOptions without a --layout
+
+
+def register(name: str, dataset: Dataset, synth: Writer | None = None) -> None:
+    """Pack `--layout name` with `dataset` (and write it with `synth`, for `carla-wds synth`)."""
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"register({name!r}, ...): expected a pack.datasets.Dataset, got "
+                        f"{type(dataset).__name__}")
+    _REGISTRY[name] = dataset
+    if synth is not None:
+        register_writer(name, synth)
+
+
+def builtin_layouts() -> list[str]:
+    """Every registered layout name, sorted."""
+    return sorted(_REGISTRY)
+
+
+def dataset_for(layout: str) -> Dataset:
+    """The dataset of a layout name; any other name or path goes to the YAML adapter, which
+    reads it as a layout file (and names the registered layouts if there is none)."""
+    return _REGISTRY.get(str(layout)) or RoutesDataset(str(layout))
+
+
+def all_options() -> list[DatasetOption]:
+    """The options every registered dataset owns, each name once, in registry order."""
+    seen: dict[str, DatasetOption] = {}
+    for name in _REGISTRY:
+        for option in _REGISTRY[name].options:
+            seen.setdefault(option.name, option)
+    return list(seen.values())
+
+
+def option_owners(name: str) -> list[str]:
+    """The layouts whose dataset owns the option `name`."""
+    return [layout for layout, ds in _REGISTRY.items() if any(o.name == name
+                                                              for o in ds.options)]
+
+
+def check_options(layout: str, given: Mapping[str, Any]) -> None:
+    """PackError for an option `layout`'s dataset does not own (naming the layouts that do, or
+    the known options), then the dataset's own check of the values."""
+    dataset = dataset_for(layout)
+    own = {o.name for o in dataset.options}
+    flags = {o.name: o.flag for o in all_options()}
+    defaults = {o.name: o.default for o in all_options()}
+    for name, value in given.items():
+        if name in own:
+            continue
+        if name not in flags:
+            raise bad_option(f"dataset option {name!r}", value, f"one of {sorted(flags)}",
+                             "pass an option of the layout's dataset, or leave it out")
+        if value == defaults[name]:
+            continue   # an option at its default says nothing, whatever the layout
+        owners = " or ".join(f"--layout {o}" for o in option_owners(name))
+        raise bad_option(flags[name], value, owners, f"leave {flags[name]} out for --layout "
+                         f"{layout}")
+    dataset.check_options(given)
+
+
+__all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset", "all_options",
+           "builtin_layouts", "check_options", "dataset_for", "register"]

@@ -1,0 +1,108 @@
+"""Bench2Drive's own pack options: declared here (for `carla-wds pack` and the manifest's
+pack_args) and checked here, carried by PackOptions.dataset_options as one mapping."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from ...errors import bad_option, whole_number
+from ..base import DatasetOption
+from .clips import SUBSETS
+from .plan import EXPERT_OFFSETS, SENSORS
+
+EXPERT_PAIRINGS = tuple(EXPERT_OFFSETS)
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.split(",") if x)
+
+
+# In the order the manifest's pack_args has always listed them.
+OPTIONS = (
+    DatasetOption("stride", "--stride", "bench2drive: pack every k-th 10 Hz frame (default 5: "
+                  "B2D's 2 Hz keyframes).", None, int),
+    DatasetOption("split", "--split", "bench2drive: the official train/val split JSON."),
+    DatasetOption("subset", "--subset", "bench2drive: which clips of --split to pack.", "train",
+                  choices=SUBSETS, show_default=True),
+    DatasetOption("handedness", "--handedness", "bench2drive: labels in CARLA's left-handed "
+                  "vehicle frame, or right-handed as Bench2DriveZoo's prepare_B2D.py.", "left",
+                  choices=("left", "right"), show_default=True),
+    DatasetOption("box_radius", "--box-radius", "bench2drive: keep boxes within this many "
+                  "metres (default 75).", None, float),
+    DatasetOption("sensors", "--sensors", "bench2drive: comma list from lidar, boxes, expert, "
+                  "radar, depth, semantic, instance (default lidar,boxes,expert).",
+                  parse=_comma_list),
+    DatasetOption("box_visibility", "--box-visibility", "bench2drive: prepare_B2D's "
+                  "depth-visibility test of each box (reads the depth PNGs): filter drops boxes "
+                  "no camera sees, as prepare_B2D; flag keeps them, marked in the 'visible' "
+                  "column; off: no test.", "filter", choices=("filter", "flag", "off"),
+                  show_default=True),
+    DatasetOption("expert_pairing", "--expert-pairing", "bench2drive: the expert file of frame "
+                  "t: t-1 (prepare_B2D, VAD) or t (the Bench2DriveZoo TCP port).", "prepare_b2d",
+                  choices=EXPERT_PAIRINGS, show_default=True),
+)
+
+
+@dataclass(frozen=True)
+class Bench2DriveOptions:
+    """--layout bench2drive (clips): keyframe stride (None: 5, B2D's own 2 Hz), the official
+    split file and which subset of it, label handedness, box radius (None: 75 m, as
+    prepare_B2D.py), sensors besides the cameras (None: lidar, boxes, expert), prepare_B2D's
+    depth-visibility test of each box (filter: drop the boxes no camera sees, as prepare_B2D
+    does by default; flag: keep them, marked in the `visible` column; off: no test, no depth
+    PNGs read), and which expert file goes with frame t (prepare_b2d: t - 1, as prepare_B2D
+    and VAD; tcp_port: t, as the TCP port's gen_tcp_data)."""
+    stride: int | None = None
+    split: str | None = None
+    subset: str = "train"
+    handedness: str = "left"
+    box_radius: float | None = None
+    sensors: tuple[str, ...] | None = None
+    box_visibility: str = "filter"
+    expert_pairing: str = "prepare_b2d"
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any] | None) -> "Bench2DriveOptions":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (given or {}).items() if k in known})
+
+    def check(self) -> None:
+        """Raise PackError naming the first bad option, what it expects and the fix."""
+        if self.stride is not None:
+            whole_number("--stride", self.stride, 1, None, "pass e.g. --stride 5 (2 Hz "
+                         "keyframes) or --stride 1 (every 10 Hz frame)")
+        for flag, value, valid, fix in (
+                ("--subset", self.subset, SUBSETS, "pass --subset train"),
+                ("--handedness", self.handedness, ("left", "right"), "pass --handedness right "
+                 "for Bench2DriveZoo's right-handed frame, or leave it out"),
+                ("--box-visibility", self.box_visibility, ("filter", "flag", "off"), "pass "
+                 "--box-visibility off to keep every box without reading depth"),
+                ("--expert-pairing", self.expert_pairing, EXPERT_PAIRINGS, "pass "
+                 "--expert-pairing tcp_port for the TCP port's file t at frame t")):
+            if value not in valid:
+                raise bad_option(flag, value, _one_of(flag, valid), fix)
+        if self.box_radius is not None and not (isinstance(self.box_radius, (int, float))
+                                                and 0 < self.box_radius < 1e4):
+            raise bad_option("--box-radius", self.box_radius, "metres > 0",
+                             "pass e.g. --box-radius 75")
+        self._check_sensors()
+
+    def _check_sensors(self) -> None:
+        bad = [s for s in self.sensors or () if s not in SENSORS]
+        if bad or (self.sensors is not None and len(set(self.sensors)) != len(self.sensors)):
+            raise bad_option("--sensors", ",".join(self.sensors), f"distinct names from "
+                             f"{list(SENSORS)}", "pass e.g. --sensors lidar,boxes,expert,radar")
+        if "radar" in (self.sensors or ()):
+            try:
+                import h5py  # noqa: F401
+            except ImportError:
+                raise bad_option("--sensors", ",".join(self.sensors), "h5py installed for "
+                                 "radar", "pip install 'carla-wds[radar]', or leave radar "
+                                 "out") from None
+
+
+def _one_of(flag: str, valid: tuple[str, ...]) -> str:
+    """How the pack's messages have always listed the valid values of each option."""
+    if flag == "--subset":
+        return f"one of {list(valid)}"
+    return " or ".join(valid) if len(valid) == 2 else f"{', '.join(valid[:-1])} or {valid[-1]}"

@@ -1,0 +1,68 @@
+"""The declarative YAML adapter: route folders described by a layout YAML (layouts/*.yaml ship
+the built-in ones; any other .yaml path works the same), planned frame by frame from their
+measurements (folders.py, measure.py) into the shared RoutePlan/FrameTask stream.
+
+Adding a YAML dataset is a layouts/<name>.yaml file (it registers under its stem) plus a
+synthetic writer in pack/synth/.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ...errors import PackError
+from ...frames import FrameEncoder
+from ...routes import RoutePlan, check_key_collisions, raise_first_skip, select_part
+from ..base import Dataset, PackInput
+from .folders import find_routes, plan_route
+from .layout_spec import layout_spec, readers
+from .layouts import LAYOUT_DIR, Layout, load_layout
+
+log = logging.getLogger(__name__)
+
+
+class RoutesDataset(Dataset):
+    """Route folders of one layout YAML: a built-in name (its file in layouts/) or a path."""
+
+    def __init__(self, layout: str) -> None:
+        self.layout = layout
+        self.layouts = (layout,)
+
+    def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
+        try:
+            layout = load_layout(self.layout)
+        except (ValueError, OSError) as exc:   # unknown name, missing file, invalid YAML
+            raise PackError(f"--layout {self.layout}: {exc}") from None
+        pred_len = opts.pred_len if opts.pred_len is not None else layout.pred_len
+        spec = layout_spec(layout, pred_len, opts.image_format or layout.image_ext)
+        all_routes = find_routes(input_dir, layout)
+        check_key_collisions(all_routes, opts.dot_replacement)
+        routes = select_part(all_routes, opts.part)
+        opts = replace(opts, pred_len=pred_len)
+        encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize,
+                               opts.check_images, readers(layout, spec), opts.allow_pickle_input)
+        ext = "." + layout.measurements_ext
+        total = sum(n.endswith(ext) for r in routes
+                    for n in os.listdir(Path(input_dir) / r / layout.measurements))
+        return PackInput(layout, spec, routes, lambda r: _checked_plan(input_dir, r, layout, opts),
+                         encoder, total), opts
+
+
+def _checked_plan(input_dir: str | Path, route: str, layout: Layout, opts: Any) -> RoutePlan:
+    plan = plan_route(input_dir, route, layout, opts.pred_len, opts.dot_replacement,
+                      opts.allow_pickle_input, opts.all_frames)
+    if plan.filtered:
+        log.info("route %s left out by the layout's route filter: %s", route, plan.filtered)
+    raise_first_skip(plan, opts.on_error)
+    return plan
+
+
+def yaml_datasets() -> dict[str, Dataset]:
+    """One dataset per shipped layout YAML, under its file's stem."""
+    return {p.stem: RoutesDataset(p.stem) for p in sorted(LAYOUT_DIR.glob("*.yaml"))}
+
+
+__all__ = ["LAYOUT_DIR", "Layout", "RoutesDataset", "load_layout", "yaml_datasets"]
