@@ -224,7 +224,7 @@ def test_a_fresh_process_has_every_modality_codec():
     never meet 'no codec named depth_garage8' because nothing imported carla_wds.modalities)."""
     import subprocess
     import sys
-    for first in ("codecs", "modalities", "modalities_b2d"):   # any import order
+    for first in ("codecs", "codecbase", "modalities", "datasets", "modalities_b2d"):   # any order
         code = (f"import carla_wds.{first}; from carla_wds.codecs import CODECS; "
                 "print(' '.join(sorted(CODECS)))")
         names = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
