@@ -1,11 +1,15 @@
 """Typed samples and batches: named fields instead of the seed's positional tuples."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from typing import Callable
+import dataclasses
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from .places import attribute_names
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -43,7 +47,7 @@ class CARLABatch:
                                              # (B2D); uint8 class ids (nearest resize): the
     # project's training classes where the manifest's semantics extra has a `classes` table
     # (garage, transfuser2022: their config.converter), else the CARLA ids as saved;
-    # fields=["semantics_raw"] puts the saved ids in extras["semantics_raw"] (load/classes.py)
+    # fields=["semantics_raw"] puts the saved ids in fields["semantics_raw"] (load/classes.py)
     bev: torch.Tensor | None = None          # (B, C, Hb, Wb) uint8
     lidar: torch.Tensor | None = None        # (B, Nmax, C) float32, or (B, C, H, W) histogram
     lidar_len: torch.Tensor | None = None    # (B,) points per sample; rows past it are padding
@@ -59,10 +63,21 @@ class CARLABatch:
     # to image_size), and the camera-to-ego transform as stored (carla_wds/calib.py)
     intrinsics: torch.Tensor | None = None   # (B, n_cameras, 3, 3) float32
     cam2ego: torch.Tensor | None = None      # (B, n_cameras, 4, 4) float32
-    extras: dict[str, object] | None = None  # other selected fields (raw JSON: lists)
+    # The one typed mapping: every selected field with no attribute of its own, by field name
+    # (the modality table's `fields` rows: radar (+ radar_len), instance, the expert's
+    # feature, raw JSON as per-sample lists; per-camera members selected one by one,
+    # <name>_raw class ids). docs/batch.md lists where each modality lands.
+    fields: dict[str, torch.Tensor | list[Any]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @property
+    def extras(self) -> dict[str, torch.Tensor | list[Any]] | None:
+        """Deprecated alias of `fields` (None when it is empty), kept for one release."""
+        warnings.warn("CARLABatch.extras is deprecated; read CARLABatch.fields",
+                      DeprecationWarning, stacklevel=2)
+        return self.fields or None
 
     def _map(self, fn) -> "CARLABatch":
         def each(value):
@@ -71,7 +86,8 @@ class CARLABatch:
             if isinstance(value, dict):
                 return {k: each(v) for k, v in value.items()}
             return value
-        return replace(self, **{f.name: each(getattr(self, f.name)) for f in fields(self)
+        return replace(self, **{f.name: each(getattr(self, f.name))
+                                for f in dataclasses.fields(self)
                                 if isinstance(getattr(self, f.name), (torch.Tensor, dict))})
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> "CARLABatch":
@@ -169,18 +185,23 @@ class BatchBuffer:
         real = next((f for f in self.fields if f is not None), None)
         if real is None:
             return {}
-        from .fields import BATCH_FIELDS, collate_fields
+        from .fields import collate_fields
         batched = {k: _tensors(v) for k, v in collate_fields(self.fields, tuple(real)).items()}
-        named = {k: batched.pop(k) for k in list(batched)
-                 if k in BATCH_FIELDS or k in ("lidar_len", "boxes_len", "measurements")}
+        # by the modality table (load/places.py): an attribute of that name, else `fields`
+        attrs = set(attribute_names()) & _ATTRIBUTES
+        named = {k: batched.pop(k) for k in list(batched) if k in attrs}
         if "measurements" in named and "route" in named["measurements"]:
             named["route"] = named["measurements"]["route"]
-        return {**named, "extras": batched or None}
+        return {**named, "fields": batched}
 
 
-# CARLABatch's selected-field attributes; a batch of padding only has none of its own
-_FIELD_ATTRS = ("depth", "semantics", "bev", "lidar", "lidar_len", "boxes", "boxes_len",
-                "camera_set", "intrinsics", "cam2ego", "measurements", "extras")
+# CARLABatch's attributes, and those of selected fields (a batch of padding only has none)
+_ATTRIBUTES = frozenset(f.name for f in dataclasses.fields(CARLABatch))
+
+
+def _field_attrs() -> tuple[str, ...]:
+    """The attributes selected fields fill (the table's, and the one mapping)."""
+    return (*(a for a in attribute_names() if a in _ATTRIBUTES), "fields")
 
 
 def field_layout(batch: CARLABatch) -> dict[str, object] | None:
@@ -192,8 +213,14 @@ def field_layout(batch: CARLABatch) -> dict[str, object] | None:
         if isinstance(value, dict):
             return {k: layout(v) for k, v in value.items()}
         return None   # raw JSON lists: None per padding sample
-    out = {a: layout(getattr(batch, a)) for a in _FIELD_ATTRS if getattr(batch, a) is not None}
+    out = {a: layout(getattr(batch, a)) for a in _field_attrs() if _has(batch, a)}
     return out or None
+
+
+def _has(batch: CARLABatch, attr: str) -> bool:
+    """Whether the batch holds that selected-field attribute (`fields`: not empty)."""
+    value = getattr(batch, attr)
+    return value is not None and (attr != "fields" or bool(value))
 
 
 def with_padding_fields(batch: CARLABatch, layout: dict[str, object] | None) -> CARLABatch:
@@ -201,8 +228,7 @@ def with_padding_fields(batch: CARLABatch, layout: dict[str, object] | None) -> 
     none; give it zero fields shaped like the pass's others, so that every batch of a rank has
     the same attributes (a rank must not crash, or stall DDP, on `batch.lidar`). Variable
     dimensions (lidar points, boxes) get 0 rows: their `*_len` counts are 0."""
-    if layout is None or bool(batch.valid.any()) or any(
-            getattr(batch, a) is not None for a in _FIELD_ATTRS):
+    if layout is None or bool(batch.valid.any()) or any(_has(batch, a) for a in _field_attrs()):
         return batch
     n = len(batch)
 

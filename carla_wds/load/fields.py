@@ -16,19 +16,18 @@ import numpy as np
 
 from ..extras import MEASUREMENTS, Extra, record_values
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
+from ..modalities import modality, per_camera, row_kinds
 from .adapters import Draw, LoadAdapter, SampleState
 from .classes import raw_names, served
 
-# Fields of variable row counts, always padded with a <name>_len count (raw JSON is never).
-ROWS = ("lidar", "boxes", "radar")
-# Fields a CARLABatch names; any other selected field goes into batch.extras.
-BATCH_FIELDS = ("depth", "semantics", "bev", "lidar", "boxes", "camera_set", "intrinsics",
-                "cam2ego")
 # Selectable names that are parts of the measurements record, not members of their own.
 RECORD_PARTS = {"route": ("route",), "calibration": ("intrinsics", "cam2ego")}
-# Per-camera image fields (Bench2Drive's <kind>_<camera> members) that one name selects for
-# every loaded camera, stacked in camera order: kind -> the batch field it becomes.
-PER_CAMERA = {"depth": "depth", "semantic": "semantics", "instance": "instance"}
+# Kinds whose rows the loader holds to the manifest's dtype and width (radar's are not, as
+# before the table existed).
+CHECKED_ROWS = ("lidar", "boxes")
+# Where each modality lands in a CARLABatch (a named attribute, or batch.fields), how it is
+# resized, padded and stacked: the modality table (carla_wds.modalities, docs/batch.md), read
+# at use time so that a kind registered later is served too.
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class FieldOptions:
     # rig: the pack's cameras, in the record's order
     calibration: bool = False
     rig: tuple[str, ...] = ()
-    # per-camera kinds selected by one name (PER_CAMERA), stacked into (n_cam, H, W[, C])
+    # per-camera kinds selected by one name (modalities.per_camera()), stacked (n_cam, H, W[, C])
     stacked: tuple[str, ...] = ()
     # each extra image member's (H, W) as the pack recorded it: headers are held to it before
     # anything decodes (a 20000x20000 depth PNG is refused, not allocated)
@@ -105,7 +104,7 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     names = [e.name for e in spec.extras if e.twin_of is None]
     held = {f.name for e in spec.extras for f in e.fields}
     extra_ok = [n for n, parts in RECORD_PARTS.items() if set(parts) <= held]
-    extra_ok += stacked_kinds(spec, list(PER_CAMERA)) + raw_names(spec)
+    extra_ok += stacked_kinds(spec, list(per_camera())) + raw_names(spec)
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
         raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
@@ -130,15 +129,16 @@ def stacked_kinds(spec: SampleSpec, fields: list[str]) -> list[str]:
     """The per-camera kinds among `fields` that the shards hold for every selected camera
     (and that are no member's own name)."""
     names = {e.name for e in spec.extras}
-    return [k for k in PER_CAMERA if k in fields and k not in names
+    return [k for k in per_camera() if k in fields and k not in names
             and all(f"{k}_{cam}" in names for cam in spec.cameras)]
 
 
 def stack_cameras(fields: dict[str, Any], spec: SampleSpec, kinds: tuple[str, ...]) -> None:
     """<kind>_<camera> values ((1, H, W[, C]) each) -> one (n_cam, H, W[, C]) field."""
+    stacked = per_camera()
     for kind in kinds:
         parts = [fields.pop(f"{kind}_{cam}") for cam in spec.cameras]
-        fields[PER_CAMERA[kind]] = np.concatenate(parts, axis=0)
+        fields[stacked[kind]] = np.concatenate(parts, axis=0)
 
 
 def calibration(raw: dict[str, Any], spec: SampleSpec, record: dict[str, np.ndarray],
@@ -181,17 +181,24 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
             value = record_values(value, e, where)
             for adapter in opts.adapters:
                 value = adapter.on_record(value)
-        elif e.modality in ("depth", "semantics", "instance"):
+        elif _at_camera_size(e.modality):
             value = _image_like(e, value, image_size, spec.codec(e.member))
         elif e.modality == "bev" and value.ndim == 2:
             value = value[None]
-        elif e.modality in ("lidar", "boxes"):
+        elif e.modality in CHECKED_ROWS:
             value = _checked_rows(value, e, where)
         if e.classes:   # the project's classes and/or the saved ids (load/classes.py)
             out.update(served(e, value, opts.raw_ids, opts.raw_only, where))
             continue
         out[e.name] = value
     return out
+
+
+def _at_camera_size(kind: str) -> bool:
+    """A kind of per-pixel fields (depth, semantics, instance) the loader resizes to the
+    camera size (the cameras' own kind is stacked apart)."""
+    m = modality(kind)
+    return m.resize != "none" and m.collate == "fixed"
 
 
 def _checked_rows(value: Any, e: Extra, where: str) -> np.ndarray:
@@ -209,12 +216,13 @@ def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...]) ->
     real = next((r for r in rows if r is not None), None)
     if real is None:
         return out
+    row_names = row_kinds()
     for name in names:
         first = real[name]
         if isinstance(first, dict):
             out[name] = {k: np.stack([(r[name][k] if r else np.zeros_like(v)) for r in rows])
                          for k, v in first.items()}
-        elif isinstance(first, np.ndarray) and (first.ndim == 2 and name in ROWS
+        elif isinstance(first, np.ndarray) and (first.ndim == 2 and name in row_names
                                                  or _varies(rows, name)):
             out[name], out[f"{name}_len"] = _pad(rows, name, first)
         elif isinstance(first, (np.ndarray, np.generic)):   # 0-d values too (camera_set)
