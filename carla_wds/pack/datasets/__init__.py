@@ -76,5 +76,5 @@ def check_options(layout: str, given: Mapping[str, Any]) -> None:
     dataset.check_options(given)
 
 
-__all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset", "all_options",
-           "builtin_layouts", "check_options", "dataset_for", "register"]
+__all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset",
+           "all_options", "builtin_layouts", "check_options", "dataset_for", "register"]

@@ -35,7 +35,7 @@ class DatasetOption:
 class PackInput:
     """What one pack reads, whatever the dataset's structure: the episodes, how each is
     planned, the encoder of its tasks, and what the manifest says of it."""
-    layout: Any                           # .name, .rate_hz, .samples (and .spec_doc) for the manifest
+    layout: Any             # .name, .rate_hz, .samples (and .spec_doc): what the manifest says
     spec: Any                             # schema.SampleSpec
     episodes: list[Any]
     plan: Callable[[Any], RoutePlan]

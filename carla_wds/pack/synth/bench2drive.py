@@ -15,7 +15,7 @@ Layout (Bench2Drive@0.0.4 tools/data_collect.py `save`, `sensors`; docs/anno.md)
                                             distributed archives are not in frame order)
   <out>/bench2drive_base_train_val_split.json   {"val": ["v1/<last clip>"]}
 
-The world is synth.py's road at 10 Hz; theta in anno is CARLA's compass (yaw + pi/2, north =
+The world is world.py's road at 10 Hz; theta in anno is CARLA's compass (yaw + pi/2, north =
 (0, -1)). Cars are drawn into every camera through the stored calibration, so a box projected
 with `intrinsic` and `cam2ego` lands on the car's pixels. Data quirks of the real files appear
 on purpose: a NaN theta, a `speed: null`, and the ego's class written `vehicle` (anno.md)
@@ -55,7 +55,7 @@ RADAR_MOUNTS = {"radar_front": (2.6, 0.0, 0.6, 0.0), "radar_front_left": (2.2, -
                 "radar_back_left": (-2.2, -0.9, 0.6, -120.0),
                 "radar_back_right": (-2.2, 0.9, 0.6, 120.0)}
 CAR_TAG, ROAD_TAG = 14, 1
-# synth_garage's CARLA 0.9.10 tags -> 0.9.15's (road, roadline, sidewalk, sky, terrain)
+# garage's CARLA 0.9.10 tags -> 0.9.15's (road, roadline, sidewalk, sky, terrain)
 _TAGS_0915 = {7: 1, 6: 24, 8: 2, 13: 11, 22: 10}
 _CAR_BGR = (40, 40, 215)
 EXPERT_FEATURES = 1536   # the TCP port regresses a feature of this size (TCP/model.py)

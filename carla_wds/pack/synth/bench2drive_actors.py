@@ -1,6 +1,6 @@
-"""The boxes synth_b2d.py writes besides the ego and the drawn cars: the cases prepare_B2D.py's
-box rules decide (Bench2DriveZoo@uniad/vad 10a2e5d; see pack/b2d_boxes.py). None of them is
-drawn into the cameras or the LiDAR."""
+"""The boxes bench2drive.py writes besides the ego and the drawn cars: the cases prepare_B2D.py's
+box rules decide (Bench2DriveZoo@uniad/vad 10a2e5d; see pack/datasets/bench2drive/boxes.py).
+None of them is drawn into the cameras or the LiDAR."""
 from __future__ import annotations
 
 import math
@@ -42,7 +42,7 @@ def others(sim: dict, episode: int, t: int, ego: tuple[float, float]) -> list[di
     """A walker crossing ahead (anno speed 0), a traffic light whose head is 8 m ahead of
     its pole, 76 m behind the ego (its head within 75 m), a parked car on an overpass 12 m up,
     and a walker in an underpass 5 m down that the depth PNGs hide: the cases prepare_B2D's
-    box rules decide (see pack/b2d_boxes.py)."""
+    box rules decide (see pack/datasets/bench2drive/boxes.py)."""
     x0, y0, yaw0 = (float(sim[k][0]) for k in ("x", "y", "theta"))
     fwd, left = np.array([math.cos(yaw0), math.sin(yaw0)]), np.array([math.sin(yaw0),
                                                                       -math.cos(yaw0)])

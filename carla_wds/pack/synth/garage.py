@@ -1,8 +1,8 @@
 """Procedural routes in carla_garage's (TransFuser++) raw on-disk layout, plus shared helpers.
 
-Reuses synth.py's road and ego simulation (curving roads, varying speeds, changing commands) at
+Reuses world.py's road and ego simulation (curving roads, varying speeds, changing commands) at
 the garage's 4 Hz. The world is CARLA's: the synthetic (x, y, theta) are used directly as CARLA
-world x, y and yaw (rad), which fits synth.py's convention (theta + pi/2 is the ego's right, a
+world x, y and yaw (rad), which fits world.py's convention (theta + pi/2 is the ego's right, a
 right turn makes theta grow), so garage's ego frame R(theta)^T (p - p_ego) is (forward, right).
 
 Layout written (carla_garage@main team_code/data_agent.py save_sensors, autopilot.py save):
@@ -10,7 +10,7 @@ Layout written (carla_garage@main team_code/data_agent.py save_sensors, autopilo
     rgb/, rgb_augmented/ NNNN.jpg; semantics[_augmented]/, depth[_augmented]/ NNNN.png (uint8);
     bev_semantics[_augmented]/ NNNN.png (256x256, classes 0..10); lidar/NNNN.laz (ego frame);
     boxes/NNNN.json.gz; measurements/NNNN.json.gz; results.json.gz.
-The other synthetic layouts (synth_tf2022, synth_roach) import the shared helpers from here.
+The other synthetic layouts (transfuser2022, roach) import the shared helpers from here.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _ego_states_dt(road, s: np.ndarray, offset: np.ndarray, dt: float) -> dict:
 
 
 def simulate(rng: np.random.Generator, frames: int, dt: float, extra: int = 12) -> dict:
-    """Per-frame ego quantities for `frames` frames every dt s, built from synth.py's road and
+    """Per-frame ego quantities for `frames` frames every dt s, built from world.py's road and
     2 Hz speed profile (arc length interpolated in time: exact, speed is piecewise constant).
     Arrays hold frames + extra entries (future frames for labels), except `s` (one more)."""
     n = frames + extra

@@ -1,10 +1,10 @@
 """Procedural routes in TCP's raw layout with its Roach supervision (OpenDriveLab/TCP).
 
-The episodes, the front camera and the ego poses are exactly synth.py's "tcp" ones (same seed,
+The episodes, the front camera and the ego poses are exactly tcp.py's "tcp" ones (same seed,
 same images and positions); this module adds what TCP's roach_ap_agent.py save() writes next
 to them (TCP@73cc1dd leaderboard/team_code/roach_ap_agent.py run_step, save, get_target_gps):
   <root>/Town0K/routes_town0K_<ep>/
-    rgb/NNNN.png           synth.py's front camera (900x256 by default)
+    rgb/NNNN.png           tcp.py's front camera (900x256 by default)
     measurements/NNNN.json x, y, theta, speed, x/y_command_far/near, command_far/near,
                            should_brake, x_target, y_target, target_command (no controls: those
                            are in supervision/)
@@ -40,7 +40,7 @@ GNSS_SCALE = (111324.60662786, 111319.490945)   # planner.py: (gps - mean) * sca
 FEATURES = 256
 BEV_SIZE, BEV_PPM = 192, 5.0
 FOLDERS = ("rgb", "measurements", "supervision", "bev")
-# Roach's 0.9.10 BEV colours (RGB) of synth_garage.bev_semantics classes
+# Roach's 0.9.10 BEV colours (RGB) of garage.bev_semantics classes
 _BEV_COLOURS = {1: (85, 87, 83), 2: (46, 52, 54), 3: (255, 255, 255), 4: (186, 189, 182)}
 
 
@@ -89,7 +89,7 @@ def supervision_npy(sup: dict) -> bytes:
 
 
 def measurement(sim: dict, t: int) -> dict:
-    """save(): synth.py's tcp positions and route target, plus the near (waypoint planner,
+    """save(): tcp.py's tcp positions and route target, plus the near (waypoint planner,
     a few metres ahead) and far (command planner: the route target) nodes."""
     m = tcp.measurement("tcp", sim, t)
     road, s_t = sim["road"], float(sim["s"][t])
@@ -120,7 +120,7 @@ def bev_render(sim: dict, t: int, sup: dict) -> np.ndarray:
 
 def _write_episode(route: Path, episode: int, seed: int, frames: int,
                    size: tuple[int, int]) -> None:
-    # the same generators as synth.py's tcp episode, so rgb/ and the poses are tcp's
+    # the same generators as tcp.py's tcp episode, so rgb/ and the poses are tcp's
     sim = base._simulate(np.random.default_rng([seed, episode]), frames)
     renderer = base._Renderer(size[0], size[1], np.random.default_rng([seed, episode, 1]))
     rng = np.random.default_rng([seed, episode, 30])
@@ -147,7 +147,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp_roach", episodes: int 
     """Write `episodes` TCP route folders with Roach supervision (2 Hz, `frames` frames each)
     under out_dir and return them sorted.
 
-    Same folders, poses and rgb/ images as synth.py's "tcp" layout for the same arguments.
+    Same folders, poses and rgb/ images as tcp.py's "tcp" layout for the same arguments.
     image_size (width, height) of rgb/, default 900x256. Byte-identical output for the same
     arguments; ValueError for bad arguments, FileExistsError if a route folder to be written
     already holds files (nothing is overwritten)."""

@@ -1,7 +1,7 @@
 """The synthetic road of carla_wds.pack.synth: a lane centreline made of straights, junction
 crossings, junction turns and gentle bends, sampled every DS metres of arc length.
 
-Re-exported by synth.py (see its docstring for the world frame convention).
+Re-exported by world.py (see its docstring for the world frame convention).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Procedural routes in TransFuser 2022's raw on-disk layout (autonomousvision/transfuser@2022).
 
-Reuses synth.py's road and ego simulation through synth_garage.simulate at 2 Hz (save_freq =
-20 // 2 ticks), and synth_garage's cars, LiDAR returns and BEV drawing. The synthetic (x, y,
-theta) are CARLA world x, y and yaw (as in synth_garage); what the expert writes is derived from
+Reuses world.py's road and ego simulation through garage.simulate at 2 Hz (save_freq =
+20 // 2 ticks), and garage's cars, LiDAR returns and BEV drawing. The synthetic (x, y,
+theta) are CARLA world x, y and yaw (as in garage); what the expert writes is derived from
 them the way its code derives it from the simulator.
 
 Layout written (transfuser@22b3ccd team_code_autopilot/data_agent.py save_sensors, tick,
@@ -52,7 +52,7 @@ FOLDERS = ("rgb", "depth", "semantics", "lidar", "topdown", "label_raw", "measur
 # 6 pedestrian, 10-14 future vehicles (lts_rendering.py, map_utils.py); one saved frame (0.5 s)
 # apart here, the step is [inferred]: TF2022's loader reads only planes 0-1 (road, lane)
 PLANE_ROAD, PLANE_LANE, PLANE_RED, PLANE_VEHICLE, PLANE_FUTURE = 0, 1, 2, 5, 10
-_SEM_ROAD_LIKE = (1, 3, 4)                # synth_garage.bev_semantics: road, lane markings
+_SEM_ROAD_LIKE = (1, 3, 4)                # garage.bev_semantics: road, lane markings
 _SEM_LANE, _SEM_VEHICLE = (3, 4), 9
 
 
@@ -167,7 +167,7 @@ def label_raw(sim: dict, vehicles: list[dict], t: int, ego_id: int,
 def ego_boxes(vehicles: list[dict], t: int, pose: tuple[float, float, float],
               frame: int | None = None) -> list[tuple]:
     """Cars at frame `frame` (default t) as (forward, right, yaw, hx, hy, hz) in the ego frame
-    of frame t's pose (synth_garage.lidar_points / bev_semantics boxes)."""
+    of frame t's pose (garage.lidar_points / bev_semantics boxes)."""
     k = t if frame is None else frame
     out = []
     for car in vehicles:
@@ -235,7 +235,7 @@ def measurement(sim: dict, t: int, n_future: int = 4) -> dict:
 
 
 class StripCamera:
-    """The three 60-degree cameras 1.3 m ahead of the vehicle origin, rendered with synth.py's
+    """The three 60-degree cameras 1.3 m ahead of the vehicle origin, rendered with world.py's
     pinhole renderer (one per view width, one noise stream) and concatenated left to right."""
 
     def __init__(self, size: tuple[int, int], rng: np.random.Generator) -> None:

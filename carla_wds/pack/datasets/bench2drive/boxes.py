@@ -1,16 +1,16 @@
-"""Bench2Drive's `bounding_boxes` -> the box table (b2d_vocab.B2D_BOX_COLUMNS) in the ego frame, with
+"""Bench2Drive's `bounding_boxes` -> the box table (vocab.B2D_BOX_COLUMNS) in the ego frame, with
 the boxes prepare_B2D.py keeps and the values it gives them (Bench2DriveZoo@uniad/vad 10a2e5d
 mmcv/datasets/prepare_B2D.py `preprocess`):
 
 - kept: the anno's `distance` (to the actor's location, not the box centre) <= the radius
   (MAX_DISTANCE 75), |location z - the ego's location z| <= 10 m (FILTER_Z_SHRESHOLD:
-  overpasses), and with `visibility="filter"` the depth-visibility test (b2d_visible.py).
+  overpasses), and with `visibility="filter"` the depth-visibility test (visible.py).
 - `id`: Bench2Drive writes str(actor.id); prepare_B2D keeps int(id).
 - `speed`: a vehicle's own; any other box with a `speed` key (walkers: always 0 in the anno)
   moves |centre(t) - centre(t-1)| x 10 Hz, 0 where the id was not kept at frame t-1.
   vx, vy: speed along prepare_B2D's yaw, turned into the table's frame; the ego row carries
   (speed, 0) as prepare's ego_vel.
-- `type_id`: the blueprint name's index in b2d_vocab.B2D_TYPE_IDS (0: other).
+- `type_id`: the blueprint name's index in vocab.B2D_TYPE_IDS (0: other).
 The ego's row comes first (class ego), as before; positions and yaw are the ego frame's.
 """
 from __future__ import annotations
@@ -188,7 +188,7 @@ class _Frame:
 
 def boxes_table(anno: dict, rules: BoxRules, prev: dict | None = None,
                 depth: list[np.ndarray] | None = None) -> np.ndarray:
-    """anno['bounding_boxes'] -> (K, 16) float32 (b2d_vocab.B2D_BOX_COLUMNS): the ego first, then
+    """anno['bounding_boxes'] -> (K, 16) float32 (vocab.B2D_BOX_COLUMNS): the ego first, then
     every box prepare_B2D keeps. `prev`: frame t-1's anno (walker speeds), `depth`: the six
     depth maps in metres (B2D_RIG order) when rules.visibility is not 'off'."""
     frame = _Frame(anno, rules, prev, depth)

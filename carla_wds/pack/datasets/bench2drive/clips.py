@@ -56,7 +56,7 @@ class ClipError(ValueError):
 
 class ClipURL(str):
     """An archive's URL on an object store. A str (never a Path: pathlib would fold the '//'
-    of 's3://'), with a Path's `.name`, so that messages naming a clip's file (b2d.py,
+    of 's3://'), with a Path's `.name`, so that messages naming a clip's file (plan.py,
     packer.py) read the same for a local archive and a stored one."""
 
     @property

@@ -59,7 +59,7 @@ class B2DSettings:
     box_radius: float = anno_of.DEFAULT_BOX_RADIUS
     sensors: tuple[str, ...] = DEFAULT_SENSORS
     spool_bytes: int = 1 << 30
-    box_visibility: str = "filter"   # prepare_B2D's FILTER_INVISINLE (b2d_visible.py)
+    box_visibility: str = "filter"   # prepare_B2D's FILTER_INVISINLE (visible.py)
     expert_offset: int = -1     # expert file of frame t: t - 1 (prepare_B2D) or t (TCP port)
     all_frames: bool = False    # every keyframe with a full future, not the port's range
 
@@ -304,7 +304,7 @@ class _ClipPlanner:
         return labels, record
 
     def _boxes(self, t: int, now: dict) -> np.ndarray:
-        """The box table as prepare_B2D keeps it (b2d_boxes.py): frame t - 1 for walker
+        """The box table as prepare_B2D keeps it (boxes.py): frame t - 1 for walker
         speeds, the depth PNGs for the visibility test."""
         prev = self.anno(t - 1) if t - 1 in self.files["anno"] else None
         rules = b2d_boxes.BoxRules(self.s.box_radius, self.s.handedness, self.s.box_visibility)

@@ -10,7 +10,7 @@ from ....boxes import BOX_COLUMNS
 
 # --layout bench2drive: BOX_COLUMNS, then prepare_B2D.py's velocity (vx, vy: m/s in the table's
 # frame), the blueprint `type_id` as an index into B2D_TYPE_IDS, and the depth-visibility
-# test's outcome (1 seen, 0 not seen, FILL not tested; see pack/b2d_visible.py)
+# test's outcome (1 seen, 0 not seen, FILL not tested; see visible.py)
 B2D_BOX_COLUMNS: tuple[str, ...] = BOX_COLUMNS + ("vx", "vy", "type_id", "visible")
 # The type_id vocabulary: index 0 'other' (a blueprint not listed; boxes_raw.json keeps its
 # name), then the keys of VAD's NameMapping (Bench2DriveZoo@uniad/vad 10a2e5d

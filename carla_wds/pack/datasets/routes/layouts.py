@@ -1,5 +1,5 @@
 """Raw CARLA folder layouts, described by YAML files (no code per layout); the built-in ones
-ship inside the package, in carla_wds/pack/layouts/."""
+ship inside the package, in carla_wds/pack/datasets/routes/layouts/."""
 from __future__ import annotations
 
 from dataclasses import dataclass
