@@ -36,8 +36,9 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from ...calib import B2D_IMAGE_SIZE, B2D_LIDAR_MOUNT, B2D_RIG, carla_matrix, intrinsic
-from ...calib import B2D_RADARS as RADARS
+from ...datasets.bench2drive import RIG
+from ...datasets.bench2drive import RIG_ROWS as B2D_RIG
+from ...modalities.calibration import carla_matrix, intrinsic
 from . import world as base
 from .bench2drive_actors import box_corners as _box_corners
 from .bench2drive_actors import others as _others
@@ -89,8 +90,8 @@ def _sensors_anno(ego_world: np.ndarray, size: tuple[int, int]) -> dict:
                     "world2cam": np.linalg.inv(ego_world @ cam2ego).tolist(),
                     "cam2ego": cam2ego.tolist(), "fov": fov,
                     "image_size_x": size[0], "image_size_y": size[1]}
-    lidar2ego = carla_matrix(*B2D_LIDAR_MOUNT, 0.0)
-    out["LIDAR_TOP"] = {"location": list(B2D_LIDAR_MOUNT), "rotation": [0.0, 0.0, 0.0],
+    lidar2ego = carla_matrix(*RIG.lidar_mount, 0.0)
+    out["LIDAR_TOP"] = {"location": list(RIG.lidar_mount), "rotation": [0.0, 0.0, 0.0],
                         "world2lidar": np.linalg.inv(ego_world @ lidar2ego).tolist(),
                         "lidar2ego": lidar2ego.tolist()}
     for name, (mx, my, mz, myaw) in RADAR_MOUNTS.items():
@@ -138,7 +139,7 @@ def _radar_bytes(rng: np.random.Generator, boxes_ego: list[tuple]) -> bytes:
     import h5py
     buf = io.BytesIO()
     with h5py.File(buf, "w", track_order=True) as f:
-        for name in RADARS:
+        for name in RIG.radars:
             mx, my, _, myaw = RADAR_MOUNTS[name]
             rows = [[rng.uniform(40, 90), rng.uniform(-0.05, 0.05), rng.uniform(-0.3, 0.3), 0.0]]
             for bx, by, _, *_ in boxes_ego:
@@ -326,7 +327,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
         raise ValueError(f"synth_b2d writes layout 'bench2drive', not {layout!r}")
     base.check_args(episodes, frames, seed, image_size)
     _need_h5py()   # before anything is written: no half-written clip without radar files
-    size = tuple(int(v) for v in (image_size or B2D_IMAGE_SIZE))
+    size = tuple(int(v) for v in (image_size or RIG.image_size))
     out = Path(out_dir)
     clips = [out / "v1" / clip_name(ep) for ep in range(int(episodes))]
     refuse_busy(clips)

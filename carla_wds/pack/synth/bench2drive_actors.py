@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ...calib import carla_matrix
+from ...modalities.calibration import carla_matrix
 from .garage import CAR_HALF_EXTENT
 
 DT = 0.1

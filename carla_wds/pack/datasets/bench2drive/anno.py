@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ....calib import B2D_RIG, to_right_handed_cam2ego, to_right_handed_lidar2ego
+from ....datasets.bench2drive import RIG_ROWS as B2D_RIG
+from ....modalities.calibration import to_right_handed_cam2ego, to_right_handed_lidar2ego
 from ....extras import MeasField
 from ....schema import SchemaError
 from ...labels import F32_MAX, command_index, command_onehot, finite_f32, non_finite_label

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ....calib import B2D_RIG
+from ....datasets.bench2drive import RIG_ROWS as B2D_RIG
 from ....codecs import codec_named
-from ....boxes import BOX_CLASSES, FILL, finite_row
+from ....modalities.boxes import BOX_CLASSES, FILL, finite_row
 from .vocab import B2D_BOX_COLUMNS, B2D_TYPE_IDS, b2d_type_index
 from ....schema import SchemaError
 from . import visible as vis

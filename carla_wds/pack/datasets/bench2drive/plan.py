@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ....calib import B2D_RIG
+from ....datasets.bench2drive import RIG_ROWS as B2D_RIG
 from ....codecs import CODECS, codec_named
 from ....extras import MEASUREMENTS, Extra, make_record
 from ....modalities import points_problem

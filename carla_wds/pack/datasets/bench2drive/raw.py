@@ -21,7 +21,9 @@ import zlib
 import numpy as np
 
 from .... import limits
-from ....calib import B2D_RADARS as RADARS
+from ....datasets.bench2drive import RIG
+
+RADARS = RIG.radars
 
 # the filters a Bench2Drive radar file may use (data_collect.py writes gzip; shuffle goes
 # with it); every other id is refused before HDF5 could look for a plugin to load for it

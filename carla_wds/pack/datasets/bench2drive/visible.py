@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....calib import B2D_RIG, LEFT2RIGHT, to_right_handed_cam2ego, to_right_handed_lidar2ego
+from ....datasets.bench2drive import RIG_ROWS as B2D_RIG
+from ....modalities.calibration import (LEFT2RIGHT, to_right_handed_cam2ego,
+                                       to_right_handed_lidar2ego)
 
 LEFTHAND_EGO_TO_LIDAR = np.array([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
                                  np.float64)

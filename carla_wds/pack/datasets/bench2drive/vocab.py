@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....boxes import BOX_COLUMNS
+from ....modalities.boxes import BOX_COLUMNS
 
 # --layout bench2drive: BOX_COLUMNS, then prepare_B2D.py's velocity (vx, vy: m/s in the table's
 # frame), the blueprint `type_id` as an index into B2D_TYPE_IDS, and the depth-visibility
