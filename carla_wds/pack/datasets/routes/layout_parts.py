@@ -9,12 +9,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ....datasets import box_parsers
+
 # Per sensor, how a raw file becomes members: its bytes as they are (checked by the codec),
 # a pickled (frame, points) tuple (TransFuser 2022 LiDAR, only with --allow-pickle-input),
 # or a box list in JSON (typed array + the raw JSON beside it), or a LAZ cloud decoded once at
 # pack time into float32 xyz points (a loader decodes npy 40-140x faster than LAZ, for 2.4x
 # the bytes: docs/benchmarks.md, issue 14's LAZ-vs-npy measurement).
-READERS = ("bytes", "pickled_tuple", "boxes_tf2022", "boxes_garage", "laz_points")
+# the box readers are the parsers the datasets register (carla_wds.datasets.box_parsers)
+READERS = ("bytes", "pickled_tuple", *box_parsers(), "laz_points")
 SENSOR_CODECS = ("png", "jpg", "depth_carla24", "depth_garage8", "semantics", "bev_tf2022",
                  "bev_classes", "points", "laz", "boxes")
 SENSOR_EXTS = ("png", "jpg", "npy", "laz", "json", "json.gz")

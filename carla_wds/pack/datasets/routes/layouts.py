@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from ....datasets import transforms
 from ....safeyaml import read_yaml
 from ....schema import CAMERAS
 from .layout_parts import (
@@ -29,7 +30,8 @@ from .layout_parts import (
 LAYOUT_DIR = Path(__file__).resolve().parent / "layouts"
 FIELD_NAMES = ("x", "y", "theta", "speed", "target_x", "target_y", "command")
 OPTIONAL_FIELDS = ("ego_matrix",)   # needed when waypoints come from the 4x4 ego matrix
-TRANSFORMS = ("tcp_brake_override",)
+# the load transforms a layout may name: those the datasets register (carla_wds.datasets)
+TRANSFORMS = tuple(transforms())
 
 
 @dataclass(frozen=True)
