@@ -22,6 +22,7 @@ from dataclasses import asdict, replace
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from ..datasets import lidar_presets
 from ..dist import rank_world
 from ..limits import Limits
 from ..limits import active as active_limits
@@ -71,10 +72,10 @@ def _field_options(spec: SampleSpec, adapters: dict[str, Any], lidar_histogram: 
     twins, with the caller's option; load/adapters/); a histogram needs the lidar field and
     a known preset."""
     if lidar_histogram is not None:
-        from ..lidar import PRESETS
-        if lidar_histogram not in PRESETS or "lidar" not in fields:
+        presets = lidar_presets()   # the dataset registry's (carla_wds.datasets)
+        if lidar_histogram not in presets or "lidar" not in fields:
             raise ValueError(f"lidar_histogram {lidar_histogram!r}: expected one of "
-                             f"{sorted(PRESETS)}, with 'lidar' in fields (got {list(fields)})")
+                             f"{sorted(presets)}, with 'lidar' in fields (got {list(fields)})")
     return FieldOptions(lidar_histogram, adapters_for(spec, adapters))
 
 

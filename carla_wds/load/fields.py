@@ -14,7 +14,11 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..extras import MEASUREMENTS, Extra, record_values
+from ..datasets import lidar_preset
+from ..extras import Extra
+from ..modalities.calibration import resized_intrinsic
+from ..modalities.lidar_bev import histogram_features
+from ..modalities.measurements import MEASUREMENTS, record_values
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
 from ..modalities import modality, per_camera, row_kinds
 from .adapters import Draw, LoadAdapter, SampleState
@@ -81,8 +85,7 @@ def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         fields.update(calibration(raw, spec, fields[MEASUREMENTS], image_size, opts.rig,
                                   sizes))
     if opts.lidar_histogram and fields is not None and "lidar" in fields:
-        from ..lidar import lidar_to_histogram_features   # only when asked for
-        fields["lidar"] = lidar_to_histogram_features(fields["lidar"], opts.lidar_histogram)
+        fields["lidar"] = histogram_features(fields["lidar"], lidar_preset(opts.lidar_histogram))
     return raw, labels
 
 
@@ -149,7 +152,6 @@ def calibration(raw: dict[str, Any], spec: SampleSpec, record: dict[str, np.ndar
     order of spec.cameras (a `cameras=` subset too); `rig` is the pack's camera order, the
     record's. The stored sizes are the manifest's (`sizes`, which the decoder holds every
     header to), read from the headers only for packs that recorded none."""
-    from ..calib import resized_intrinsic
     order = [rig.index(c) for c in spec.cameras]
     stored = [s or spec.codec(m).size(raw[m])
               for s, m in zip(sizes or [None] * len(order), spec.image_members)]

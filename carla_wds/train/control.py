@@ -10,43 +10,25 @@ The expert's controls, where the data has them, give steer/throttle/brake MAE ne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+# the controller's values are a dataset's convention, registered with it (TCP's:
+# carla_wds.datasets DEFAULT_CONTROLLER); ControllerConfig and PIDGains live there too
+from ..datasets import DATASETS, DEFAULT_CONTROLLER, ControllerConfig, PIDGains
 from .frames import to_right_forward
 
 CONTROLS: tuple[str, ...] = ("steer", "throttle", "brake")
 
 
-@dataclass(frozen=True)
-class PIDGains:
-    kp: float
-    ki: float
-    kd: float
-    n: int   # TCP's window (buffer) size
-
-    def first_step(self, error: Tensor) -> Tensor:
-        """What a fresh TCP PIDController's step(error) returns."""
-        return self.kp * error + self.ki * error / self.n + self.kd * error
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """TCP/config.py GlobalConfig's controller values."""
-    turn: PIDGains = PIDGains(0.75, 0.75, 0.3, 40)
-    speed: PIDGains = PIDGains(5.0, 0.5, 1.0, 40)
-    max_throttle: float = 0.75   # upper limit on throttle signal value in dataset
-    brake_speed: float = 0.4     # desired speed below which brake is triggered
-    brake_ratio: float = 1.1     # ratio of speed to desired speed at which brake is triggered
-    clip_delta: float = 0.25     # maximum change in speed input to longitudinal controller
-    aim_dist: float = 4.0        # distance to search around for aim point
-    angle_thresh: float = 0.3    # outlier control detection angle
-    dist_thresh: float = 10.0    # target point forward distance for outlier filtering
-
-
-TCP_CONTROLLER = ControllerConfig()
+def controller_source() -> str:
+    """The project whose controller the trainer uses, as its registry entry writes it (the
+    `doc`'s first word, before the commit it cites), for the log line reporting it."""
+    info = next((i for i in DATASETS.values() if i.controller == DEFAULT_CONTROLLER), None)
+    if info is None:
+        return "the default"
+    return info.doc.split("@", 1)[0] if "@" in info.doc else info.name
 
 
 def _angle(v: Tensor) -> Tensor:
@@ -56,7 +38,7 @@ def _angle(v: Tensor) -> Tensor:
 
 
 def control_pid(waypoints: Tensor, speed: Tensor, target: Tensor, dt: float,
-                cfg: ControllerConfig = TCP_CONTROLLER) -> Tensor:
+                cfg: ControllerConfig = DEFAULT_CONTROLLER) -> Tensor:
     """(B, T>=2, 2) waypoints and (B, 2) target point, both (right, forward) metres from the
     vehicle origin, (B,) speed m/s -> (B, 3) steer, throttle, brake (brake 0 or 1).
 
@@ -111,5 +93,5 @@ def has_expert_controls(field_names: list[str] | tuple[str, ...]) -> bool:
     return set(CONTROLS) <= set(field_names) or "action" in field_names
 
 
-__all__ = ["CONTROLS", "ControllerConfig", "PIDGains", "TCP_CONTROLLER", "control_pid",
-           "controls_in_frames", "expert_controls", "has_expert_controls"]
+__all__ = ["CONTROLS", "ControllerConfig", "DEFAULT_CONTROLLER", "PIDGains", "control_pid",
+           "controller_source", "controls_in_frames", "expert_controls", "has_expert_controls"]

@@ -1,10 +1,11 @@
 """Ego frames the trainer meets, and the kinematic prior: driving straight on at current speed.
 
 Each layout keeps its project's coordinate convention (docs/coordinates.md); the manifest names
-it per label (`spec.frames`, `tcp` when a layout names none). Every frame is an orthogonal map
-of (right, forward) metres from the vehicle origin, plus an offset:
+it per label (`spec.frames`, DEFAULT_FRAME when a layout names none). Every frame is an
+orthogonal map of (right, forward) metres from the vehicle origin, plus an offset, registered
+with its dataset (carla_wds.datasets, `Frame(axes, origin)`):
 
-    point_in_frame = AXES[frame] @ (right, forward) + ORIGIN[frame]
+    point_in_frame = axes @ (right, forward) + origin
 
 That one table gives both the straight-line prior, which is the reported baseline and the
 model's starting point (`straight_ahead`), and the view TCP's PID controller expects
@@ -17,30 +18,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-# transfuser@22b3ccd config.py lidar_pos: TF-2022's ego_waypoint origin is the virtual LiDAR,
-# 1.3 m ahead of the vehicle origin.
-_TF2022_LIDAR_X = 1.3
+from ..datasets import DEFAULT_FRAME, canonical_frame, known_frames
+from ..datasets import frame as frame_of
 
-# frame -> (rows of the 2x2 map from (right, forward), origin offset in the frame)
-_FRAMES: dict[str, tuple[tuple[tuple[float, float], tuple[float, float]], tuple[float, float]]] = {
-    "tcp": (((1.0, 0.0), (0.0, -1.0)), (0.0, 0.0)),             # (right, -forward)
-    "garage": (((0.0, 1.0), (1.0, 0.0)), (0.0, 0.0)),           # (forward, right)
-    "transfuser2022": (((0.0, 1.0), (1.0, 0.0)), (-_TF2022_LIDAR_X, 0.0)),
-    "b2d": (((0.0, 1.0), (-1.0, 0.0)), (0.0, 0.0)),             # (forward, left)
-}
-_ALIASES = {"transfuser2021": "tcp", "transfuser2022_target_point": "tcp", "carla": "garage",
-            "bench2drive": "b2d", "nuscenes": "b2d"}
-DEFAULT_FRAME = "tcp"   # what TCP and TransFuser 2021 layouts use without naming a frame
-KNOWN_FRAMES: tuple[str, ...] = tuple(sorted([*_FRAMES, *_ALIASES]))
-
-
-def canonical(frame: str) -> str:
-    """The table's name for a frame (aliases resolved); ValueError naming the known ones."""
-    name = _ALIASES.get(frame, frame)
-    if name not in _FRAMES:
-        raise ValueError(f"unknown coordinate frame {frame!r}; carla-wds knows "
-                         f"{', '.join(KNOWN_FRAMES)} (docs/coordinates.md)")
-    return name
+# The frames come from the dataset registry (carla_wds.datasets: each dataset's Frame, the
+# 2x2 map from (right, forward) and the origin offset, and its frame aliases), so a dataset
+# registered there is a frame the trainer knows.
+canonical = canonical_frame
 
 
 def label_frames(frames: Mapping[str, str]) -> tuple[str, str]:
@@ -49,10 +33,10 @@ def label_frames(frames: Mapping[str, str]) -> tuple[str, str]:
             canonical(frames.get("target_point", DEFAULT_FRAME)))
 
 
-def _axes(frame: str, like: Tensor) -> tuple[Tensor, Tensor]:
-    rows, origin = _FRAMES[canonical(frame)]
-    return (torch.tensor(rows, dtype=like.dtype, device=like.device),
-            torch.tensor(origin, dtype=like.dtype, device=like.device))
+def _axes(name: str, like: Tensor) -> tuple[Tensor, Tensor]:
+    f = frame_of(name)
+    return (torch.tensor(f.axes, dtype=like.dtype, device=like.device),
+            torch.tensor(f.origin, dtype=like.dtype, device=like.device))
 
 
 def straight_ahead(speed: Tensor, pred_len: int, dt: float, frame: str = DEFAULT_FRAME) -> Tensor:
@@ -77,5 +61,5 @@ def to_right_forward(points: Tensor, frame: str) -> Tensor:
     return (points - origin) @ axes   # axes is orthogonal: its inverse is its transpose
 
 
-__all__ = ["DEFAULT_FRAME", "KNOWN_FRAMES", "canonical", "label_frames", "straight_ahead",
+__all__ = ["DEFAULT_FRAME", "canonical", "known_frames", "label_frames", "straight_ahead",
            "to_right_forward"]

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..extras import MEASUREMENTS, MeasField
-from ..lidar import PRESETS
+from ..datasets import lidar_preset, lidar_presets
+from ..modalities.measurements import MEASUREMENTS, MeasField
 from ..load import CARLABatch, CARLAWebData
 from ..schema import SampleSpec
 from .config import ConfigError, TrainConfig
@@ -40,8 +40,8 @@ def check_inputs(cfg: ModelConfig, spec: SampleSpec, where: str) -> None:
     if cfg.lidar is not None and not lidar:
         raise ConfigError(f"model.lidar={cfg.lidar}: {where} holds no LiDAR (its extras: "
                           f"{[e.name for e in spec.extras] or 'none'}). Fix: model.lidar=null, "
-                          "or shards packed with a layout that has LiDAR (garage, "
-                          "transfuser2022)")
+                          "or shards packed with a layout that has LiDAR (one with a "
+                          f"histogram preset: {', '.join(sorted(lidar_presets()))})")
     fields = record_fields(spec)
     missing = [m for m in cfg.measurements if m not in fields]
     if missing:
@@ -64,7 +64,7 @@ def model_io(cfg: TrainConfig, spec: SampleSpec) -> ModelIO:
     """What the data decides about the model: frame, interval, input sizes."""
     fields = record_fields(spec)
     chosen = [fields[m] for m in cfg.model.measurements]
-    channels = len(PRESETS[cfg.model.lidar].channels) if cfg.model.lidar else 0
+    channels = len(lidar_preset(cfg.model.lidar).channels) if cfg.model.lidar else 0
     return ModelIO(frame=label_frames(dict(spec.frames))[0], frame_dt=cfg.data.frame_dt,
                    extra_dim=sum(math.prod(f.shape) for f in chosen), lidar_channels=channels,
                    extra_scales=tuple(_UNIT_SCALE.get(f.units, 1.0) for f in chosen))

@@ -44,7 +44,8 @@ from .checkpoint import (
     stored_config,
     trim_metrics,
 )
-from .config import TrainConfig, check_runtime, load_config, to_dict
+from .config import TrainConfig, check_runtime, load_config, shipped_configs, to_dict
+from .control import controller_source
 from .errors import USER_ERRORS, one_line
 from .evaluate import evaluate
 from .inputs import autocast_for, check_inputs, loader_options, model_for, predict
@@ -305,8 +306,8 @@ def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]
                  "FDE %.3f m: the model %s the baseline", last_eval["ade"], last_eval["fde"],
                  last_eval["n"], last_eval["baseline_ade"], last_eval["baseline_fde"], verdict)
         if "steer_mae" in last_eval:
-            log.info("TCP's PID controller vs the expert's controls, MAE (baseline's): steer "
-                     "%.3f (%.3f), throttle %.3f (%.3f), brake %.3f (%.3f)",
+            log.info("%s's PID controller vs the expert's controls, MAE (baseline's): steer "
+                     "%.3f (%.3f), throttle %.3f (%.3f), brake %.3f (%.3f)", controller_source(),
                      *(last_eval[f"{p}{c}_mae"] for c in ("steer", "throttle", "brake")
                        for p in ("", "baseline_")))
 
@@ -365,7 +366,8 @@ def _run(run: Run) -> dict[str, float] | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="carla_wds.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=None, help="a shipped config (tiny, tcp) or a YAML file")
+    parser.add_argument("--config", default=None,
+                        help=f"a shipped config ({', '.join(shipped_configs())}) or a YAML file")
     parser.add_argument("overrides", nargs="*", help="key=value, e.g. optim.lr=3e-4")
     args = parser.parse_args(argv)
     rank = dist.rank_world()[0]

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..datasets import lidar_presets
 from ..schema import N_COMMANDS
 from .frames import DEFAULT_FRAME, canonical, straight_ahead
 from .settings import setting
@@ -34,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 VALID_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18", "tiny")
 PRIORS: tuple[str, ...] = ("constant_velocity", "none")
-LIDAR_PRESETS: tuple[str, ...] = ("garage", "transfuser2022")   # carla_wds.lidar.PRESETS
+# the LiDAR histogram presets the dataset registry holds (carla_wds.datasets.lidar_presets)
+LIDAR_PRESETS: tuple[str, ...] = tuple(sorted(lidar_presets()))
 RESNET_BACKBONES: tuple[str, ...] = ("resnet34", "resnet18")
 
 # CARLA speeds in urban driving rarely exceed ~12 m/s; TCP divides by 12 so the
@@ -60,7 +62,7 @@ class ModelConfig:
     dropout: float = setting(0.0, ge=0, lt=1)
     prior: str = setting("constant_velocity", choices=PRIORS,
                          doc="constant_velocity: residuals on the straight-line baseline; "
-                             "none: TCP's plain deltas")
+                             "none: plain deltas, the original formulation")
     lidar: str | None = setting(None, choices=LIDAR_PRESETS,
                                 doc="a LiDAR BEV branch on that project's histogram; null: off")
     measurements: list[str] = setting(default_factory=list, unique=True,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from carla_wds.datasets.tcp import CONTROLLER as TCP_CONTROLLER
 from carla_wds.train.control import (
-    TCP_CONTROLLER,
     control_pid,
     controls_in_frames,
     expert_controls,

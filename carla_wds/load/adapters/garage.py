@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...codecs import codec_named
-from ...extras import MEASUREMENTS
+from ...modalities.measurements import MEASUREMENTS
 from ...rng import derive_seed, numpy_rng
 from ...schema import SampleSpec
 from .base import Draw, LoadAdapter, Raw, SampleState

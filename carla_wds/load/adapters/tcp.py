@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from ...datasets.tcp import BRAKE_MU, BRAKE_OVERRIDE, BRAKE_SIGMA
 from ...schema import SampleSpec
 from .base import LoadAdapter
 
-NAME = "tcp_brake_override"   # the manifest's spec.transforms word (shard format: unchanged)
-# TCP/data.py: index 0 of action_mu / action_sigma is the acceleration Beta's (alpha, beta)
-TCP_BRAKE_MU, TCP_BRAKE_SIGMA = 0.8, 5.5
+# the manifest's spec.transforms word (shard format: unchanged), and TCP/data.py's values for
+# index 0 of action_mu / action_sigma, the acceleration Beta's (alpha, beta): the registry's
+NAME, TCP_BRAKE_MU, TCP_BRAKE_SIGMA = BRAKE_OVERRIDE, BRAKE_MU, BRAKE_SIGMA
 
 
 def brake_override(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
