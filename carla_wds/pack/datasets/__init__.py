@@ -4,6 +4,12 @@ Built in: the declarative YAML layouts (routes/: one Dataset per shipped .yaml f
 code datasets (bench2drive/). A layout that is a path to a .yaml file is packed by the YAML
 adapter. `register` adds a dataset (and its synthetic writer) from outside the package; the
 CLI's --layout help, its dataset options and tools/check_wheel.sh read their lists from here.
+
+Adding a YAML dataset: routes/layouts/<name>.yaml (registered under its stem) plus a writer in
+pack/synth/ (a line in its _WRITERS). Adding a code dataset: a folder here with a Dataset
+subclass (its options as DatasetOption, `open` -> PackInput of episodes, a planner yielding
+RoutePlans of FrameTasks, a frames.FrameEncoder), a writer in pack/synth/, and a registry line
+below (or `register(name, dataset, synth=writer)` from outside the package).
 """
 from __future__ import annotations
 
