@@ -1,0 +1,63 @@
+"""A dataset's own pack options live in its room (pack/datasets/<name>/), not in PackOptions:
+PackOptions carries them as one mapping (dataset_options) that the layout's dataset checks, the
+CLI adds their flags from the registry, and a manifest's pack_args keeps the keys it always had.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from carla_wds.pack import PackOptions
+from carla_wds.pack.errors import PackError
+
+# PackOptions.identity() (the manifest's pack_args, the resume journal's header) before
+# issue 25, key for key and in order (commit e906302)
+PACK_ARGS = ["layout", "pred_len", "max_samples", "max_bytes", "prefix", "image_format", "quality",
+             "resize", "part", "on_error", "check_images", "dot_replacement", "all_frames",
+             "stride", "split", "subset", "handedness", "box_radius", "sensors",
+             "box_visibility", "expert_pairing"]
+
+
+def test_pack_options_hold_no_dataset_field_and_pack_args_stay():
+    own = {f.name for f in fields(PackOptions)}
+    assert not own & {"stride", "split", "subset", "handedness", "box_radius", "sensors",
+                      "box_visibility", "expert_pairing"}
+    assert list(PackOptions().identity()) == PACK_ARGS
+    b2d = PackOptions(layout="bench2drive", dataset_options={"stride": 1, "sensors": ("lidar",)})
+    assert list(b2d.identity()) == PACK_ARGS
+    assert b2d.identity()["stride"] == 1 and b2d.identity()["subset"] == "train"
+    assert PackOptions.of(layout="bench2drive", stride=1).dataset_options == {"stride": 1}
+
+
+@pytest.mark.parametrize("layout, given, message", [
+    ("bench2drive", {"stride": 0}, "--stride 0: expected a whole number >= 1. Fix: pass e.g. "
+                                   "--stride 5"),
+    ("bench2drive", {"handedness": "up"}, "--handedness up: expected left or right. Fix:"),
+    ("bench2drive", {"subset": "test"}, "--subset test: expected one of ['train', 'val', 'all']"),
+    ("bench2drive", {"box_radius": -1}, "--box-radius -1: expected metres > 0. Fix:"),
+    ("bench2drive", {"sensors": ("lidar", "sonar")}, "--sensors lidar,sonar: expected distinct "
+                                                     "names from ['lidar', 'boxes'"),
+    ("tcp", {"stride": 5}, "--stride 5: expected --layout bench2drive. Fix: leave --stride out "
+                           "for --layout tcp"),
+    ("garage", {"nope": 1}, "dataset option 'nope' 1: expected one of ['box_radius', "),
+])
+def test_the_layouts_dataset_checks_its_options(layout, given, message):
+    with pytest.raises(PackError) as info:
+        PackOptions(layout=layout, dataset_options=given).validate()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value), info.value
+
+
+def test_an_option_at_its_default_is_accepted_for_any_layout():
+    PackOptions(layout="tcp", dataset_options={"handedness": "left", "subset": "train"}).validate()
+
+
+def test_the_cli_passes_a_datasets_flags_to_its_room(raw_tcp, tmp_path, cli):
+    from carla_wds.pack.datasets import all_options, option_owners
+    shown = cli("pack", "--help").output
+    assert all(o.flag in shown and option_owners(o.name) for o in all_options())
+    out = tmp_path / "out"
+    result = cli("pack", raw_tcp, out, "--layout", "tcp", "--stride", "5")
+    assert result.exit_code != 0
+    assert "--stride 5: expected --layout bench2drive" in result.output, result.output
+    assert not out.exists()
