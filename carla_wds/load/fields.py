@@ -37,7 +37,7 @@ CHECKED_ROWS = ("lidar", "boxes")
 @dataclass(frozen=True)
 class FieldOptions:
     """What the loader does with the extra fields besides decoding them (picklable)."""
-    lidar_histogram: str | None = None    # a carla_wds.lidar preset: BEV histogram in workers
+    lidar_histogram: str | None = None    # a preset of datasets.lidar_presets(): BEV histogram
     # the load adapters that apply to these shards (load/adapters/), configured; their draws
     # are per (seed, epoch, key), in train passes only
     adapters: tuple[LoadAdapter, ...] = ()

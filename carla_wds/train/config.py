@@ -42,7 +42,7 @@ class DataConfig:
     cache_dir: str | None = None
     cache_limit_bytes: int | None = setting(None, ge=1, doc="bytes the cache_dir may hold, "
                                             "least recently used shards evicted; null: no bound")
-    frame_dt: float = setting(0.5, gt=0, doc="seconds between frames (0.5: the route layouts' 2 Hz)")
+    frame_dt: float = setting(0.5, gt=0, doc="seconds between frames (0.5: 2 Hz)")
     verify: bool = False                    # check each shard's sha256 against the manifest
     on_error: str = setting("raise", choices=("raise", "skip"),
                             doc="skip: a bad sample becomes valid=False padding, counted")

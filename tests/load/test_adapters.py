@@ -48,7 +48,8 @@ def test_the_manifest_decides_which_adapters_apply(packed_roach, packed_garage):
     assert adapters_for(roach.manifest.spec, {"tcp_brake_override": False}) == ()
 
 
-def test_adapters_mapping_loads_what_the_older_keywords_load(packed_roach, packed_garage):  # noqa: F811
+def test_adapters_mapping_loads_what_the_older_keywords_load(packed_roach,  # noqa: F811
+                                                             packed_garage):  # noqa: F811
     fields = ["measurements"]
     for packed, alias, name, value in ((packed_roach, "brake_override", "tcp_brake_override",
                                         False),
