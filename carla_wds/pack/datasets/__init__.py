@@ -20,6 +20,8 @@ from ..synth import Writer, register_writer
 from .base import Dataset, DatasetOption, PackInput
 from .bench2drive import DATASETS as _CODE_DATASETS
 from .routes import RoutesDataset, yaml_datasets
+# a code dataset says which frames its loader serves with the YAML adapter's rule
+from .routes.layout_parts import SampleRule
 
 _REGISTRY: dict[str, Dataset] = {**yaml_datasets(), **_CODE_DATASETS}
 DEFAULT_LAYOUT = "tcp"   # `carla-wds pack` and PackOptions without a --layout
@@ -83,4 +85,5 @@ def check_options(layout: str, given: Mapping[str, Any]) -> None:
 
 
 __all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset",
-           "all_options", "builtin_layouts", "check_options", "dataset_for", "register"]
+           "SampleRule", "all_options", "builtin_layouts", "check_options", "dataset_for",
+           "register"]
