@@ -13,7 +13,8 @@ from carla_wds.load import CARLAWebData
 from carla_wds.load.places import attributes_of, render
 from carla_wds.modalities import MODALITIES, Modality
 from tests.load.test_b2d_loader import b2d  # noqa: F401 (fixture: every Bench2Drive sensor)
-from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (bev, twins)
+# fixtures (bev, twins):
+from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "batch.md"
 PACKS = ("b2d", "packed_garage")

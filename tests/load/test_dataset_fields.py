@@ -2,7 +2,8 @@
 and the camera twin on: exact len() and equal batch counts per rank for any world size and
 worker count, eval covering every sample once, identical batches after a mid-epoch resume
 (fields and twin choice included), padding masked by *_len, and the same under real torchrun.
-The garage pack (tests/pack/test_layout_garage.py) holds 30 samples in shards of 7, 7, 7, 7, 2.
+The garage pack (tests/pack/datasets/routes/test_layout_garage.py) holds 30 samples in shards
+of 7, 7, 7, 7, 2.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from carla_wds import CARLAWebData
 # every frame with a full future: short garage routes hold none of garage's own range
 from tests.conftest import run_pack_all_frames as run_pack
 from tests.helpers import all_keys, torchrun
-from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
+# fixtures:
+from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 
 SIZE = (24, 32)
 ALL = ["depth", "semantics", "bev", "lidar", "boxes", "measurements"]

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import webdataset as wds
 
-from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
+# fixtures:
+from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 
 ROAD_OPTIONS = {1: "LEFT", 2: "RIGHT", 3: "STRAIGHT", 4: "LANEFOLLOW", 5: "CHANGELANELEFT",
                 6: "CHANGELANERIGHT"}

@@ -11,7 +11,8 @@ from carla_wds.train.control import controls_in_frames, expert_controls
 from carla_wds.train.evaluate import evaluate
 from carla_wds.train.frames import straight_ahead
 from carla_wds.train.inputs import loader_options, model_for
-from tests.pack.test_layout_tcp_roach import packed_roach, raw_roach  # noqa: F401 (fixtures)
+# fixtures:
+from tests.pack.datasets.routes.test_layout_tcp_roach import packed_roach, raw_roach  # noqa: F401
 
 from .test_loop import TINY, data, overrides  # noqa: F401 - data: fixture
 

@@ -18,7 +18,8 @@ from carla_wds import CARLAWebData
 from carla_wds.train.checkpoint import save_checkpoint
 from carla_wds.train.config import TrainConfig, to_dict
 from carla_wds.train.model import ModelConfig, build_model
-from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
+# fixtures:
+from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 
 
 def make_checkpoint(path: Path, n_cameras: int = 4, **config_edits) -> Path:

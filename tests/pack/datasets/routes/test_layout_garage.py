@@ -133,7 +133,7 @@ def test_the_record_holds_every_field_garage_reads_as_saved(packed):
             assert rec[name].shape == shape and rec[name].dtype == np.dtype(dtype), name
             if name == "route_raw_len":
                 assert int(rec[name]) == len(src["route"])
-            elif name in ("route", "route_augmented"):   # tests/pack/test_garage_route.py
+            elif name in ("route", "route_augmented"):   # test_garage_route.py
                 aug = [src[f"augmentation_{k}"] for k in ("translation", "rotation")] \
                     if name == "route_augmented" else [0.0, 0.0]
                 np.testing.assert_allclose(rec[name], reference.garage_route(src["route"],

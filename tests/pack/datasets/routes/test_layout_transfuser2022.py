@@ -21,8 +21,8 @@ from carla_wds.pack.synth import transfuser2022 as synth_tf2022
 from carla_wds.pack.errors import PackError
 from tests import reference
 from tests.conftest import make_raw, read_pack, run_pack
-from tests.pack.test_synth_tf2022_roach import tf_decode_pil_to_npy, tf_get_depth_metres
-from tests.test_lidar import tf2022_loader_points, tf2022_reference
+from tests.pack.synth.test_synth_tf2022_roach import tf_decode_pil_to_npy, tf_get_depth_metres
+from tests.modalities.test_lidar import tf2022_loader_points, tf2022_reference
 
 FRAMES = 12
 SIZE = (96, 32)               # conftest.make_raw's IMAGE_SIZE would split into 21-px views

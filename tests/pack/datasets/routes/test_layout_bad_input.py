@@ -7,7 +7,7 @@ count, a boxes file that is not a list, a route without the results file its fil
 In fail mode (the default) the pack stops with a PackError naming route, frame, file, what was
 expected and a fix, and leaves no output; in skip mode the manifest lists each skipped frame
 with its reason and every frame is a sample, a route tail or skipped. (Pickled input without
---allow-pickle-input: tests/pack/test_layout_tcp_roach.py.)
+--allow-pickle-input: tests/pack/datasets/routes/test_layout_tcp_roach.py.)
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ from tests import reference
 from tests.conftest import make_raw, read_pack
 # every frame with a full future: short garage routes hold none of garage's own range
 from tests.conftest import run_pack_all_frames as run_pack
-from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
+# fixtures:
+from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 from tests.load.test_semantic_classes import GARAGE as GARAGE_CLASSES
 from tests.load.test_semantic_classes import GARAGE_IDS
 

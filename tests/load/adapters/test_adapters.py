@@ -11,8 +11,9 @@ import torch
 
 from carla_wds.load import CARLAWebData
 from carla_wds.load.adapters import ADAPTERS, LoadAdapter, adapters_for, keywords, register
-from tests.pack.test_layout_garage import packed_garage, raw_garage  # noqa: F401 (fixtures)
-from tests.pack.test_layout_tcp_roach import packed_roach, raw_roach  # noqa: F401 (fixtures)
+# fixtures:
+from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
+from tests.pack.datasets.routes.test_layout_tcp_roach import packed_roach, raw_roach  # noqa: F401
 
 SIZE = (48, 64)
 

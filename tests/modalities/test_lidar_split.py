@@ -18,7 +18,7 @@ import numpy as np
 
 from carla_wds.lidar import lidar_to_histogram_features
 from carla_wds.modalities import LazCodec
-from tests.test_modalities import _garage_laz
+from tests.modalities.test_modalities import _garage_laz
 
 
 def _splat(xy: np.ndarray, xbins: np.ndarray, ybins: np.ndarray) -> np.ndarray:
