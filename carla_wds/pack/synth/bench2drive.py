@@ -323,11 +323,9 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
     `archives`, each as out_dir/archives/<clip>.tar.gz), plus the split file naming the last
     clip val. image_size (width, height), default 1600x900. Returns the clip folders, sorted.
     Byte-identical for the same arguments; FileExistsError if a clip folder holds files."""
-    if layout != "bench2drive":
-        raise ValueError(f"synth_b2d writes layout 'bench2drive', not {layout!r}")
-    base.check_args(episodes, frames, seed, image_size)
+    size = base.writer_size(layout, "bench2drive", episodes, frames, seed, image_size,
+                            RIG.image_size)
     _need_h5py()   # before anything is written: no half-written clip without radar files
-    size = tuple(int(v) for v in (image_size or RIG.image_size))
     out = Path(out_dir)
     clips = [out / "v1" / clip_name(ep) for ep in range(int(episodes))]
     refuse_busy(clips)

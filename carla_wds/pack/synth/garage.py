@@ -357,10 +357,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "garage", episodes: int = 4
     % 4 == 3 gets score_composed 60 in results.json.gz (the garage loader skips it), the others
     100. Byte-identical output for the same arguments; FileExistsError if a route folder to be
     written already holds files."""
-    if layout != "garage":
-        raise ValueError(f"synth_garage writes layout 'garage', not {layout!r}")
-    base.check_args(episodes, frames, seed, image_size)
-    size = tuple(int(v) for v in (image_size or GARAGE_SIZE))
+    size = base.writer_size(layout, "garage", episodes, frames, seed, image_size, GARAGE_SIZE)
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
     return write_routes("garage", out_dir, routes, lambda route, ep: _write_garage_episode(
         route, ep, int(seed), int(frames), size), frames, size, progress)

@@ -151,10 +151,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp_roach", episodes: int 
     image_size (width, height) of rgb/, default 900x256. Byte-identical output for the same
     arguments; ValueError for bad arguments, FileExistsError if a route folder to be written
     already holds files (nothing is overwritten)."""
-    if layout != "tcp_roach":
-        raise ValueError(f"synth_roach writes layout 'tcp_roach', not {layout!r}")
-    base.check_args(episodes, frames, seed, image_size)
-    size = tuple(int(v) for v in (image_size or ROACH_SIZE))
+    size = base.writer_size(layout, "tcp_roach", episodes, frames, seed, image_size, ROACH_SIZE)
     routes = [tcp.route_dir(Path(out_dir), "tcp", ep) for ep in range(int(episodes))]
     return sg.write_routes("tcp_roach", out_dir, routes, lambda route, ep: _write_episode(
         route, ep, int(seed), int(frames), size), frames, size, progress)

@@ -299,10 +299,8 @@ def synth_dataset(out_dir: str | Path, layout: str = "transfuser2022", episodes:
     320x160 views); the topdown is always 500x500. Byte-identical output for the same
     arguments; ValueError for bad arguments, FileExistsError if a route folder to be written
     already holds files (nothing is overwritten)."""
-    if layout != "transfuser2022":
-        raise ValueError(f"synth_tf2022 writes layout 'transfuser2022', not {layout!r}")
-    base.check_args(episodes, frames, seed, image_size)
-    size = tuple(int(v) for v in (image_size or TF2022_SIZE))
+    size = base.writer_size(layout, "transfuser2022", episodes, frames, seed, image_size,
+                            TF2022_SIZE)
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
     return sg.write_routes("transfuser2022", out_dir, routes, lambda route, ep: _write_episode(
         route, ep, int(seed), int(frames), size), frames, size, progress)

@@ -245,3 +245,14 @@ def check_args(episodes: int, frames: int, seed: int, image_size: tuple[int, int
     if image_size is not None and (len(image_size) != 2 or min(image_size) < 8
                                    or any(int(v) != v for v in image_size)):
         raise ValueError(f"image_size must be (width, height), integers >= 8, got {image_size!r}")
+
+
+def writer_size(layout: str, writes: str, episodes: int, frames: int, seed: int,
+                image_size: tuple[int, int] | None,
+                default: tuple[int, int]) -> tuple[int, int]:
+    """The (width, height) a one-layout writer draws at: image_size, else its default, after
+    refusing another layout and bad arguments (ValueError) - before anything is written."""
+    if layout != writes:
+        raise ValueError(f"this writer writes layout {writes!r}, not {layout!r}")
+    check_args(episodes, frames, seed, image_size)
+    return tuple(int(v) for v in (image_size or default))
