@@ -165,6 +165,7 @@ rate_hz: 2
 frames: {waypoints: toyframe, target_point: toyframe}
 sensors:
   lidar: {folder: lidar, ext: npy, codec: points}
+  grid: {folder: grid, ext: tg, codec: toygrid}
 """
 
 
@@ -182,9 +183,12 @@ def yaml_writer(out_dir, layout="toyroutes", episodes=EPISODES, frames=FRAMES, s
         folder = Path(out_dir) / f"route_{e:02d}"
         (folder / "meas").mkdir(parents=True)
         (folder / "lidar").mkdir()
+        (folder / "grid").mkdir()
         for t, p in enumerate(pose):
             _camera(folder, t, seed + e)
             np.save(folder / "lidar" / f"{t:04d}.npy", toy_points(folder.name, t))
+            (folder / "grid" / f"{t:04d}.tg").write_bytes(
+                ToyGridCodec().encode(toy_grid(folder.name, t)))
             meas = {**p, "tx": p["x"] + 30.0, "ty": p["y"]}
             (folder / "meas" / f"{t:04d}.json").write_text(json.dumps(meas))
         out.append(folder)
@@ -269,11 +273,19 @@ def test_a_toy_yaml_dataset_packs_by_its_registered_name_and_by_path(toy_registr
         assert manifest["spec"]["frames"]["waypoints"] == "toyframe"
     assert [s["sha256"] for s in by_name["shards"]] == [s["sha256"] for s in by_path["shards"]]
     assert verify(tmp_path / "named", deep=True, progress=False) == []
-    served = _served(_load(tmp_path / "named", ["lidar"]), "lidar")
+    batches = _load(tmp_path / "named", ["lidar", "grid"])
+    served = _served(batches, "lidar")
     assert sorted(served) == sorted(expected)
     for key, value in served.items():
         assert value.dtype == torch.float32
         np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)
+    # the toy modality, registered from this test, is read from the YAML's sensor folder too
+    grids = _served(batches, "grid")
+    assert sorted(grids) == sorted(expected)
+    written = {make_key(f.name, t): toy_grid(f.name, t) for f in folders
+               for t in range(FRAMES - pred_len)}
+    for key, value in grids.items():
+        np.testing.assert_array_equal(value.numpy(), written[key], err_msg=key)
 
 
 def test_the_registries_are_as_before_after_a_toy_test():

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ....datasets import box_parsers
+from ....modalities import codec_kinds
 
 # Per sensor, how a raw file becomes members: its bytes as they are (checked by the codec),
 # a pickled (frame, points) tuple (TransFuser 2022 LiDAR, only with --allow-pickle-input),
@@ -18,9 +19,11 @@ from ....datasets import box_parsers
 # the bytes: docs/benchmarks.md, issue 14's LAZ-vs-npy measurement).
 # the box readers are the parsers the datasets register (carla_wds.datasets.box_parsers)
 READERS = ("bytes", "pickled_tuple", *box_parsers(), "laz_points")
-SENSOR_CODECS = ("png", "jpg", "depth_carla24", "depth_garage8", "semantics", "bev_tf2022",
-                 "bev_classes", "points", "laz", "boxes")
-SENSOR_EXTS = ("png", "jpg", "npy", "laz", "json", "json.gz")
+# Kinds a sensor folder cannot hold: the JSON sources and the record are built by the packer.
+_NOT_SENSORS = ("json", "measurements")
+SENSOR_EXTS = ("png", "jpg", "npy", "laz", "json", "json.gz")   # the built-in layouts' ones
+# a sensor's file extension: any short name, so a registered modality's own files can be read
+_EXT = re.compile(r"^[a-z0-9]{1,8}(\.gz)?$")
 DTYPES = ("float32", "uint8", "int32", "bool")
 WAYPOINTS_FROM = ("position", "ego_matrix")
 TARGET_FROM = ("world", "ego")
@@ -108,7 +111,7 @@ class RouteFilter:
 def fail(where: str, key: str, value: Any, expected: str) -> LayoutError:
     shown = repr(value) if len(repr(value)) < 80 else repr(value)[:77] + "..."
     return LayoutError(f"{where}: {key} is {shown}; expected {expected}. Fix: copy a built-in "
-                       "layout from carla_wds/pack/layouts/ and edit it")
+                       "layout from carla_wds/pack/datasets/routes/layouts/ and edit it")
 
 
 def _named(data: Any, where: str, key: str) -> dict[Any, Any]:
@@ -133,6 +136,12 @@ def _choice(value: Any, choices: tuple, where: str, key: str) -> Any:
     return value
 
 
+def _ext(value: Any, where: str, key: str) -> str:
+    if not isinstance(value, str) or not _EXT.match(value):
+        raise fail(where, key, value, f"a file extension such as one of {list(SENSOR_EXTS)}")
+    return value
+
+
 def _str(value: Any, where: str, key: str) -> str:
     if not isinstance(value, str) or not value or "/" in value or value.startswith("."):
         raise fail(where, key, value, "a plain name (no '/', not starting with '.')")
@@ -152,6 +161,12 @@ def _shape(value: Any, where: str, key: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def sensor_codecs() -> tuple[str, ...]:
+    """The codecs a YAML sensor may name: every registered modality's, read when a layout is
+    parsed, so a modality registered after import is usable from YAML too."""
+    return tuple(c for c, row in codec_kinds().items() if row[0] not in _NOT_SENSORS)
+
+
 def parse_sensors(data: Any, where: str) -> tuple[Sensor, ...]:
     allowed = ("folder", "ext", "codec", "prefix", "twin", "read", "classes")
     out = []
@@ -159,8 +174,8 @@ def parse_sensors(data: Any, where: str) -> tuple[Sensor, ...]:
         at = f"sensors.{name}"
         d = _only(d, allowed, where, at)
         s = Sensor(_name(name, where, "sensors"), _str(d.get("folder"), where, f"{at}.folder"),
-                   _choice(d.get("ext"), SENSOR_EXTS, where, f"{at}.ext"),
-                   _choice(d.get("codec"), SENSOR_CODECS, where, f"{at}.codec"),
+                   _ext(d.get("ext"), where, f"{at}.ext"),
+                   _choice(d.get("codec"), sensor_codecs(), where, f"{at}.codec"),
                    str(d.get("prefix", "")),
                    _str(d["twin"], where, f"{at}.twin") if d.get("twin") else None,
                    _choice(d.get("read", "bytes"), READERS, where, f"{at}.read"),
