@@ -89,7 +89,7 @@ class PerFileGarage:
         return np.ascontiguousarray(las.xyz, dtype=np.float32)
 
     def boxes(self, route: Path, frame: int) -> np.ndarray:
-        from carla_wds.boxes import garage_boxes
+        from carla_wds.datasets.garage import garage_boxes
         return garage_boxes(_json_gz(route / "boxes" / f"{frame:04d}.json.gz"))
 
     def __getitem__(self, i: int) -> dict:

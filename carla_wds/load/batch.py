@@ -60,7 +60,7 @@ class CARLABatch:
     measurements: dict[str, torch.Tensor] | None = None   # name -> (B, ...)
     camera_set: torch.Tensor | None = None   # (B,) int8, 1: the augmented twin (shards with twins)
     # fields=["calibration"] (Bench2Drive): K of each camera for the images as loaded (scaled
-    # to image_size), and the camera-to-ego transform as stored (carla_wds/calib.py)
+    # to image_size), and the camera-to-ego transform as stored (modalities/calibration.py)
     intrinsics: torch.Tensor | None = None   # (B, n_cameras, 3, 3) float32
     cam2ego: torch.Tensor | None = None      # (B, n_cameras, 4, 4) float32
     # The one typed mapping: every selected field with no attribute of its own, by field name

@@ -96,7 +96,7 @@ def test_garage_formats(garage):
     assert las.header.point_format.id == 0
     np.testing.assert_allclose(las.header.scales, 0.001)
     pts = np.stack([las.x, las.y, las.z], axis=1)
-    assert 20000 <= len(pts) <= 40000   # a 64-channel sweep (synth_garage.GROUND_POINTS)
+    assert 20000 <= len(pts) <= 40000   # a 64-channel sweep (pack/synth/sensors.py GROUND_POINTS)
     np.testing.assert_allclose(las.header.offsets, pts.min(axis=0), atol=1e-3)
     m = _gz(route / "measurements" / "0003.json.gz")
     for key in ("pos_global", "theta", "speed", "target_speed", "target_point",

@@ -7,7 +7,7 @@ Formulas, each from the project's own code (see docs/coordinates.md):
   of theta', local = R @ (p - p_ego): (forward, right) in CARLA's left-handed vehicle frame;
   the target point is (x_target, y_target), the command `next_command` (VOID -> LANEFOLLOW).
 - right-handed (`handedness="right"`), Bench2DriveZoo@uniad/vad prepare_B2D.py: y -> -y for
-  points, yaw -> -yaw for boxes, cam2ego and lidar2ego through carla_wds.calib.
+  points, yaw -> -yaw for boxes, cam2ego and lidar2ego through modalities.calibration.
 Data quirks met in the real files and handled here, each counted by the caller: a NaN theta,
 `speed: null` (then |p[t+1] - p[t-1]| / 2dt, as the ego actually moved), and the ego's class
 written `vehicle` (anno.md) instead of `ego_vehicle` (data_collect.py): the ego is then

@@ -5,7 +5,7 @@ there). Formulas from Bench2DriveZoo@uniad/vad 10a2e5d mmcv/datasets/prepare_B2D
 `calculate_occlusion_stats`, `point_is_occluded`, `point_in_canvas_hw`):
 
 - frames: world2lidar = E @ anno world2lidar @ L (E = LEFTHAND_EGO_TO_LIDAR, L = y -> -y),
-  lidar2cam = inv(cam2ego_rh) @ lidar2ego_rh (carla_wds.calib's right-handed matrices).
+  lidar2cam = inv(cam2ego_rh) @ lidar2ego_rh (modalities.calibration's right-handed matrices).
 - yaw: from world2vehicle where the box has one (vehicle2lidar = world2lidar @
   inv(L @ world2vehicle @ L)), else -rotation_yaw - ego_yaw + pi/2 with
   ego_yaw = -theta + pi/2 (a NaN theta counts as pi there).

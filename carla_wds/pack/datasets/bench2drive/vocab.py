@@ -1,5 +1,5 @@
 """Bench2Drive's box table columns and blueprint vocabulary (its dataset room, not the shared
-box table of carla_wds.boxes): the columns --layout bench2drive writes and the fixed
+box table of carla_wds.modalities.boxes): the columns --layout bench2drive writes and the fixed
 vocabulary its `type_id` column indexes, both recorded in the manifest (spec.box_columns,
 spec.box_type_ids)."""
 from __future__ import annotations

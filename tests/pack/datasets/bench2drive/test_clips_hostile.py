@@ -1,8 +1,8 @@
-"""Hostile and damaged Bench2Drive clip archives (pack/clips.py ArchiveClip): every gzip
-member's CRC32 and length is verified and the stream must end cleanly, so real bit flips and
-real truncation are refused with the archive named; member count, member size and unpacked
-bytes are bounded by limits.py's clip_members / raw_file_bytes / clip_bytes; a duplicate
-member is refused by name; a multi-member gzip packs like a single-member one."""
+"""Hostile and damaged Bench2Drive clip archives (pack/datasets/bench2drive/clips.py ArchiveClip):
+every gzip member's CRC32 and length is verified and the stream must end cleanly, so real bit
+flips and real truncation are refused with the archive named; member count, member size and
+unpacked bytes are bounded by limits.py's clip_members / raw_file_bytes / clip_bytes; a
+duplicate member is refused by name; a multi-member gzip packs like a single-member one."""
 from __future__ import annotations
 
 import gzip
