@@ -1,5 +1,6 @@
 """A TCP proxy that stalls mid-object, in front of the test S3 server (tests/s3server.py), for
-tests/pack/test_b2d_s3_input.py's stall tests: a store that stops answering inside a read.
+tests/pack/datasets/bench2drive/test_b2d_s3_input.py's stall tests: a store that stops
+answering inside a read.
 """
 from __future__ import annotations
 

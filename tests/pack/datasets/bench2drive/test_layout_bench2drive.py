@@ -182,7 +182,7 @@ def test_boxes_in_the_ego_frame_within_the_radius(raw, packed, tmp_path):
         assert table[0, 0] == 4 and table[0, 11] == int(entries[0]["id"])
         for entry in entries[1:]:
             if entry["class"] != "vehicle" or entry["location"][2] > 10:
-                continue   # walkers, lights, cars on overpasses: tests/pack/test_b2d_parity.py
+                continue   # walkers, lights, cars on overpasses: test_b2d_parity.py
             row = table[table[:, 11] == int(entry["id"])][0]
             centre = (world2ego @ np.append(entry["center"], 1.0))[:3]
             np.testing.assert_allclose(row[1:4], centre, atol=1e-3)
