@@ -37,7 +37,7 @@ BOX_READER = "boxes_garage"
 
 
 def garage_boxes(boxes: list) -> np.ndarray:
-    """carla_garage boxes list -> (K, 12) float32; extents are already half [x, y, z]."""
+    """carla_garage boxes list -> (K, 14) float32; extents are already half [x, y, z]."""
     return box_table(boxes, "carla_garage",
                      lambda i, e: known_class(_CLASSES, i, e, "carla_garage"), list)
 

@@ -42,7 +42,7 @@ BOX_READER = "boxes_tf2022"
 
 
 def tf2022_boxes(label_raw: list) -> np.ndarray:
-    """TransFuser 2022 label_raw list -> (K, 12) float32; entry 0 (the ego) gets class ego."""
+    """TransFuser 2022 label_raw list -> (K, 14) float32; entry 0 (the ego) gets class ego."""
     def class_of(index: int, entry: dict) -> str:
         cls = known_class(_CLASSES, index, entry, "TransFuser 2022")
         return "ego" if index == 0 else cls

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from carla_wds.boxes import garage_boxes, tf2022_boxes
+from carla_wds.boxes import BOX_COLUMNS, garage_boxes, tf2022_boxes
 from carla_wds.codecs import SchemaError
 
 GARAGE = [{"class": "ego_car", "position": [0.0, 0.0, 0.0], "extent": [2.4, 1.0, 0.8],
@@ -31,7 +31,7 @@ def edited(boxes: list, key: str, value) -> list:
     ("extent", [1e39, 1.0, 1.0], "extent"), ("position", [1.0, -1e39, 0.0], "y"),
     ("yaw", 1e39, "yaw"), ("speed", 5e38, "speed")])
 def test_values_beyond_float32_are_refused(parse, boxes, key, value, column):
-    assert parse(boxes).shape == (2, 12)
+    assert parse(boxes).shape == (2, len(BOX_COLUMNS))
     with pytest.raises(SchemaError) as err:
         parse(edited(boxes, key, value))
     msg = str(err.value)

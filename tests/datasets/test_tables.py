@@ -80,13 +80,13 @@ def test_box_parsers_read_each_file_as_before():
         {"class": "Car", "position": [5, -1, 0], "extent": [1.6, 4.4, 1.8], "yaw": 0.5,
          "speed": 3.0, "brake": 0.0, "num_points": 12, "id": 77}])
     np.testing.assert_array_equal(tf, np.array([
-        [4, 0, 0, 0, 2.0, 1.0, 0.75, 0, -1, -1, -1, -1],
-        [0, 5, -1, 0, 2.2, 0.9, 0.8, 0.5, 3.0, 0.0, 12, 77]], np.float32))
+        [4, 0, 0, 0, 2.0, 1.0, 0.75, 0, -1, -1, -1, -1, -1, -1],
+        [0, 5, -1, 0, 2.2, 0.9, 0.8, 0.5, 3.0, 0.0, 12, 77, -1, -1]], np.float32))
     garage = ds.box_parser("boxes_garage")([
         {"class": "walker", "position": [1, 2, 3], "extent": [0.3, 0.3, 0.9], "yaw": -1.0,
          "speed": 1.2}])
     np.testing.assert_array_equal(garage, np.array(
-        [[1, 1, 2, 3, 0.3, 0.3, 0.9, -1.0, 1.2, -1, -1, -1]], np.float32))
+        [[1, 1, 2, 3, 0.3, 0.3, 0.9, -1.0, 1.2, -1, -1, -1, -1, -1]], np.float32))
     with pytest.raises(KeyError, match="no box parser for reader 'boxes_x'"):
         ds.box_parser("boxes_x")
 

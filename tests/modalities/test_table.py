@@ -13,6 +13,7 @@ from carla_wds.codecbase import Codec, Data, SchemaError
 from carla_wds.codecs import CODECS, codec_for, codec_named
 from carla_wds.extras import extras_from_doc
 import carla_wds.modalities as modalities_pkg
+from carla_wds.modalities.boxes import BOX_UNITS
 from carla_wds.modalities import (MODALITIES, CodecUse, Modality, batch_attributes, codec_kind,
                                   codec_kinds, markdown_table, member_kinds, modality,
                                   per_camera, register_modality, row_kinds)
@@ -87,7 +88,9 @@ OLD_KINDS = {
     "bev_classes": ("bev", "uint8", (), "class id"),
     "points": ("lidar", "float32", (None, 4), "m"),
     "laz": ("lidar", "float32", (None, 3), "m"),
-    "boxes": ("boxes", "float32", (None, None), "see carla_wds.boxes.BOX_COLUMNS"),
+    # issue 26: the box table gained affects_ego and light_state; its manifest row now
+    # gives the width and names every column
+    "boxes": ("boxes", "float32", (None, 14), BOX_UNITS),
 }
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....modalities.boxes import BOX_COLUMNS
+from ....modalities.boxes import CORE_COLUMNS
 
-# --layout bench2drive: BOX_COLUMNS, then prepare_B2D.py's velocity (vx, vy: m/s in the table's
-# frame), the blueprint `type_id` as an index into B2D_TYPE_IDS, and the depth-visibility
-# test's outcome (1 seen, 0 not seen, FILL not tested; see visible.py)
-B2D_BOX_COLUMNS: tuple[str, ...] = BOX_COLUMNS + ("vx", "vy", "type_id", "visible")
+# --layout bench2drive: the box table's first 12 columns (CORE_COLUMNS: its shards did not
+# gain issue 26's affects_ego / light_state, which no Bench2Drive loader reads), then
+# prepare_B2D.py's velocity (vx, vy: m/s in the table's frame), the blueprint `type_id` as an
+# index into B2D_TYPE_IDS, and the depth-visibility test's outcome (1 seen, 0 not seen, FILL
+# not tested; see visible.py)
+B2D_BOX_COLUMNS: tuple[str, ...] = CORE_COLUMNS + ("vx", "vy", "type_id", "visible")
 # The type_id vocabulary: index 0 'other' (a blueprint not listed; boxes_raw.json keeps its
 # name), then the keys of VAD's NameMapping (Bench2DriveZoo@uniad/vad 10a2e5d
 # adzoo/vad/configs/VAD/VAD_base_e2e_b2d.py), first occurrence order. Fixed in code and

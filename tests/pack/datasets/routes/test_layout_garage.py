@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
 from pathlib import Path
 
 import cv2
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from carla_wds.codecs import codec_named
+from carla_wds.modalities.boxes import BOX_UNITS
 from tests import reference
 from tests.conftest import make_raw, read_pack, run_pack
 
@@ -38,6 +40,8 @@ SENSOR_FOLDERS = {"front.jpg": "rgb", "front_augmented.jpg": "rgb_augmented",
                   "semantics.png": "semantics", "semantics_augmented.png": "semantics_augmented",
                   "bev.png": "bev_semantics", "bev_augmented.png": "bev_semantics_augmented"}
 GARAGE_CLASS = {"car": 0, "walker": 1, "traffic_light": 2, "stop_sign": 3, "ego_car": 4}
+# carla.TrafficLightState's values, which str() names in carla_garage's boxes json
+LIGHT_STATE = {"Red": 0, "Yellow": 1, "Green": 2, "Off": 3, "Unknown": 4}
 
 
 @pytest.fixture(scope="session")
@@ -147,14 +151,15 @@ def test_the_record_holds_every_field_garage_reads_as_saved(packed):
 
 
 def _boxes_of(entries: list[dict]) -> np.ndarray:
-    """carla_garage's boxes json -> the (K, 12) columns carla_wds.boxes.BOX_COLUMNS documents,
+    """carla_garage's boxes json -> the (K, 14) columns carla_wds.boxes.BOX_COLUMNS documents,
     written here from the column list, not from the packer's code."""
     rows = []
     for e in entries:
         rows.append([GARAGE_CLASS[e["class"]], *e["position"], *e["extent"], e["yaw"],
                      *(float(e[k]) if e.get(k) is not None else -1.0
-                       for k in ("speed", "brake", "num_points", "id"))])
-    return np.float32(rows).reshape(-1, 12)
+                       for k in ("speed", "brake", "num_points", "id", "affects_ego")),
+                     LIGHT_STATE[e["state"]] if e["class"] == "traffic_light" else -1.0])
+    return np.float32(rows).reshape(-1, 14)
 
 
 def test_boxes_table_and_raw_json_equal_the_boxes_file(packed):
@@ -163,11 +168,39 @@ def test_boxes_table_and_raw_json_equal_the_boxes_file(packed):
     for sample, route, t in rows:
         src = gz_json(route / "boxes" / f"{t:04d}.json.gz")
         table = decoded(manifest, sample, "boxes.npy")
-        assert table.dtype == np.float32 and table.shape == (len(src), 12)
+        assert table.dtype == np.float32 and table.shape == (len(src), 14)
         np.testing.assert_array_equal(table, _boxes_of(src))
         assert decoded(manifest, sample, "boxes_raw.json") == src
         classes |= {e["class"] for e in src}
     assert {"ego_car", "car"} <= classes   # the comparison covered real cars, not only the ego
+
+
+def test_lights_and_stop_signs_keep_affects_ego_and_state(raw_garage, tmp_path):
+    """The columns carla_garage's box filter reads (issue 26): frame 0's boxes file given the
+    lights and stop signs its expert writes (data_agent.py get_bounding_boxes: str(state),
+    affects_ego a bool), packed, equals the column list's table."""
+    raw = tmp_path / "raw"
+    shutil.copytree(raw_garage, raw)
+    first = sorted(raw.rglob("boxes/0000.json.gz"))[0]
+    entries = json.loads(gzip.decompress(first.read_bytes()))
+    for i, (state, affects) in enumerate((("Green", False), ("Yellow", True), ("Off", False))):
+        entries.append({"class": "traffic_light", "extent": [0.5, 0.5, 1.0],
+                        "position": [8.0 + i, -3.0, 0.0], "yaw": 0.0, "distance": 8.0 + i,
+                        "state": state, "id": 6100 + i, "affects_ego": affects})
+    entries.append({"class": "stop_sign", "extent": [1.5, 1.75, 1.0], "position": [5.0, 2.0, 0.0],
+                    "yaw": 0.0, "distance": 5.4, "id": 7100, "affects_ego": False})
+    first.write_bytes(gzip.compress(json.dumps(entries).encode()))
+    route = first.parent.parent
+    run_pack(raw, tmp_path / "shards", layout="garage", all_frames=True)
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    for sample in read_pack(tmp_path / "shards").values():
+        meta = json.loads(sample["meta.json"])
+        if (raw / meta["episode"]) == route and int(meta["frame"]) == 0:
+            table = decoded(manifest, sample, "boxes.npy")
+            np.testing.assert_array_equal(table, _boxes_of(entries))
+            np.testing.assert_array_equal(table[-4:, 12:], [[0, 2], [1, 1], [0, 3], [0, -1]])
+            return
+    raise AssertionError(f"frame 0 of {route} was not packed")
 
 
 def test_sensors_and_twins_are_the_raw_files(packed):
@@ -205,7 +238,7 @@ def test_manifest_records_members_codecs_dtypes_shapes_units_frames(packed):
     extras = {e["name"]: e for e in manifest["spec"]["extras"]}
     want = {"depth": ("float32", [], "m", None), "semantics": ("uint8", [], "class id", None),
             "bev": ("uint8", [], "class id", None), "lidar": ("float32", [None, 3], "m", None),
-            "boxes": ("float32", [None, None], "see carla_wds.boxes.BOX_COLUMNS", None)}
+            "boxes": ("float32", [None, 14], BOX_UNITS, None)}
     for name, (dtype, shape, units, twin_of) in want.items():
         e = extras[name]
         assert (e["dtype"], e["shape"], e["units"], e["twin_of"]) == (dtype, shape, units,

@@ -148,8 +148,10 @@ def test_boxes_columns_equal_label_raw(raw_tf, samples):
         route, t = _where(raw_tf, key)
         entries = _json(route / "label_raw" / f"{t:04d}.json")
         boxes = _npy(members["boxes.npy"])
-        assert boxes.dtype == np.float32 and boxes.shape == (len(entries), 12)
+        assert boxes.dtype == np.float32 and boxes.shape == (len(entries), 14)
         assert json.loads(members["boxes_raw.json"]) == entries
+        # label_raw holds cars only, with no affects_ego or light state (FILL)
+        assert (boxes[:, [COL["affects_ego"], COL["light_state"]]] == -1).all()
         for i, e in enumerate(entries):
             h, length, w = e["extent"]   # TF2022: full sizes, height first
             want = {"class": BOX_CLASSES["ego" if i == 0 else "car"],
@@ -194,7 +196,7 @@ def test_loader_fields_shapes_and_values(raw_tf, packed_tf):
         assert str(batch.semantics.dtype) == "torch.uint8"
         assert batch.bev.shape == (b, 15, 500, 500) and str(batch.bev.dtype) == "torch.uint8"
         assert batch.lidar.ndim == 3 and batch.lidar.shape[2] == 4 and batch.lidar_len.shape == (b,)
-        assert batch.boxes.shape[0] == b and batch.boxes.shape[2] == 12
+        assert batch.boxes.shape[0] == b and batch.boxes.shape[2] == len(BOX_COLUMNS)
         assert batch.waypoints.shape == (b, PRED_LEN, 2)
         assert set(batch.measurements) >= {"steer", "throttle", "brake", "theta", "junction"}
         for i, key in enumerate(batch.keys):
