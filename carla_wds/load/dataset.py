@@ -34,12 +34,15 @@ from ..shardcache import check_limit
 from ..shardread import ShardRef, is_remote
 from .batch import CARLABatch, field_layout, with_padding_fields
 from .classes import class_options
-from .adapters import adapter_options, adapters_for
+from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
+                       resolve_load_adapters)
 from .fields import FieldOptions, check_fields, stacked_kinds
 from .plan import batches_per_rank
+from .transform import ModelBatch, SampleTransform
 from .workers import Epoch, Workers
 
 log = logging.getLogger(__name__)
+DEFAULT_IMAGE_SIZE = (256, 512)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_workers",
                 "batches_per_epoch")
 
@@ -77,6 +80,23 @@ def _field_options(spec: SampleSpec, adapters: dict[str, Any], lidar_histogram: 
             raise ValueError(f"lidar_histogram {lidar_histogram!r}: expected one of "
                              f"{sorted(presets)}, with 'lidar' in fields (got {list(fields)})")
     return FieldOptions(lidar_histogram, adapters_for(spec, adapters))
+
+
+def _model(name: str | None, transform: SampleTransform | None, manifest: Manifest,
+           options: dict[str, Any], given: dict[str, Any]
+           ) -> tuple[ModelAdapter | None, SampleTransform | None, dict, dict[str, Any]]:
+    """adapter=NAME: the model-ready adapter (its checks on the shards, the settings its name
+    sets, the load adapters it needs) as the sample_transform; else the caller's settings."""
+    if name is None:
+        return None, transform, {**given, "image_size": given["image_size"] or
+                                 DEFAULT_IMAGE_SIZE}, options
+    if transform is not None:
+        raise ValueError(f"adapter={name!r} is itself a sample_transform; give adapter= or "
+                         "sample_transform=, not both")
+    model = model_adapter(name)
+    settings = resolve(model, given)
+    model.check(manifest)
+    return model, model, settings, resolve_load_adapters(model, options)
 
 
 def _check_args(mode: str, on_error: str, batch_size: int, num_workers: int,
@@ -139,7 +159,8 @@ class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
     def __init__(self, source: str, *, batch_size: int, mode: str = "train",
-                 num_workers: int = 0, seed: int = 0, image_size: tuple[int, int] = (256, 512),
+                 num_workers: int = 0, seed: int = 0,
+                 image_size: tuple[int, int] | None = None,
                  cameras: list[str] | None = None, augment: bool = False,
                  per_camera_augment: bool = True, shuffle_buffer: int = 256,
                  cache_dir: str | None = None, on_error: str = "raise", rank: int | None = None,
@@ -148,13 +169,15 @@ class CARLAWebData:
                  persistent_workers: bool = False, shard_urls: list[str] | None = None,
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
                  lidar_histogram: str | None = None, exact_resize: bool = False,
-                 storage_options: dict | None = None,
-                 cache_limit_bytes: int | None = None,
+                 storage_options: dict | None = None, cache_limit_bytes: int | None = None,
                  limits: Limits | dict[str, int] | None = None,
-                 adapters: Mapping[str, Any] | None = None, **aliases: Any) -> None:
-        """`adapters`: {load adapter name: its option} (carla_wds.load.adapters.ADAPTERS);
-        an adapter left out does what the manifest says. `**aliases`: the adapters' older
-        keywords, kept (`brake_override=`, `twin_p=`; see adapters.keywords())."""
+                 adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
+                 sample_transform: SampleTransform | None = None, **aliases: Any) -> None:
+        """`adapters`: {load adapter name: option} (adapters.ADAPTERS; else the manifest's
+        choice); `**aliases`: their older keywords (`brake_override=`, `twin_p=`).
+        `adapter`: a model-ready adapter (adapters.MODEL_ADAPTERS): batches are its
+        codebase's dicts; its name sets cameras, image_size (else (256, 512)), fields and
+        lidar_histogram. `sample_transform`: your function per sample (load/transform.py)."""
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises
@@ -165,6 +188,12 @@ class CARLAWebData:
         with using_limits(self.limits):   # the recorded sizes are held to these limits too
             self.manifest = read_manifest(source, remote)
         self.where, self.remote = self.manifest.where, remote
+        self.adapter, self.sample_transform, given, options = _model(
+            adapter, sample_transform, self.manifest, options,
+            {"cameras": cameras, "image_size": image_size, "fields": fields,
+             "lidar_histogram": lidar_histogram})
+        cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields",
+                                                                "lidar_histogram"))
         spec = _select_cameras(self.manifest.spec, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
@@ -175,20 +204,12 @@ class CARLAWebData:
             exact_resize=bool(exact_resize), extra_sizes=_extra_sizes(self.manifest))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
-        self.image_size = tuple(image_size)
+        self.image_size = tuple(given["image_size"])
         self.augment, self.per_camera_augment = augment, per_camera_augment
         self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
         self.batches_per_epoch, self.verify = batches_per_epoch, verify
         self.pin_memory, self.prefetch_factor = pin_memory, prefetch_factor
-        shards = self.manifest.shards
-        self.counts = tuple(s.samples for s in shards)
-        self.urls = _shard_urls(self.manifest, shard_urls)
-        self.shards = tuple(ShardRef(u, s.samples, s.bytes, s.sha256)
-                            for u, s in zip(self.urls, shards))
-        self.cache_limit_bytes = _cache_limit(cache_limit_bytes, cache_dir, self.shards)
-        # of the shard list as written, so that states saved by earlier versions still resume
-        self.manifest_id = hashlib.sha256(json.dumps(self.manifest.doc["shards"],
-                                                     sort_keys=True).encode()).hexdigest()
+        self._set_shards(shard_urls, cache_limit_bytes)
         self._len = _batches(self.where, self.counts, batch_size, self.world_size, mode,
                              batches_per_epoch)
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
@@ -197,6 +218,17 @@ class CARLAWebData:
         self._workers = Workers(num_workers, prefetch_factor=prefetch_factor,
                                 pin_memory=pin_memory, persistent=persistent_workers,
                                 stats=self.stats)
+
+    def _set_shards(self, shard_urls: list[str] | None, cache_limit_bytes: int | None) -> None:
+        shards = self.manifest.shards
+        self.counts = tuple(s.samples for s in shards)
+        self.urls = _shard_urls(self.manifest, shard_urls)
+        self.shards = tuple(ShardRef(u, s.samples, s.bytes, s.sha256)
+                            for u, s in zip(self.urls, shards))
+        self.cache_limit_bytes = _cache_limit(cache_limit_bytes, self.cache_dir, self.shards)
+        # of the shard list as written, so that states saved by earlier versions still resume
+        self.manifest_id = hashlib.sha256(json.dumps(self.manifest.doc["shards"],
+                                                     sort_keys=True).encode()).hexdigest()
 
     def __len__(self) -> int:
         return self._len
@@ -225,7 +257,7 @@ class CARLAWebData:
         self.epoch = epoch
         self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
 
-    def __iter__(self) -> Iterator[CARLABatch]:
+    def __iter__(self) -> Iterator[CARLABatch | dict[str, Any]]:
         if self.consumed >= self._len or self.mode == "eval":
             # A finished epoch restarts, like DistributedSampler; eval always runs whole, so an
             # interrupted pass (Lightning's sanity check) never hides samples from the next.
@@ -233,6 +265,12 @@ class CARLAWebData:
         # closing: a caller's early stop reaches the pass now, not when it is collected
         with closing(self._workers.run(self._epoch(), self._len - self.consumed)) as batches:
             for batch in batches:
+                if isinstance(batch, ModelBatch):   # a sample_transform's dict
+                    self.consumed += 1
+                    self.stats["batches"] += 1
+                    self.stats["skipped_samples"] += len(batch.errors)
+                    yield batch.data
+                    continue
                 # an all-padding batch gets the pass's fields as zeros (load/batch.py)
                 batch = with_padding_fields(batch, self._field_layout)
                 self._field_layout = field_layout(batch) or self._field_layout
@@ -253,7 +291,8 @@ class CARLAWebData:
                      per_camera_augment=self.per_camera_augment,
                      step_at_epoch_start=self.step_at_epoch_start, cache_dir=self.cache_dir,
                      on_error=self.on_error, field_opts=self.field_opts,
-                     cache_limit_bytes=self.cache_limit_bytes, limits=self.limits)
+                     cache_limit_bytes=self.cache_limit_bytes, limits=self.limits,
+                     sample_transform=self.sample_transform)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those

@@ -43,6 +43,7 @@ from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_shards
 from .ring import BatchRing, RingItem
+from .transform import ModelBatch, SampleTransform, Transformer
 
 Context = multiprocessing.context.BaseContext
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Epoch:
     cache_limit_bytes: int | None = None   # the cache_dir's bound (shardcache.py)
     limits: Limits = DEFAULT_LIMITS        # what one member may make a decoder allocate
     ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
+    sample_transform: SampleTransform | None = None   # batches become dicts (transform.py)
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
 
@@ -155,12 +157,28 @@ class EpochStream(IterableDataset):
         groups = shardio.released(stages.group(raw, e.batch_size,
                                                plan.n_batches - plan.skip_batches))
         ring = e.ring if info is not None else None
+        # with a sample_transform the images never leave the worker: private memory
+        shared = info is not None and e.sample_transform is None
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(e, w), first_position=skipped,
-                                        alloc=self._alloc(ring, info is not None),
+                                        alloc=self._alloc(ring, shared),
                                         sizes=e.image_sizes, field_opts=self._field_opts(e))
+        if e.sample_transform is not None:
+            yield from Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
+                                   template=lambda: self._template(e))(batches)
+            return
         # a batch decoded into a ring slot travels as a RingItem (the images stay there)
         yield from batches if ring is None else map(ring.item, batches)
+
+    def _template(self, e: Epoch) -> dict:
+        """The transformed first sample of the first shard: what a worker's padding rows copy
+        when it has no real sample (eval, fewer samples than ranks and workers)."""
+        raw = shardio.read_segments([(0, 0, 1)], list(e.shards), "raise", e.cache_dir,
+                                    e.verify, e.remote, e.cache_limit_bytes)
+        batch = next(stages.decode_batches(stages.group(raw, 1, 1), e.spec, e.image_size,
+                                           sizes=e.image_sizes, field_opts=self._field_opts(e)))
+        return Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
+                           template=dict).one(batch, 0)
 
     @staticmethod
     def _field_opts(e: Epoch) -> FieldOptions:
@@ -335,7 +353,8 @@ class Workers:
     def _lend_ring(self, e: Epoch) -> BatchRing | None:
         """The image ring for this pass's workers: the spare one, or a new one while an
         earlier pass still holds it (an iterator kept half-consumed)."""
-        if not self.num_workers or self.context.get_start_method() != "fork":
+        if (not self.num_workers or self.context.get_start_method() != "fork"
+                or e.sample_transform is not None):
             return None   # then each batch gets a shared-memory block of its own
         shape = (e.batch_size, len(e.spec.cameras), *e.image_size, 3)
         ring, self._spare = self._spare, None
@@ -345,10 +364,11 @@ class Workers:
             return BatchRing(self.num_workers * (self.prefetch_factor + 2), shape, self.context)
         return ring
 
-    def _receive(self, item: CARLABatch | RingItem, ring: BatchRing | None) -> CARLABatch:
+    def _receive(self, item: CARLABatch | RingItem | ModelBatch, ring: BatchRing | None
+                 ) -> CARLABatch | ModelBatch:
         if isinstance(item, RingItem):
             return ring.take(item, self.pin_memory)
-        if ring is not None:
+        if ring is not None and not isinstance(item, ModelBatch):
             self.stats["batches_outside_ring"] += 1   # every slot was still held
         return item
 

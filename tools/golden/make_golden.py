@@ -49,10 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo-dir", required=True, type=Path,
                     help="a checkout or `git archive` export of the project at the pinned commit")
     ap.add_argument("--out-dir", type=Path, default=Path("tests/golden"))
+    ap.add_argument("--batches", action="store_true",
+                    help="the collated batches for a model-ready adapter (tools/golden/batches.py)"
+                         ": <project>_batches.npz")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    make(args.project, args.repo_dir, args.out_dir)
+    if args.batches:
+        from tools.golden import batches
+        batches.make(args.project, args.repo_dir, args.out_dir / f"{args.project}_batches.npz")
+    else:
+        make(args.project, args.repo_dir, args.out_dir)
     return 0
 
 

@@ -13,21 +13,47 @@ from typing import Any
 from ...schema import SampleSpec
 from .base import AdapterKind, Draw, LoadAdapter, SampleState
 from .garage import CameraTwinKind
-from .tcp import BrakeOverrideKind
+from .model import ModelAdapter, resolve, resolve_load_adapters
+from .tcp import TCP, BrakeOverrideKind
 
 ADAPTERS: dict[str, AdapterKind] = {}
 
 
+def _add(table: dict, item: Any, what: str) -> Any:
+    """Add item under its name (a name already taken is refused)."""
+    if item.name in table:
+        raise ValueError(f"{what} {item.name!r} is registered already")
+    table[item.name] = item
+    return item
+
+
 def register(kind: AdapterKind) -> AdapterKind:
-    """Add an adapter kind under its name (a name already taken is refused)."""
-    if kind.name in ADAPTERS:
-        raise ValueError(f"load adapter {kind.name!r} is registered already")
-    ADAPTERS[kind.name] = kind
-    return kind
+    """Add a load adapter kind under its name."""
+    return _add(ADAPTERS, kind, "load adapter")
 
 
 for _kind in (BrakeOverrideKind(), CameraTwinKind()):
     register(_kind)
+
+
+# model-ready adapters (model.py), by name: CARLAWebData(adapter=NAME)
+MODEL_ADAPTERS: dict[str, ModelAdapter] = {}
+
+
+def register_model(adapter: ModelAdapter) -> ModelAdapter:
+    """Add a model-ready adapter under its name."""
+    return _add(MODEL_ADAPTERS, adapter, "model adapter")
+
+
+register_model(TCP)
+
+
+def model_adapter(name: str) -> ModelAdapter:
+    """The model-ready adapter called `name`; an unknown name lists the valid ones."""
+    if name not in MODEL_ADAPTERS:
+        raise ValueError(f"adapter {name!r}: unknown; the model-ready adapters are "
+                         f"{sorted(MODEL_ADAPTERS)} (load adapters go in adapters=)")
+    return MODEL_ADAPTERS[name]
 
 
 def keywords() -> dict[str, str]:
@@ -61,5 +87,6 @@ def adapters_for(spec: SampleSpec, options: Mapping[str, Any]) -> tuple[LoadAdap
     return tuple(a for a in built if a is not None)
 
 
-__all__ = ["ADAPTERS", "AdapterKind", "Draw", "LoadAdapter", "SampleState", "adapter_options",
-           "adapters_for", "keywords", "register"]
+__all__ = ["ADAPTERS", "MODEL_ADAPTERS", "AdapterKind", "Draw", "LoadAdapter", "ModelAdapter",
+           "SampleState", "adapter_options", "adapters_for", "keywords", "model_adapter",
+           "register", "register_model", "resolve", "resolve_load_adapters"]

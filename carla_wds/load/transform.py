@@ -1,0 +1,129 @@
+"""`sample_transform=`: a function of yours on each decoded sample, run in the loader's workers.
+
+    def mine(sample: dict, rng: numpy.random.Generator) -> dict: ...
+    data = CARLAWebData(shards, batch_size=8, sample_transform=mine)
+    for batch in data:     # a plain dict: default_collate of your dicts, plus "valid", "key"
+
+`sample` holds one sample as the loader decoded it (numpy, worker side): "key", "mode"
+("train" or "eval"), "images" (n_cameras, H, W, 3) uint8 HWC RGB (after the loader's own
+augmentation, if any), the core labels ("speed", "target_point", "command", "waypoints",
+"waypoints_diff"), every selected field under its CARLABatch name ("depth", "lidar",
+"measurements" as a dict, ...) and "fields". `rng` is seeded per (seed, epoch, key), so a
+draw is the same in every run, worker count and resume. Each batch is torch's default_collate
+of the returned dicts (lists stay lists, as in a DataLoader), then "valid" (B,) bool and "key"
+(a list of str, "" for padding).
+
+Padding (eval's tail and on_error="skip" samples) must run through the user's model unchanged,
+so a padding row is a copy of a real sample of the same batch (else of the worker's last real
+one, else of the first sample of the first shard) with valid False: mask by batch["valid"].
+The images of such a batch are decoded into private memory in the worker (not the image ring),
+since what crosses to the main process is your dict's tensors, through torch's shared memory.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, fields as dc_fields
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from ..rng import derive_seed, numpy_rng
+from .batch import CARLABatch
+
+SampleTransform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
+CORE = ("speed", "target_point", "command", "waypoints", "waypoints_diff")
+ADDED_KEYS = ("valid", "key")   # what every transformed batch carries beside the user's keys
+_SKIP = frozenset(("images", "keys", "valid", "errors", "fields", "measurements", *CORE))
+
+
+@dataclass
+class ModelBatch:
+    """A transformed batch on its way from a worker: the dict, and why rows were skipped."""
+    data: dict[str, Any]
+    errors: list[str] = field(default_factory=list)
+
+    def pin_memory(self) -> "ModelBatch":
+        # DataLoader(pin_memory=True) calls this on custom batch types
+        return ModelBatch(_pinned(self.data), self.errors)
+
+
+def _pinned(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    if isinstance(value, dict):
+        return {k: _pinned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_pinned(v) for v in value]
+    return value
+
+
+def _row(value: Any, i: int) -> Any:
+    """Row i of a batched field (numpy view), recursively through dicts; lists by index."""
+    if isinstance(value, torch.Tensor):
+        return value[i].numpy()
+    if isinstance(value, dict):
+        return {k: _row(v, i) for k, v in value.items()}
+    if isinstance(value, list):
+        return value[i]
+    return value
+
+
+def sample_of(batch: CARLABatch, i: int, mode: str) -> dict[str, Any]:
+    """Row i of a decoded batch as the dict a sample_transform gets (module docstring)."""
+    out: dict[str, Any] = {"key": batch.keys[i], "mode": mode,
+                           # (n, 3, H, W) is a view of (n, H, W, 3) memory: the HWC view back
+                           "images": batch.images[i].permute(0, 2, 3, 1).numpy()}
+    out.update({name: _row(getattr(batch, name), i) for name in CORE})
+    out["speed"] = float(out["speed"])
+    out["measurements"] = _row(batch.measurements or {}, i)
+    out["fields"] = _row(batch.fields, i)
+    for f in dc_fields(batch):
+        value = getattr(batch, f.name)
+        if f.name not in _SKIP and value is not None:
+            out[f.name] = _row(value, i)
+    return out
+
+
+def sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
+    """The generator a sample_transform gets: a function of (seed, epoch, key) only."""
+    return numpy_rng(derive_seed(seed, epoch, key, "sample_transform"))
+
+
+class Transformer:
+    """Applies one sample_transform to a worker's decoded batches (see the module docstring).
+    `template`: decodes and transforms a real sample for a batch with none (called at most
+    once per worker pass)."""
+
+    def __init__(self, fn: SampleTransform, *, seed: int, epoch: int, mode: str,
+                 template: Callable[[], dict[str, Any]]) -> None:
+        self.fn, self.seed, self.epoch, self.mode = fn, seed, epoch, mode
+        self.template = template
+        self.last_real: dict[str, Any] | None = None
+
+    def one(self, batch: CARLABatch, i: int) -> dict[str, Any]:
+        key = batch.keys[i]
+        return self.fn(sample_of(batch, i, self.mode), sample_rng(self.seed, self.epoch, key))
+
+    def __call__(self, batches: Iterable[CARLABatch]) -> Iterator[ModelBatch]:
+        for batch in batches:
+            valid = batch.valid.tolist()
+            rows: list[dict[str, Any] | None] = [self.one(batch, i) if v else None
+                                                 for i, v in enumerate(valid)]
+            real = next((r for r in rows if r is not None), None)
+            if real is None:
+                real = self.last_real if self.last_real is not None else self.template()
+            self.last_real = real
+            rows = [r if r is not None else copy.deepcopy(real) for r in rows]
+            data = default_collate(rows)
+            if not isinstance(data, dict):
+                raise TypeError(f"sample_transform returned {type(rows[0]).__name__}; "
+                                "expected a dict (str -> value)")
+            clash = sorted(set(data) & set(ADDED_KEYS))
+            if clash:
+                raise ValueError(f"sample_transform returned keys {clash}, which the loader "
+                                 "adds itself; rename them")
+            data["valid"] = torch.tensor(valid, dtype=torch.bool)
+            data["key"] = [k if v else "" for k, v in zip(batch.keys, valid)]
+            yield ModelBatch(data, list(batch.errors))
