@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts
+from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts, dataset_for
 from .pack.errors import PackError
 from .pack.synth import synth_layouts
 from .remote import RemoteError
@@ -151,10 +151,9 @@ def pack(input_dir, output_dir, resize, part, **kw) -> None:
                f"{c['loader_tail_frames']} left out by the loader's rule (head + end), "
                f"{c['skipped']} skipped "
                f"(NaN theta: {c['nan_theta']}, VOID command: {c['void_command']})")
-    if "between" in c:
-        click.echo(f"{c['between']} frames between keyframes; speed null: {c['null_speed']}, "
-                   f"ego class 'vehicle': {c['ego_as_vehicle']}; {c['filtered_routes']} clips "
-                   f"left out, {len(manifest.get('split_missing', []))} split clips missing")
+    own = dataset_for(opts.layout).summary(manifest)
+    if own:
+        click.echo(own)
 
 
 @main.command()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import carla_wds
 from carla_wds.datasets import all_names
+from carla_wds.pack.datasets import builtin_layouts
+from carla_wds.pack.synth import synth_layouts
 
 PKG = Path(carla_wds.__file__).resolve().parent
 ROOMS = ("datasets/", "pack/datasets/", "pack/synth/", "load/adapters/")
@@ -28,9 +30,10 @@ SHIMS = {
 
 
 def dataset_words() -> re.Pattern[str]:
-    """The registry's names, plus each family word without its version digits
-    (transfuser4 -> transfuser) where that word is long enough not to be an English one."""
-    words = set(all_names())
+    """The registries' names (datasets' names and aliases, every packable and synthesisable
+    layout, so a YAML-only dataset counts too), plus each family word without its version
+    digits (transfuser4 -> transfuser) where that word is long enough not to be an English one."""
+    words = {*all_names(), *builtin_layouts(), *synth_layouts()}
     words |= {w.rstrip("0123456789") for w in words if len(w.rstrip("0123456789")) >= 5}
     words = sorted(words, key=len, reverse=True)
     return re.compile(r"(?<![a-z])(" + "|".join(map(re.escape, words)) + r")(?![a-z])", re.I)
@@ -67,10 +70,11 @@ def _words(node: ast.AST) -> list[str]:
     return []
 
 
-def dataset_names_in_code(path: Path, pattern: re.Pattern[str]) -> list[str]:
+def dataset_names_in_code(path: Path, pattern: re.Pattern[str], base: Path = PKG.parent
+                          ) -> list[str]:
     tree = ast.parse(path.read_text())
     docs = _docstrings(tree)
-    rel = path.relative_to(PKG.parent)
+    rel = path.relative_to(base)
     return [f"{rel}:{getattr(node, 'lineno', '?')}: {word[:70]!r}"
             for node in ast.walk(tree) if id(node) not in docs
             for word in _words(node) if pattern.search(word)]
@@ -94,12 +98,7 @@ def test_the_walk_sees_names_in_code(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text('"""About garage data."""\nfrom x.bench2drive import y\n'
                       'TCP_MU = 0.8\nname = "depth_garage8"\nf(transfuser4=1)\n')
-    pkg_like = PKG / "_rooms_probe.py"
-    try:
-        pkg_like.write_text(sample.read_text())
-        hits = dataset_names_in_code(pkg_like, dataset_words())
-    finally:
-        pkg_like.unlink()
+    hits = dataset_names_in_code(sample, dataset_words(), tmp_path)
     assert len(hits) == 4, hits
     assert in_room(PKG / "datasets" / "tcp.py") and not in_room(PKG / "pack" / "packer.py")
     assert dataset_words().search("TransFuser's loader")

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..remote import RemoteOptions
 from ..schema import IMAGE_FORMATS
-from .datasets import DEFAULT_LAYOUT, all_options, check_options
+from .datasets import DEFAULT_LAYOUT, all_options, check_options, identity_options
 from .errors import PackError
 from .errors import bad_option as _bad
 from .errors import whole_number as _whole
@@ -67,21 +67,25 @@ class PackOptions:
         skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
                 "spool_bytes", "stage", "storage_options", "read_timeout", "retries"}
         out = {k: v for k, v in asdict(self).items() if k not in skip | {"dataset_options"}}
-        # every registered dataset's options, at their defaults unless given: a manifest's
-        # pack_args lists the same keys whatever the layout
+        # the built-in datasets' options and the layout's own, at their defaults unless given:
+        # a manifest's pack_args lists the same keys whatever the built-in layout
         given = self.dataset_options or {}
-        out.update((o.name, given.get(o.name, o.default)) for o in all_options())
+        out.update((o.name, given.get(o.name, o.default)) for o in identity_options(self.layout))
         return out
 
     @classmethod
     def of(cls, **kw: Any) -> "PackOptions":
         """PackOptions from keywords, where those naming a dataset's option (pack/datasets,
-        e.g. stride=1 for bench2drive) go into dataset_options."""
-        own = {f.name for f in fields(cls)}
-        theirs = {k: kw.pop(k) for k in list(kw) if k not in own}
-        if theirs:
-            kw["dataset_options"] = {**(kw.get("dataset_options") or {}), **theirs}
+        e.g. stride=1 for bench2drive) go into dataset_options (as PackOptions(...) does)."""
         return cls(**kw)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when the dataclass has no such field: a dataset's option, as the
+        # attribute it was before issue 25 moved it into its room (opts.stride).
+        for option in all_options():
+            if option.name == name:
+                return (self.__dict__.get("dataset_options") or {}).get(name, option.default)
+        raise AttributeError(f"'PackOptions' object has no attribute {name!r}")
 
     def remote(self) -> RemoteOptions:
         """How an object store's objects are read and written: timeouts, retries, options."""
@@ -160,3 +164,25 @@ class PackOptions:
             text = "/".join(map(str, self.part)) if isinstance(self.part, tuple) else self.part
             raise _bad("--part", text, "i/N with 0 <= i < N", "pass e.g. --part 0/4 ... "
                        "--part 3/4, one per machine")
+
+
+_FIELDS_INIT = PackOptions.__init__
+_OWN = frozenset(f.name for f in fields(PackOptions))
+
+
+def _init(self: PackOptions, *args: Any, **kw: Any) -> None:
+    """The dataclass __init__, where a keyword naming a dataset's option (stride=1 for a
+    clip layout) goes into dataset_options: PackOptions(...) and dataclasses.replace() take
+    the keywords they took before those options moved into their dataset's room."""
+    theirs = {k: kw.pop(k) for k in list(kw) if k not in _OWN}
+    if theirs:
+        known = sorted({o.name for o in all_options()})
+        unknown = sorted(set(theirs) - set(known))
+        if unknown:
+            raise TypeError(f"PackOptions() got unexpected keyword arguments {unknown}; its "
+                            f"fields are {sorted(_OWN)}, the datasets' own options {known}")
+        kw["dataset_options"] = {**(kw.get("dataset_options") or {}), **theirs}
+    _FIELDS_INIT(self, *args, **kw)
+
+
+PackOptions.__init__ = _init   # type: ignore[method-assign]

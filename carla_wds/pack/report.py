@@ -84,9 +84,9 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
               "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in report.plans),
               "void_command": sum(p.void_command for p in report.plans),
               "filtered_routes": sum(bool(p.filtered) for p in report.plans)}
-    for name in ("between", "null_speed", "ego_as_vehicle"):   # clip layouts (bench2drive)
-        if any(hasattr(p, name) for p in report.plans):
-            counts[name] = sum(getattr(p, name, 0) for p in report.plans)
+    for plan in report.plans:   # a dataset's own counts (RoutePlan.extra_counts)
+        for name, n in plan.extra_counts().items():
+            counts[name] = counts.get(name, 0) + n
     if counts["frames"] != total + counts["tail_frames"] + head + end + len(skipped):
         raise AssertionError(f"frame accounting broke: {counts}; this is a carla-wds bug")
     return {

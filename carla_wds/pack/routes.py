@@ -5,7 +5,7 @@ The packer, the encoder (frames.py) and the report work on these alone, whatever
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,13 @@ class RoutePlan:
     def unsampled(self) -> int:
         """Frames that are no sample: tails, head, the loader's tail and skips."""
         return self.tail + self.head + self.loader_tail + len(self.skipped)
+
+    def extra_counts(self) -> dict[str, int]:
+        """The whole-number fields a dataset's plan type adds to these (its own counts, such
+        as frames left between keyframes): the manifest's counts sum them over the plans."""
+        own = {f.name for f in fields(RoutePlan)}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in own and isinstance(getattr(self, f.name), int)}
 
     def check(self) -> None:
         accounted = len(self.tasks) + self.unsampled

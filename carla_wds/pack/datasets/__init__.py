@@ -13,6 +13,7 @@ below (or `register(name, dataset, synth=writer)` from outside the package).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import PackError, bad_option
@@ -24,6 +25,7 @@ from .routes import RoutesDataset, yaml_datasets
 from .routes.layout_parts import SampleRule
 
 _REGISTRY: dict[str, Dataset] = {**yaml_datasets(), **_CODE_DATASETS}
+_BUILT_IN = tuple(_REGISTRY)   # the layouts shipped with the package
 DEFAULT_LAYOUT = "tcp"   # `carla-wds pack` and PackOptions without a --layout
 
 
@@ -43,9 +45,15 @@ def builtin_layouts() -> list[str]:
 
 
 def dataset_for(layout: str) -> Dataset:
-    """The dataset of a layout name; any other name or path goes to the YAML adapter, which
-    reads it as a layout file (and names the registered layouts if there is none)."""
-    return _REGISTRY.get(str(layout)) or RoutesDataset(str(layout))
+    """The dataset of a layout name, or the YAML adapter for a path to a layout file; a name
+    nothing registered is a PackError naming the registered layouts."""
+    name = str(layout)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if not Path(name).suffix:
+        raise PackError(f"--layout {name}: unknown layout {name!r}; built-in layouts are "
+                        f"{builtin_layouts()}, or pass a path to a layout .yaml file")
+    return RoutesDataset(name)
 
 
 def all_options() -> list[DatasetOption]:
@@ -53,6 +61,18 @@ def all_options() -> list[DatasetOption]:
     seen: dict[str, DatasetOption] = {}
     for name in _REGISTRY:
         for option in _REGISTRY[name].options:
+            seen.setdefault(option.name, option)
+    return list(seen.values())
+
+
+def identity_options(layout: str) -> list[DatasetOption]:
+    """The dataset options a pack's identity (manifest pack_args, the resume check) lists:
+    the built-in datasets' (every manifest has listed them since they were PackOptions
+    fields, so its bytes stay) and the layout's own, but no other registered dataset's, so
+    what a process has registered never changes another layout's manifest."""
+    seen: dict[str, DatasetOption] = {}
+    for name in (*_BUILT_IN, str(layout)):
+        for option in _REGISTRY[name].options if name in _REGISTRY else ():
             seen.setdefault(option.name, option)
     return list(seen.values())
 
@@ -86,4 +106,4 @@ def check_options(layout: str, given: Mapping[str, Any]) -> None:
 
 __all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset",
            "SampleRule", "all_options", "builtin_layouts", "check_options", "dataset_for",
-           "register"]
+           "identity_options", "register"]

@@ -45,24 +45,20 @@ class PackInput:
 
 
 class Dataset:
-    """A dataset the packer can read. Subclass it, set `layouts` and `options`, implement
-    `open`, and register it (pack.datasets.register) under each of its layout names."""
+    """A dataset the packer can read. Subclass it, set `options`, implement `open`, and
+    register it (pack.datasets.register) under each of its layout names."""
 
-    #: the layout names it packs (`--layout NAME`)
-    layouts: tuple[str, ...] = ()
     #: the options it owns (beyond PackOptions' own), declared for the CLI and validation
     options: tuple[DatasetOption, ...] = ()
 
     def check_options(self, given: Mapping[str, Any]) -> None:
         """Raise PackError naming the first bad value of `given` (names of self.options)."""
 
+    def summary(self, manifest: Mapping[str, Any]) -> str | None:
+        """A line `carla-wds pack` prints after the common counts: the dataset's own ones."""
+        return None
+
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         """Find the episodes of input_dir and say how each is planned; returns the input and
         opts with what the dataset settles (pred_len) filled in. Raises PackError."""
         raise NotImplementedError
-
-    def option_values(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Each of self.options' values: the given one, else its default."""
-        given = given or {}
-        return {o.name: given.get(o.name, o.default) for o in self.options}
-

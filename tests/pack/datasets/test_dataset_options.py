@@ -61,3 +61,46 @@ def test_the_cli_passes_a_datasets_flags_to_its_room(raw_tcp, tmp_path, cli):
     assert result.exit_code != 0
     assert "--stride 5: expected --layout bench2drive" in result.output, result.output
     assert not out.exists()
+
+
+def test_the_keywords_pack_options_took_before_still_work():
+    """PackOptions(stride=1), opts.stride and dataclasses.replace(opts, stride=2) keep working
+    after the options moved into their room; a keyword nothing owns is a TypeError naming
+    both lists."""
+    import dataclasses
+    opts = PackOptions(layout="bench2drive", stride=1, box_visibility="flag")
+    assert opts.dataset_options == {"stride": 1, "box_visibility": "flag"}
+    assert (opts.stride, opts.handedness, opts.subset) == (1, "left", "train")
+    again = dataclasses.replace(opts, stride=2)
+    assert again.dataset_options == {"stride": 2, "box_visibility": "flag"}
+    assert again.identity() == PackOptions.of(layout="bench2drive", stride=2,
+                                              box_visibility="flag").identity()
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['strid'\].*'stride'"):
+        PackOptions(strid=1)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        opts.nothing  # noqa: B018
+
+
+def test_another_datasets_options_never_reach_a_builtin_layouts_manifest():
+    """Registering a dataset with an option of its own leaves a built-in layout's pack_args
+    (manifest bytes, resume identity) as they were; its own layout lists the option."""
+    from carla_wds.pack import datasets as registry
+    from carla_wds.pack.datasets import Dataset, DatasetOption
+
+    class Toy(Dataset):
+        options = (DatasetOption("toy_depth", "--toy-depth", "toy", 3, int),)
+
+    saved = dict(registry._REGISTRY)
+    try:
+        registry.register("toyopts", Toy())
+        assert list(PackOptions().identity()) == PACK_ARGS
+        assert list(PackOptions(layout="toyopts").identity()) == [*PACK_ARGS, "toy_depth"]
+    finally:
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(saved)
+
+
+def test_an_unknown_layout_name_lists_every_registered_layout():
+    with pytest.raises(PackError, match=r"unknown layout 'nope'; built-in layouts are \[.*"
+                                        r"'bench2drive'.*'tcp'.*\], or pass a path"):
+        PackOptions(layout="nope").validate()

@@ -19,11 +19,16 @@ log = logging.getLogger(__name__)
 
 class Bench2Drive(Dataset):
     """--layout bench2drive: clips, extracted or as their .tar.gz archives."""
-    layouts = ("bench2drive",)
     options = OPTIONS
 
     def check_options(self, given: Mapping[str, Any]) -> None:
         Bench2DriveOptions.of(given).check()
+
+    def summary(self, manifest: Mapping[str, Any]) -> str | None:
+        c = manifest["counts"]
+        return (f"{c['between']} frames between keyframes; speed null: {c['null_speed']}, "
+                f"ego class 'vehicle': {c['ego_as_vehicle']}; {c['filtered_routes']} clips "
+                f"left out, {len(manifest.get('split_missing', []))} split clips missing")
 
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         own = Bench2DriveOptions.of(opts.dataset_options)

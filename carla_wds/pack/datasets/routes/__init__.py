@@ -29,7 +29,6 @@ class RoutesDataset(Dataset):
 
     def __init__(self, layout: str) -> None:
         self.layout = layout
-        self.layouts = (layout,)
 
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         try:

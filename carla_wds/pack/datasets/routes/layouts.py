@@ -76,9 +76,10 @@ def load_layout(name_or_path: str | Path) -> Layout:
     if not path.suffix:
         path = LAYOUT_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
-            from .. import builtin_layouts   # the registry: YAML and code datasets alike
-            raise ValueError(f"unknown layout {str(name_or_path)!r}; built-in layouts are "
-                             f"{builtin_layouts()}, or pass a path to a layout .yaml file")
+            # (pack.datasets.dataset_for names every registered layout before this is reached)
+            shipped = sorted(p.stem for p in LAYOUT_DIR.glob("*.yaml"))
+            raise ValueError(f"unknown layout {str(name_or_path)!r}; the shipped YAML layouts "
+                             f"are {shipped}, or pass a path to a layout .yaml file")
     if not path.is_file():
         raise FileNotFoundError(f"layout file {path} does not exist")
     try:
