@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import limits
 from ..codecs import CODECS, ImageCodec, ImageHeaderError, codec_for, codec_named
-from ..datasets import box_parser
+from ..datasets import box_parser, box_parsers
 from ..extras import MEASUREMENTS, make_record
 from ..imagesize import image_size
 from ..limits import LimitError
@@ -137,7 +137,7 @@ class FrameEncoder:
                 points = laz.decode(data)
                 problem = points_problem(points, self._columns(r))
                 return problem or {r.member: codec_named(r.codec).encode(points)}
-            if r.read.startswith("boxes_"):
+            if r.read in box_parsers():   # a box file: its dataset's registered parser
                 return self._boxes(r, decode_json(data, r.gz))
             if r.read == "camera":
                 got = self._camera(data, r.member)

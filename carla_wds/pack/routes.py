@@ -90,7 +90,7 @@ class Reader:
     """How the encoder turns one raw file into one or two members (picklable)."""
     name: str
     member: str
-    read: str                     # layout_parts.READERS, or "camera" for a camera twin
+    read: str                     # layout_parts.readers(), or "camera" for a camera twin
     codec: str
     gz: bool = False
     raw_member: str | None = None   # boxes: the raw JSON beside the typed array

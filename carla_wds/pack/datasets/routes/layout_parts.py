@@ -17,8 +17,15 @@ from ....modalities import codec_kinds
 # or a box list in JSON (typed array + the raw JSON beside it), or a LAZ cloud decoded once at
 # pack time into float32 xyz points (a loader decodes npy 40-140x faster than LAZ, for 2.4x
 # the bytes: docs/benchmarks.md, issue 14's LAZ-vs-npy measurement).
-# the box readers are the parsers the datasets register (carla_wds.datasets.box_parsers)
-READERS = ("bytes", "pickled_tuple", *box_parsers(), "laz_points")
+# the box readers are the parsers the datasets register (carla_wds.datasets.box_parsers),
+# read when a layout is parsed, so a parser registered after import is usable too
+_FILE_READERS = ("bytes", "pickled_tuple", "laz_points")
+
+
+def readers() -> tuple[str, ...]:
+    """The `read:` values a sensor may name."""
+    return (*_FILE_READERS[:2], *box_parsers(), *_FILE_READERS[2:])
+
 # Kinds a sensor folder cannot hold: the JSON sources and the record are built by the packer.
 _NOT_SENSORS = ("json", "measurements")
 SENSOR_EXTS = ("png", "jpg", "npy", "laz", "json", "json.gz")   # the built-in layouts' ones
@@ -178,7 +185,7 @@ def parse_sensors(data: Any, where: str) -> tuple[Sensor, ...]:
                    _choice(d.get("codec"), sensor_codecs(), where, f"{at}.codec"),
                    str(d.get("prefix", "")),
                    _str(d["twin"], where, f"{at}.twin") if d.get("twin") else None,
-                   _choice(d.get("read", "bytes"), READERS, where, f"{at}.read"),
+                   _choice(d.get("read", "bytes"), readers(), where, f"{at}.read"),
                    _classes(d.get("classes"), d.get("codec"), where, f"{at}.classes"))
         out.append(s)
     return tuple(out)
