@@ -52,6 +52,7 @@ class ControllerConfig:
     aim_dist: float       # distance to search around for aim point
     angle_thresh: float   # outlier control detection angle
     dist_thresh: float    # target point forward distance for outlier filtering
+    source: str = ""      # whose controller it is, as the trainer's log names it
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ CONTROLLER = ControllerConfig(
     turn=PIDGains(0.75, 0.75, 0.3, 40),
     speed=PIDGains(5.0, 0.5, 1.0, 40),
     max_throttle=0.75, brake_speed=0.4, brake_ratio=1.1, clip_delta=0.25, aim_dist=4.0,
-    angle_thresh=0.3, dist_thresh=10.0)
+    angle_thresh=0.3, dist_thresh=10.0, source="TCP")
 
 # TCP/data.py: "the average value of roach braking action", set where only the rule-based
 # detector braked (only_ap_brake); index 0 is the acceleration Beta's (alpha, beta).

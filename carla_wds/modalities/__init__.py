@@ -8,20 +8,23 @@ the table is built from them here; a dataset whose members need a codec of its o
 depth of its own scale, say) adds it to a kind with `add_codec` (carla_wds.datasets), and a new
 kind is `register_modality(Modality(...), codecs)`, from a file here or from outside.
 
-| kind         | codecs                                  | batch                    | collate     |
-|--------------|-----------------------------------------|--------------------------|-------------|
-| rgb          | png, jpg                                | images                   | cameras     |
-| depth        | depth_carla24 (+ datasets' 8-bit ones)  | depth                    | fixed/stack |
-| semantics    | semantics                               | semantics                | fixed/stack |
-| bev          | bev_classes (+ datasets' bit planes)    | bev                      | fixed       |
-| lidar        | points, laz                             | lidar (+ lidar_len)      | rows        |
-| boxes        | boxes (npy table + raw json)            | boxes (+ boxes_len)      | rows        |
-| json         | json                                    | fields[name]             | list        |
-| measurements | record                                  | measurements             | record      |
-| radar        | npy                                     | fields[name] (+ _len)    | rows        |
-| instance     | instance                                | fields[name]             | fixed/stack |
-| expert       | npy                                     | fields[name]             | fixed       |
-| calibration  | (record values)                         | intrinsics, cam2ego      | fixed       |
+| kind         | codecs                                  | batch                    | collate |
+|--------------|-----------------------------------------|--------------------------|---------|
+| rgb          | png, jpg                                | images                   | cameras |
+| depth        | depth_carla24 (+ datasets' 8-bit ones)  | depth                    | fixed   |
+| semantics    | semantics                               | semantics                | fixed   |
+| bev          | bev_classes (+ datasets' bit planes)    | bev                      | fixed   |
+| lidar        | points, laz                             | lidar (+ lidar_len)      | rows    |
+| boxes        | boxes                                   | boxes (+ boxes_len)      | rows    |
+| json         | json                                    | fields[name]             | list    |
+| measurements | record                                  | measurements             | record  |
+| radar        | - (npy, read by the dataset)            | fields[name] (+ _len)    | rows    |
+| instance     | instance                                | fields[name]             | fixed   |
+| expert       | - (npy)                                 | fields[name]             | fixed   |
+| calibration  | - (record values)                       | intrinsics, cam2ego      | fixed   |
+
+Per-camera kinds (depth, semantics, instance) stack one member per camera into (n_cam, ...).
+docs/batch.md is the full table, generated from MODALITIES (load/places.py; a test checks it).
 """
 from __future__ import annotations
 

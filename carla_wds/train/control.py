@@ -16,19 +16,16 @@ from torch import Tensor
 
 # the controller's values are a dataset's convention, registered with it (TCP's:
 # carla_wds.datasets DEFAULT_CONTROLLER); ControllerConfig and PIDGains live there too
-from ..datasets import DATASETS, DEFAULT_CONTROLLER, ControllerConfig, PIDGains
+from ..datasets import DEFAULT_CONTROLLER, ControllerConfig, PIDGains
 from .frames import to_right_forward
 
 CONTROLS: tuple[str, ...] = ("steer", "throttle", "brake")
 
 
 def controller_source() -> str:
-    """The project whose controller the trainer uses, as its registry entry writes it (the
-    `doc`'s first word, before the commit it cites), for the log line reporting it."""
-    info = next((i for i in DATASETS.values() if i.controller == DEFAULT_CONTROLLER), None)
-    if info is None:
-        return "the default"
-    return info.doc.split("@", 1)[0] if "@" in info.doc else info.name
+    """The project whose controller the trainer uses (its registry entry's `source`), for the
+    log line reporting it."""
+    return DEFAULT_CONTROLLER.source or "the default"
 
 
 def _angle(v: Tensor) -> Tensor:
