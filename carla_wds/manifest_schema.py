@@ -24,8 +24,6 @@ from .schema import (
 )
 
 MAX_MANIFEST_BYTES = 256 << 20
-# the load transforms a manifest may name: each dataset's (carla_wds.datasets), as registered
-LOAD_TRANSFORMS = tuple(load_transforms())
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
