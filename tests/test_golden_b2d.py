@@ -58,12 +58,15 @@ def raw(tmp_path_factory) -> Path:
 def _served(batch, i: int) -> dict:
     """One sample's labels, named as in the golden file (the port's names)."""
     m = {k: v[i].numpy() for k, v in batch.measurements.items()}
-    feature = batch.extras["expert_feature"][i].numpy()
+    feature = batch.fields["expert_feature"][i].numpy()
+    future = batch.fields["future_expert_feature"][i].numpy()
     return {"waypoints": batch.waypoints[i].numpy(), "target_point": batch.target_point[i].numpy(),
             "command": int(np.argmax(batch.command[i].numpy())), "speed": float(batch.speed[i]),
             "action": np.array([m["action_throttle"], m["action_steer"], m["action_brake"]]),
             "action_index": int(m["expert_action"]), "value": float(m["expert_value"]),
-            "feature_len": int(feature.size), "feature_sha256": f32_digest(feature)}
+            "feature_len": int(feature.size), "feature_sha256": f32_digest(feature),
+            "future_action_index": [int(a) for a in m["future_expert_action"]],
+            "future_feature_sha256": f32_digest(future)}
 
 
 _CACHE: dict[str, dict] = {}
@@ -78,7 +81,7 @@ def _packed(name: str, raw: Path) -> dict[tuple[str, int], dict]:
                                       **PACKS[name]))
     width, height = _golden()["synth"]["image_size"]
     data = CARLAWebData(str(out), batch_size=8, mode="eval", image_size=(height, width),
-                        fields=["measurements", "expert_feature"])
+                        fields=["measurements", "expert_feature", "future_expert_feature"])
     served = {}
     for batch in data:
         assert not batch.errors, batch.errors
@@ -114,7 +117,8 @@ def test_default_pack_serves_the_port_keyframes(raw):
 
 
 CORE = ["waypoints", "target_point", "command"]
-EXPERT = ["action", "action_index", "value", "feature_len", "feature_sha256"]
+EXPERT = ["action", "action_index", "value", "feature_len", "feature_sha256",
+          "future_action_index", "future_feature_sha256"]
 
 
 @pytest.mark.parametrize("label", CORE + ["speed"] + EXPERT)
@@ -160,9 +164,9 @@ def test_null_speed_is_the_ego_s_motion(raw):
         assert math.isfinite(ours[where]["speed"]) and ours[where]["speed"] >= 0, where
 
 
-@pytest.mark.xfail(strict=True, reason="not served: the port's future expert labels "
-                   "(future_feature, future_action_index: expert files t+5 .. t+20)")
 def test_port_future_expert_labels_are_served(raw):
+    """The port trains on future_feature and future_action_index (expert files t+5 .. t+20;
+    their values: test_port_pack_label_equals_the_port)."""
     sample = next(iter(_packed("port", raw).values()))
     assert "future_feature_sha256" in sample and "future_action_index" in sample
 

@@ -42,8 +42,9 @@ ACTIONS: tuple[tuple[float, float, float], ...] = (
     + tuple((0.5, s, 0.0) for s in _STEERS7))   # 30..38 reverse, which the label drops
 
 
-def record_fields(expert: bool) -> tuple[MeasField, ...]:
-    """The measurements record of a bench2drive sample (frames: see the manifest's spec)."""
+def record_fields(expert: bool, pred_len: int = 4) -> tuple[MeasField, ...]:
+    """The measurements record of a bench2drive sample (frames: see the manifest's spec);
+    `pred_len`: how many future expert actions it carries (future_expert)."""
     n = len(B2D_RIG)
     out = [MeasField("speed", units="m/s"), MeasField("theta", units="rad"),
            MeasField("acceleration", shape=(3,), units="m/s^2", frame="b2d_ego"),
@@ -62,7 +63,10 @@ def record_fields(expert: bool) -> tuple[MeasField, ...]:
         # is the file's (the TCP port regresses 1536 values), not fixed here
         out += [MeasField("expert_value"), MeasField("expert_action", "int32"),
                 MeasField("action_throttle"), MeasField("action_steer"),
-                MeasField("action_brake")]
+                MeasField("action_brake"),
+                # the TCP port's future_action_index (its future_feature is the member
+                # future_expert_feature.npy, (pred_len, feature length))
+                MeasField("future_expert_action", "int32", shape=(pred_len,))]
     return tuple(out)
 
 
@@ -204,11 +208,11 @@ def record_values(anno: dict, theta: float, speed: float, handedness: str,
            **{k: command(anno, k) for k in ("command_near", "command_far", "next_command")},
            "target_near": near, "target_far": far, **calibration(anno, handedness)}
     if expert is not None:
-        out.update(_expert(expert))
+        out.update(expert_values(expert))
     return out
 
 
-def _expert(expert: np.ndarray) -> dict[str, Any]:
+def expert_values(expert: np.ndarray) -> dict[str, Any]:
     """feature (any length >= 1), value, action of an expert assessment, each finite as
     stored, and the action's (throttle, steer, brake) by ACTIONS."""
     expert = np.asarray(expert, np.float64)
@@ -222,6 +226,20 @@ def _expert(expert: np.ndarray) -> dict[str, Any]:
     return {"expert_feature": expert[:-2].astype(np.float32), "expert_value": expert[-2],
             "expert_action": int(action), "action_throttle": throttle, "action_steer": steer,
             "action_brake": brake}
+
+
+def future_expert(each: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The expert files of frames t + 5k, k = 1..pred_len (each as expert_values gives it), as
+    the TCP port pairs them (Bench2DriveZoo@tcp/admlp 31278ff tools/gen_tcp_data.py
+    l.196-198: full_seq_feature[i+5 : i+25 : 5], file[:-2] each, and the action index
+    file[-1]): the (pred_len, F) features and the (pred_len,) action indexes; ValueError on
+    features of lengths that differ."""
+    sizes = {len(e["expert_feature"]) for e in each}
+    if len(sizes) > 1:
+        raise ValueError(f"future expert assessments hold features of lengths {sorted(sizes)}; "
+                         "expected one length (the port stacks them)")
+    return {"future_expert_feature": np.stack([e["expert_feature"] for e in each]),
+            "future_expert_action": np.array([e["expert_action"] for e in each], np.int32)}
 
 
 def ego_entry(boxes: list) -> tuple[dict, bool]:

@@ -6,7 +6,9 @@ and of its future waypoint frames, decide each frame's fate (sample, tail, skip,
 between keyframes), and read each sample's files into its task. The clip is then closed, so
 at most one clip is held at a time; workers (when images are decoded) get tasks with their
 bytes and never open a clip. Every frame is accounted for: a sample, a tail (no full future),
-a recorded skip, or a frame between keyframes (`between`, counted in the manifest).
+a recorded skip, or a frame between keyframes (`between`, counted in the manifest). With the
+expert, a sample also carries the TCP port's future labels: the expert files its pairing gives
+frames t + 5k, k = 1..pred_len (future_expert_feature.npy, the record's future_expert_action).
 """
 from __future__ import annotations
 
@@ -116,7 +118,14 @@ class CLIP_LAYOUT_INFO:   # noqa: N801 - stands where a Layout stands, for the m
         return {"handedness": self.settings.handedness, "source_rate_hz": RATE_HZ,
                 "stride": self.settings.stride, "waypoint_rate_hz": WAYPOINT_HZ,
                 "box_radius_m": self.settings.box_radius, "radar_columns": list(RADAR_COLUMNS),
+                # future_expert_*: the expert files the pairing gives frames t + these
+                "future_expert_frames": _future_frames(self.settings),
                 **b2d_boxes.spec_doc(self.settings)}
+
+
+def _future_frames(s: B2DSettings) -> list[int]:
+    """Frame offsets of the future expert labels (the TCP port's 4 at 2 Hz: 5, 10, 15, 20)."""
+    return [STEP * k for k in range(1, s.pred_len + 1)] if "expert" in s.sensors else []
 
 
 def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
@@ -141,10 +150,12 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
             extras += [Extra(f"{kind}_{cam}", f"{kind}_{cam}.png", codec, modality, dtype, (),
                              units, f"camera {cam}") for cam in CAMERAS]
     if "expert" in s.sensors:   # its length is the file's (1536 in the TCP port's data)
-        extras.append(Extra("expert_feature", "expert_feature.npy", "npy", "expert", "float32",
-                            (None,)))
+        extras += [Extra("expert_feature", "expert_feature.npy", "npy", "expert", "float32",
+                         (None,)),
+                   Extra("future_expert_feature", "future_expert_feature.npy", "npy", "expert",
+                         "float32", (s.pred_len, None))]
     extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
-                        (), fields=anno_of.record_fields("expert" in s.sensors)))
+                        (), fields=anno_of.record_fields("expert" in s.sensors, s.pred_len)))
     frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": frame,
               "calibration": "b2d" if s.handedness == "right" else "carla_ue4"}
     return SampleSpec(CAMERAS, s.pred_len, image_format, extras=tuple(extras),
@@ -171,7 +182,9 @@ def _wanted(s: B2DSettings) -> list[tuple[str, str, str, int]]:
     if "radar" in s.sensors:
         out.append(("radar.npy", "radar", "radar", 0))
     if "expert" in s.sensors:   # data_collect.py names frame t's assessment t - 1
-        out.append(("expert", "expert_assessment", "expert assessment", s.expert_offset))
+        out += [(f"expert{k}", "expert_assessment", "expert assessment" if k == 0 else
+                 f"future expert assessment (frame t + {k})", s.expert_offset + k)
+                for k in [0, *_future_frames(s)]]
     for kind in _PER_CAMERA:
         if kind in s.sensors:
             out += [(f"{kind}_{cam}.png", f"camera/{kind}_{cam}", f"{kind} {cam}", 0)
@@ -247,7 +260,10 @@ class _ClipPlanner:
         if isinstance(now, str):
             return self._skip(t, f"anno/{t:05d}.json.gz", now)
         future = [t + STEP * k for k in range(1, self.s.pred_len + 1)]
-        if future[-1] > last:
+        experts = self.files.get("expert_assessment") if "expert" in self.s.sensors else None
+        # the future expert labels need file t + offset + 5 pred_len: past the clip's last
+        # one (--all-frames --expert-pairing tcp_port's last frame), no full future either
+        if future[-1] > last or experts and future[-1] + self.s.expert_offset > max(experts):
             return None
         if not self.s.all_frames and future[-1] + SAMPLES.tail > last:
             return "loader_tail"
@@ -267,13 +283,9 @@ class _ClipPlanner:
                 return self._skip(t, f"{folder}/{t + offset:05d}", f"missing {what} file; "
                                   "expected one for every frame of anno/")
             files[member] = (name, self.clip.read(name))
-        expert = None
-        if "expert" in files:
-            name, data = files.pop("expert")
-            try:
-                expert = npz_array(data)
-            except ValueError as exc:
-                return self._skip(t, name, str(exc))
+        expert = self._experts(t, files)
+        if isinstance(expert, Skip):
+            return expert
         try:
             labels, record = self._values(t, now, future, files, expert)
         except ValueError as exc:
@@ -281,8 +293,25 @@ class _ClipPlanner:
         return ClipTask(self.ref.name, t, make_key(self.ref.name, t, self.dots), labels, record,
                         files)
 
+    def _experts(self, t: int, files: dict) -> tuple[np.ndarray, dict] | Skip | None:
+        """Frame t's expert file and its future ones (popped from `files`): the array and the
+        future_expert values, or a Skip naming the file that is not usable."""
+        if "expert0" not in files:
+            return None
+        arrays, names = [], []
+        try:   # frame t's own values are checked with its record (record_values)
+            for k in [0, *_future_frames(self.s)]:
+                name, data = files.pop(f"expert{k}")
+                names.append(name)
+                arrays.append(npz_array(data))
+                if k:
+                    arrays[-1] = anno_of.expert_values(arrays[-1])
+            return arrays[0], anno_of.future_expert(arrays[1:])
+        except ValueError as exc:   # a future file's fault is derived (not frame t's own)
+            return self._skip(t, names[-1], str(exc), derived=len(names) > 1)
+
     def _values(self, t: int, now: dict, future: list[dict], files: dict,
-                expert: np.ndarray | None) -> tuple[dict, dict]:
+                expert: tuple[np.ndarray, dict] | None) -> tuple[dict, dict]:
         theta, _ = anno_of.compass(now)
         speed = anno_of.number(now, "speed", allow_none=True)
         null_speed = speed is None
@@ -291,10 +320,12 @@ class _ClipPlanner:
         labels = anno_of.frame_labels([now, *future], theta, speed, self.s.handedness)
         labels["meta"] = {"episode": self.ref.name, "frame": t,
                           "command": int(anno_of.number(now, "next_command"))}
-        record = anno_of.record_values(now, theta, speed, self.s.handedness, expert)
+        record = anno_of.record_values(now, theta, speed, self.s.handedness,
+                                       None if expert is None else expert[0])
         if expert is not None:
-            files["expert_feature.npy"] = ("", codec_named("npy").encode(
-                record.pop("expert_feature")))
+            record.update(expert[1])
+            for member in ("expert_feature", "future_expert_feature"):
+                files[f"{member}.npy"] = ("", codec_named("npy").encode(record.pop(member)))
         if "boxes" in self.s.sensors:
             boxes = now.get("bounding_boxes")
             files["boxes.npy"] = ("", codec_named("npy").encode(self._boxes(t, now)))

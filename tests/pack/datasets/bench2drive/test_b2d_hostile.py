@@ -305,6 +305,19 @@ def test_expert_npz_crc_mismatch_is_a_bad_file_naming_it(raw, tmp_path):
     assert [(s["frame"], s["file"]) for s in m["skipped"]] == [(0, "expert_assessment/-0001.npz")]
 
 
+def test_a_bad_future_expert_file_skips_the_frames_it_is_the_future_of(raw, tmp_path):
+    """Issue 26: frames 0 and 5 carry future expert labels from files t - 1 + 5k; a NaN in
+    file 24 (frame 5's last future, no frame's own) skips frame 5, naming it."""
+    src, clip = clip_copy(raw, tmp_path)
+    path = clip / "expert_assessment" / "00024.npz"
+    arr = np.load(path)["arr_0"].copy()
+    arr[3] = np.nan
+    path.write_bytes(npz_bytes(npy_bytes(arr)))
+    msg, m = pack_both(src, tmp_path)
+    assert msg.startswith(f"{CLIP} frame 0005: expert_assessment/00024.npz: ") and "finite" in msg
+    assert [(s["frame"], s["file"]) for s in m["skipped"]] == [(5, "expert_assessment/00024.npz")]
+    assert m["counts"]["samples"] == 1
+
 # --- non-finite and absurd label values ------------------------------------------------------
 
 def _set(key, value):

@@ -256,3 +256,42 @@ def test_the_type_vocabulary_is_in_the_manifest(raw, tmp_path):
     spec = json.loads((tmp_path / "p" / "manifest.json").read_text())["spec"]
     assert spec["box_type_ids"] == list(B2D_TYPE_IDS) and spec["box_type_ids"][0] == "other"
     assert spec["box_columns"] == list(B2D_BOX_COLUMNS) and spec["box_visibility"] == "off"
+
+
+@pytest.mark.parametrize("pairing, offset", [("tcp_port", 0), ("prepare_b2d", -1)])
+def test_future_expert_labels_are_the_ports_files(raw, tmp_path, pairing, offset):
+    """The port's future labels (tools/gen_tcp_data.py l.196-198: expert files i+5, i+10, i+15,
+    i+20 of frame i; TCP/data.py serves future_feature and future_action_index): frame t
+    carries, for k = 1..4, the expert file the pairing gives frame t + 5k."""
+    samples = pack(raw, tmp_path / "p", box_visibility="off", expert_pairing=pairing, stride=1)
+    spec = json.loads((tmp_path / "p" / "manifest.json").read_text())["spec"]
+    assert spec["future_expert_frames"] == [5, 10, 15, 20]
+    assert len(samples) > 20
+    for key, s in samples.items():
+        clip, t = key.rsplit("__", 1)
+        files = [np.load(raw / clip / "expert_assessment" / f"{int(t) + 5 * k + offset:05}.npz")
+                 ["arr_0"] for k in range(1, 5)]
+        feature = np.load(io.BytesIO(s["future_expert_feature.npy"]))
+        assert feature.dtype == np.float32 and feature.shape == (4, 1536)
+        np.testing.assert_array_equal(feature, np.float32([f[:-2] for f in files]))
+        rec = codec_named("record").decode(s["measurements.npy"])
+        assert rec["future_expert_action"].dtype == np.int32
+        assert rec["future_expert_action"].tolist() == [int(f[-1]) for f in files]
+
+
+def test_all_frames_end_where_the_future_expert_files_end(raw, tmp_path):
+    """--all-frames --expert-pairing tcp_port: expert files run to frame n - 2 (data_collect.py
+    names frame t's file t - 1), so the last frame with future labels is n - 22; the frame
+    after it has no full future (a tail frame, counted), not an error."""
+    samples = pack(raw, tmp_path / "p", box_visibility="off", expert_pairing="tcp_port",
+                   stride=1, all_frames=True)
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    frames = {}
+    for key, s in samples.items():
+        clip, t = key.rsplit("__", 1)
+        frames.setdefault(clip, []).append(int(t))
+        assert np.load(io.BytesIO(s["future_expert_feature.npy"])).shape == (4, 1536)
+    for clip, ts in frames.items():
+        last_file = max(int(p.stem) for p in (raw / clip / "expert_assessment").glob("*.npz"))
+        assert max(ts) == last_file - 20 == FRAMES - 22
+    assert m["counts"]["tail_frames"] == m["counts"]["frames"] - len(samples)
