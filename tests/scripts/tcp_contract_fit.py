@@ -1,0 +1,112 @@
+"""Run under torchrun: a small model with TCP's batch contract, trained and validated by a
+Lightning DDP fit on CARLADataModule(adapter="tcp"); each rank reports what it saw.
+
+    torchrun --standalone --nproc_per_node 2 tests/scripts/tcp_contract_fit.py TRAIN VAL OUT [pkg]
+
+The steps read the batch as TCP's TCP/train.py (73cc1dd) training_step and validation_step
+do (written here from them, not copied): speed as float32 / 12, the state
+cat(speed, target_point, target_command), Beta KL on action_mu/sigma and on each of the
+pred_len future steps `batch["future_action_mu"][i]`, MSE on feature, value and each
+future_feature[i], L1 on the float64 waypoints, and in validation the per-row action L1
+`batch["action"][i][k]`. pkg: "pytorch_lightning" (default) or "lightning".
+"""
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.distributions import Beta, kl_divergence
+
+from carla_wds.lightning import CARLADataModule
+
+train, val, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+pl = importlib.import_module("lightning.pytorch" if sys.argv[4:] == ["lightning"]
+                             else "pytorch_lightning")
+PRED_LEN = 4
+LISTS = ("future_action_mu", "future_action_sigma", "future_feature")
+
+
+class TinyTCP(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 16, stride=16),
+                                       torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+        self.head = torch.nn.Linear(4 + 9, 2 + 2 + 8 + 1 + 1 + 256 + PRED_LEN * (4 + 256))
+        self.train_keys, self.val_keys, self.val_batches, self.contract = [], [], 0, []
+
+    def forward(self, batch):
+        speed = batch["speed"].to(dtype=torch.float32).view(-1, 1) / 12.
+        target_point = batch["target_point"].to(dtype=torch.float32)
+        state = torch.cat([speed, target_point, batch["target_command"]], 1)
+        h = self.head(torch.cat([self.enc(batch["front_img"]), state], 1))
+        beta = lambda t: F.softplus(t) + 1.0   # noqa: E731 - Beta's parameters > 1
+        mu, sigma, wp, spd, val, feat, fut = h.split(
+            [2, 2, 8, 1, 1, 256, PRED_LEN * (4 + 256)], 1)
+        fut = fut.view(-1, PRED_LEN, 4 + 256)
+        return {"mu": beta(mu), "sigma": beta(sigma), "wp": wp.view(-1, 4, 2), "speed": spd,
+                "value": val, "feature": feat, "future_mu": [beta(fut[:, i, :2]) for i in
+                                                            range(PRED_LEN)],
+                "future_sigma": [beta(fut[:, i, 2:4]) for i in range(PRED_LEN)],
+                "future_feature": [fut[:, i, 4:] for i in range(PRED_LEN)]}
+
+    def _check(self, batch):
+        """TCP's contract: its keys, dtypes and shapes; future_* lists of pred_len tensors."""
+        b = batch["front_img"].shape[0]
+        ok = (batch["front_img"].shape[1:] == (3, 256, 900)
+              and batch["waypoints"].dtype == torch.float64
+              and batch["speed"].dtype == torch.float64
+              and batch["target_command"].dtype == torch.int64
+              and all(isinstance(batch[k], list) and len(batch[k]) == PRED_LEN
+                      and batch[k][0].shape[0] == b for k in LISTS)
+              and batch["valid"].dtype == torch.bool)
+        self.contract.append(bool(ok))
+
+    def _loss(self, batch, pred, steps):
+        kl = kl_divergence(Beta(batch["action_mu"], batch["action_sigma"]),
+                           Beta(pred["mu"], pred["sigma"]))
+        loss = kl[:, 0].mean() * 0.5 + kl[:, 1].mean() * 0.5
+        loss = loss + F.mse_loss(pred["value"], batch["value"].view(-1, 1))
+        loss = loss + F.mse_loss(pred["feature"], batch["feature"])
+        loss = loss + F.l1_loss(pred["wp"], batch["waypoints"], reduction="none").mean()
+        for i in range(steps):
+            kl = kl_divergence(Beta(batch["future_action_mu"][i], batch["future_action_sigma"][i]),
+                               Beta(pred["future_mu"][i], pred["future_sigma"][i]))
+            loss = loss + kl[:, 0].mean() * 0.5 + kl[:, 1].mean() * 0.5
+            loss = loss + F.mse_loss(pred["future_feature"][i], batch["future_feature"][i])
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        self._check(batch)
+        self.train_keys.append(batch["key"])
+        return self._loss(batch, self(batch), PRED_LEN)
+
+    def on_validation_epoch_start(self):
+        self.val_keys, self.val_losses = [], []
+
+    def validation_step(self, batch, batch_idx):
+        self._check(batch)
+        self.val_batches += 1
+        self.val_keys += [k for k, v in zip(batch["key"], batch["valid"].tolist()) if v]
+        pred = self(batch)
+        loss = self._loss(batch, pred, PRED_LEN - 1)
+        for i in range(batch["action_mu"].shape[0]):   # their per-row action L1
+            loss = loss + torch.abs(pred["mu"][i][0] - batch["action"][i][0])
+        assert torch.isfinite(loss), "validation loss not finite (padding rows?)"
+        self.val_losses.append(float(loss))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-4)
+
+
+model = TinyTCP()
+dm = CARLADataModule(train, val, batch_size=2, eval_batch_size=5, adapter="tcp", num_workers=1)
+trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1,
+                     logger=False, enable_checkpointing=False, enable_model_summary=False,
+                     enable_progress_bar=False, num_sanity_val_steps=0)
+trainer.fit(model, dm)
+(out / f"rank{trainer.global_rank}.json").write_text(json.dumps({
+    "len": len(dm._train), "train_keys": model.train_keys, "val_keys": model.val_keys,
+    "val_batches": model.val_batches, "contract": model.contract,
+    "val_losses": model.val_losses}))
