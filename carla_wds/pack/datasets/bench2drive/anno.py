@@ -212,10 +212,14 @@ def record_values(anno: dict, theta: float, speed: float, handedness: str,
     return out
 
 
-def expert_values(expert: np.ndarray) -> dict[str, Any]:
-    """feature (any length >= 1), value, action of an expert assessment, each finite as
-    stored, and the action's (throttle, steer, brake) by ACTIONS."""
+def expert_values(expert: np.ndarray, feature_len: int | None = None) -> dict[str, Any]:
+    """feature (any length >= 1; `feature_len` if given: a future file's must be frame t's),
+    value, action of an expert assessment, each finite as stored, and the action's
+    (throttle, steer, brake) by ACTIONS."""
     expert = np.asarray(expert, np.float64)
+    if feature_len is not None and expert.shape != (feature_len + 2,):
+        raise ValueError(f"expert assessment holds {expert.dtype} {expert.shape}; expected "
+                         f"({feature_len + 2},) as frame t's (the port stacks the features)")
     ok = expert.ndim == 1 and len(expert) >= 3 and finite_f32(expert)
     action = float(expert[-1]) if ok else -1.0
     if not ok or action != int(action) or not 0 <= action < len(ACTIONS):
@@ -232,12 +236,7 @@ def future_expert(each: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """The expert files of frames t + 5k, k = 1..pred_len (each as expert_values gives it), as
     the TCP port pairs them (Bench2DriveZoo@tcp/admlp 31278ff tools/gen_tcp_data.py
     l.196-198: full_seq_feature[i+5 : i+25 : 5], file[:-2] each, and the action index
-    file[-1]): the (pred_len, F) features and the (pred_len,) action indexes; ValueError on
-    features of lengths that differ."""
-    sizes = {len(e["expert_feature"]) for e in each}
-    if len(sizes) > 1:
-        raise ValueError(f"future expert assessments hold features of lengths {sorted(sizes)}; "
-                         "expected one length (the port stacks them)")
+    file[-1]): the (pred_len, F) features and the (pred_len,) action indexes."""
     return {"future_expert_feature": np.stack([e["expert_feature"] for e in each]),
             "future_expert_action": np.array([e["expert_action"] for e in each], np.int32)}
 

@@ -305,7 +305,7 @@ class _ClipPlanner:
                 names.append(name)
                 arrays.append(npz_array(data))
                 if k:
-                    arrays[-1] = anno_of.expert_values(arrays[-1])
+                    arrays[-1] = anno_of.expert_values(arrays[-1], len(arrays[0]) - 2)
             return arrays[0], anno_of.future_expert(arrays[1:])
         except ValueError as exc:   # a future file's fault is derived (not frame t's own)
             return self._skip(t, names[-1], str(exc), derived=len(names) > 1)

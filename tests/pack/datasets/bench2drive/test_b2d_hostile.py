@@ -318,6 +318,18 @@ def test_a_bad_future_expert_file_skips_the_frames_it_is_the_future_of(raw, tmp_
     assert [(s["frame"], s["file"]) for s in m["skipped"]] == [(5, "expert_assessment/00024.npz")]
     assert m["counts"]["samples"] == 1
 
+
+def test_a_future_expert_file_of_another_feature_length_is_refused(raw, tmp_path):
+    """The port stacks the future features with the frame's own: file 19 one value short (the
+    last future of frame 0, the third of frame 5) is refused, naming it."""
+    src, clip = clip_copy(raw, tmp_path)
+    path = clip / "expert_assessment" / "00019.npz"
+    path.write_bytes(npz_bytes(npy_bytes(np.load(path)["arr_0"][1:])))
+    with pytest.raises(PackError) as err:
+        run_pack(src, tmp_path / "fail", layout="bench2drive", sensors=SENSORS)
+    assert str(err.value).startswith(f"{CLIP} frame 0000: expert_assessment/00019.npz: ")
+    assert "expected (1538,) as frame t's" in str(err.value)
+
 # --- non-finite and absurd label values ------------------------------------------------------
 
 def _set(key, value):
