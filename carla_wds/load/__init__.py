@@ -8,6 +8,7 @@ from ..tario import ShardError
 from .batch import CARLABatch, CARLASample
 from .dataset import CARLAWebData
 from .stages import decode_sample
+from .transform import SampleTransform, sample_rng
 
 __all__ = ["CARLABatch", "CARLASample", "CARLAWebData", "RemoteError", "RemoteOptions",
-           "ShardError", "decode_sample"]
+           "SampleTransform", "ShardError", "decode_sample", "sample_rng"]
