@@ -46,6 +46,8 @@ def register_model(adapter: ModelAdapter) -> ModelAdapter:
 
 
 register_model(TCP)
+from .garage_model import GARAGE  # noqa: E402 - beside its registration
+register_model(GARAGE)
 
 
 def model_adapter(name: str) -> ModelAdapter:
