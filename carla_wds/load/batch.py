@@ -140,7 +140,8 @@ class BatchBuffer:
     """
 
     def __init__(self, size: int, n_cameras: int, image_size: tuple[int, int],
-                 pred_len: int, alloc: Alloc = private_block) -> None:
+                 pred_len: int, alloc: Alloc = private_block,
+                 row_fields: tuple[str, ...] = ()) -> None:
         self.images = alloc((size, n_cameras, *image_size, 3))
         self.hwc = self.images.numpy()
         self.labels = {"speed": np.zeros(size, np.float32),
@@ -150,6 +151,7 @@ class BatchBuffer:
                        "waypoints_diff": np.zeros((size, pred_len, 2), np.float32)}
         self.keys, self.valid, self.errors = [""] * size, np.zeros(size, bool), []
         self.fields: list[dict | None] = [None] * size   # selected extra fields per slot
+        self.row_fields = row_fields   # those padded with a <name>_len (fields.row_fields)
 
     def set(self, i: int, key: str, labels: dict) -> None:
         """Slot i holds a real sample whose images are already in hwc[i]."""
@@ -186,7 +188,8 @@ class BatchBuffer:
         if real is None:
             return {}
         from .fields import collate_fields
-        batched = {k: _tensors(v) for k, v in collate_fields(self.fields, tuple(real)).items()}
+        batched = {k: _tensors(v) for k, v in collate_fields(self.fields, tuple(real),
+                                                                   self.row_fields).items()}
         # by the modality table (load/places.py): an attribute of that name, else `fields`
         attrs = set(attribute_names()) & _ATTRIBUTES
         named = {k: batched.pop(k) for k in list(batched) if k in attrs}

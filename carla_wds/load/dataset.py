@@ -36,7 +36,7 @@ from .batch import CARLABatch, field_layout, with_padding_fields
 from .classes import class_options
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
                        resolve_load_adapters)
-from .fields import FieldOptions, check_fields, stacked_kinds
+from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
 from .plan import batches_per_rank
 from .transform import ModelBatch, SampleTransform
 from .workers import Epoch, Workers
@@ -134,7 +134,8 @@ def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | No
     (from the record; `rig` is the pack's camera order), and per-camera kinds to stack."""
     asked = list(fields or ())
     return {"calibration": "calibration" in asked, "rig": tuple(packed.cameras),
-            "stacked": tuple(stacked_kinds(spec, asked)), **class_options(spec, asked)}
+            "stacked": tuple(stacked_kinds(spec, asked)), **class_options(spec, asked),
+            "row_fields": row_fields(spec)}
 
 
 def _extra_sizes(manifest: Manifest) -> tuple[tuple[str, tuple[int, int]], ...]:

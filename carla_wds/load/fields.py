@@ -59,6 +59,9 @@ class FieldOptions:
     # and those selected only that way
     raw_ids: tuple[str, ...] = ()
     raw_only: tuple[str, ...] = ()
+    # selected fields of a kind collated as rows (modality table): always padded with a
+    # <name>_len count, whatever the field is called (lidar_top as much as lidar)
+    row_fields: tuple[str, ...] = ()
 
 
 def sample_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, int],
@@ -211,14 +214,21 @@ def _checked_rows(value: Any, e: Extra, where: str) -> np.ndarray:
     return value
 
 
-def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...]) -> dict[str, Any]:
-    """Per-sample field values (None for padding) -> batched arrays; variable first
-    dimensions padded with a <name>_len count, measurements a dict of stacked arrays."""
+def row_fields(spec: SampleSpec) -> tuple[str, ...]:
+    """The extra fields of `spec` whose kind the modality table collates as rows."""
+    rows = row_kinds()
+    return tuple(e.name for e in spec.extras if e.modality in rows)
+
+
+def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...],
+                   row_names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Per-sample field values (None for padding) -> batched arrays; `row_names` (fields of a
+    rows kind) and other variable first dimensions padded with a <name>_len count,
+    measurements a dict of stacked arrays."""
     out: dict[str, Any] = {}
     real = next((r for r in rows if r is not None), None)
     if real is None:
         return out
-    row_names = row_kinds()
     for name in names:
         first = real[name]
         if isinstance(first, dict):

@@ -153,7 +153,8 @@ def decode_batches(groups: Iterable[list[Raw | None]], spec: SampleSpec,
         # cycle through warm slots instead of faulting in a fresh 50 MB one (ring.py).
         done = _decode_row(raws[0], first, spec, image_size, on_error, augment_at, pos, sizes,
                            field_opts)
-        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len, alloc)
+        out = BatchBuffer(len(raws), len(spec.cameras), image_size, spec.pred_len, alloc,
+                          field_opts.row_fields if field_opts else ())
         out.hwc[0] = first
         out.put(0, done)
         for i, raw in enumerate(raws[1:], 1):

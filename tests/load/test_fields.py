@@ -69,3 +69,19 @@ def test_the_photometric_augmenter_touches_rgb_only(packed_garage, twin_p):  # n
             assert torch.equal(getattr(a, name), getattr(b, name)), name
         assert a.measurements.keys() == b.measurements.keys()
         assert all(torch.equal(a.measurements[k], b.measurements[k]) for k in a.measurements)
+
+
+def test_a_rows_field_has_its_len_in_every_batch_whatever_its_name():
+    """A field of a rows kind (the modality table) named otherwise than its kind, such as a
+    layout's `lidar_top`, gets its <name>_len in every batch, equal lengths or not (it used
+    to depend on the field being called `lidar`)."""
+    from carla_wds.extras import Extra
+    from carla_wds.load.fields import collate_fields, row_fields
+    from carla_wds.schema import SampleSpec
+    spec = SampleSpec(cameras=("front",), pred_len=4, extras=(
+        Extra("lidar_top", "lidar_top.npy", "points", "lidar", "float32", (None, 4)),
+        Extra("grid", "grid.npy", "npy", "expert", "float32", (8,))))
+    assert row_fields(spec) == ("lidar_top",)
+    same = [{"lidar_top": np.zeros((3, 4), np.float32)}, {"lidar_top": np.ones((3, 4), np.float32)}]
+    out = collate_fields(same, ("lidar_top",), row_fields(spec))
+    assert out["lidar_top"].shape == (2, 3, 4) and out["lidar_top_len"].tolist() == [3, 3]
