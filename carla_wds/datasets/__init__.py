@@ -5,13 +5,12 @@ trainer's controller, sensor rigs, layout names. Core and torch-free.
 
 Importing this package registers each dataset's own codecs (depth_garage8, bev_tf2022,
 depth_b2d8: the names their manifests have always recorded) into the codec table under the
-kind they belong to. A new dataset is one module here plus one line in `_FAMILIES` (or a
-`register_dataset(info)` call from elsewhere).
+kind they belong to. A new dataset is one module here plus its INFO in the registration
+line at the end (or a `register_dataset(info)` call from elsewhere).
 """
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..modalities import add_codec
 from ..modalities.lidar_bev import HistogramPreset
@@ -130,18 +129,8 @@ def rig(name: str) -> Rig:
     return info.rig
 
 
-def moved_name(name: str) -> Any:
-    """A public name of a family module (for the one-release shims of the modules these
-    names moved from), or None."""
-    for module in _FAMILIES:
-        if name in getattr(module, "__all__", ()):
-            return getattr(module, name)
-    return None
-
-
-_FAMILIES = (tcp, transfuser, garage, bench2drive)
 for _info in (tcp.INFO, transfuser.TRANSFUSER2021, transfuser.TRANSFUSER2022, garage.INFO,
-              bench2drive.INFO):
+              bench2drive.INFO):   # the registration line: one INFO per dataset
     register_dataset(_info)
 
 __all__ = ["BoxParser", "Camera", "ControllerConfig", "DATASETS", "DEFAULT_CONTROLLER",
@@ -149,5 +138,5 @@ __all__ = ["BoxParser", "Camera", "ControllerConfig", "DATASETS", "DEFAULT_CONTR
            "Rig",
            "all_names", "box_parser", "box_parsers", "canonical_frame", "dataset",
            "frame", "frame_aliases", "frames", "known_frames", "layouts", "lidar_preset",
-           "lidar_presets", "moved_name", "name_pattern", "register_dataset", "rig",
+           "lidar_presets", "name_pattern", "register_dataset", "rig",
            "transforms"]

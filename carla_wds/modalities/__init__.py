@@ -28,10 +28,8 @@ docs/batch.md is the full table, generated from MODALITIES (load/places.py; a te
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from ..codecbase import Codec, SchemaError, register
 from . import bev, boxes, calibration, depth, image, lidar, measurements, other, semantics
@@ -126,15 +124,6 @@ def markdown_table() -> str:
         rows.append(f"| {m.kind} | {', '.join(u.codec for u in m.codecs) or '-'} | {batch} | "
                     f"{m.collate} | {m.resize} | {m.units or '-'} |")
     return "\n".join(rows) + "\n"
-
-
-def __getattr__(name: str) -> Any:
-    # One-release shim: codec classes that moved to carla_wds.datasets (dataset-named ones)
-    # stay importable from here; looked up by name so this file names no dataset.
-    found = importlib.import_module("carla_wds.datasets").moved_name(name)
-    if found is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return found
 
 
 _TABLE = (   # one row per kind: (its Modality, the codecs its file defines)

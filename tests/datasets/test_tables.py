@@ -159,8 +159,6 @@ def test_the_old_paths_name_the_same_objects():
     assert boxes.tf2022_boxes is transfuser.tf2022_boxes
     assert calib.B2D_RIG == bench2drive.RIG_ROWS and calib.B2D_RADARS == bench2drive.RIG.radars
     assert lidar.PRESETS is ds.lidar_presets()
-    assert modalities.BevTf2022Codec is transfuser.BevTf2022Codec
-    assert modalities.DepthGarage8Codec is garage.DepthGarage8Codec
     assert modalities_b2d.DepthB2D8Codec is bench2drive.DepthB2D8Codec
     with pytest.raises(AttributeError):
         modalities.NoSuchName  # noqa: B018

@@ -16,7 +16,8 @@ import cv2
 import numpy as np
 import pytest
 
-from carla_wds.modalities import BevTf2022Codec, DepthCarla24Codec
+from carla_wds.datasets.transfuser import BevTf2022Codec
+from carla_wds.modalities import DepthCarla24Codec
 from carla_wds.pack.synth import transfuser2022 as synth_tf2022
 from carla_wds.pack.synth import synth_dataset
 from tests import reference

@@ -16,7 +16,8 @@ import pytest
 
 from carla_wds.boxes import BOX_CLASSES, BOX_COLUMNS
 from carla_wds.load import CARLAWebData
-from carla_wds.modalities import BevTf2022Codec, DepthCarla24Codec, SemanticsCodec
+from carla_wds.datasets.transfuser import BevTf2022Codec
+from carla_wds.modalities import DepthCarla24Codec, SemanticsCodec
 from carla_wds.pack.synth import transfuser2022 as synth_tf2022
 from carla_wds.pack.errors import PackError
 from tests import reference
