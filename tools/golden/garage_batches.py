@@ -3,7 +3,7 @@
 shuffle) on small synth garage routes at TransFuser++'s 1024x256 camera: the golden of
 CARLAWebData(adapter="garage") (issue 26; tests/load/adapters/test_garage_model.py).
 
-    /tmp/golden_venv/bin/python -m tools.golden.garage_batches --repo-dir /tmp/golden_src/carla_garage
+    /tmp/golden_venv/bin/python -m tools.golden.garage_batches --repo-dir /tmp/golden_src/carla_garage [--twin]
 
 Not run in CI: it needs their code at the pinned commit (blob ids checked, tools/golden/garage.py)
 and their loader's packages (cv2, imgaug, laspy, ujson, sklearn). Their config as
@@ -32,9 +32,12 @@ BATCH_SIZE = 4
 # 4 Hz routes: 24 frames give range(10, 24 - 8 - 1) = 5 samples a route
 SYNTH = {"layout": "garage", "episodes": 2, "frames": 24, "seed": 26, "image_size": [1024, 256]}
 LARGE = ("rgb", "depth", "semantic", "bev_semantic", "lidar")
+# --twin: every sample from the augmented camera set (augment=1 with augment_percentage=1.0,
+# so their `random.random() <= augment_percentage` always picks it: still deterministic)
+TWIN = {**garage.SETTINGS, "augment": 1, "augment_percentage": 1.0}
 
 
-def _their_loader(repo_dir: Path, raw: Path):
+def _their_loader(repo_dir: Path, raw: Path, settings: dict):
     """Their Dataset (as tools/golden/garage.py builds it) and each index's "route/frame"."""
     common.check_pinned(repo_dir, garage.BLOBS, garage.COMMIT)
     common.stub_attr_module("carla")
@@ -43,7 +46,7 @@ def _their_loader(repo_dir: Path, raw: Path):
     from config import GlobalConfig   # noqa: E402 - theirs, from repo_dir
     from data import CARLA_Data       # noqa: E402
     config = GlobalConfig()
-    config.initialize(root_dir=str(raw), setting="all", **garage.SETTINGS)
+    config.initialize(root_dir=str(raw), setting="all", **settings)
     data = CARLA_Data(root=config.train_data, config=config)
     ids = []
     for i in range(len(data)):
@@ -52,12 +55,12 @@ def _their_loader(repo_dir: Path, raw: Path):
     return data, ids
 
 
-def make(repo_dir: Path, out_path: Path) -> Path:
+def make(repo_dir: Path, out_path: Path, settings: dict) -> Path:
     import torch
     with tempfile.TemporaryDirectory(prefix="golden_batches_garage_") as tmp:
         raw = Path(tmp) / "raw"
         raw_sha = common.synth_routes(raw, SYNTH)
-        data, ids = _their_loader(repo_dir.resolve(), raw)
+        data, ids = _their_loader(repo_dir.resolve(), raw, settings)
         loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
         out: dict[str, np.ndarray] = {}
         structure = []
@@ -66,11 +69,11 @@ def make(repo_dir: Path, out_path: Path) -> Path:
                               for k, v in batch.items()})
             out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
     meta = {"project": "garage", "repo": garage.REPO, "commit": garage.COMMIT,
-            "files": garage.BLOBS, "settings": garage.SETTINGS, "synth": SYNTH,
+            "files": garage.BLOBS, "settings": settings, "synth": SYNTH,
             "raw_sha256": raw_sha, "batch_size": BATCH_SIZE, "keys": list(structure[0]),
             "structure": structure, "large": list(LARGE),
             "regenerate": "python -m tools.golden.garage_batches --repo-dir "
-                          f"PATH_AT_{garage.COMMIT[:7]}"}
+                          f"PATH_AT_{garage.COMMIT[:7]}" + (" --twin" if settings == TWIN else "")}
     out["#meta"] = np.array(json.dumps(meta))
     np.savez_compressed(out_path, **out)
     logging.info("garage: %d batches -> %s (%d bytes)", len(structure), out_path,
@@ -82,10 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo-dir", required=True, type=Path,
                     help="a checkout or `git archive` export of carla_garage at 1448bed")
-    ap.add_argument("--out", type=Path, default=Path("tests/golden/garage_batches.npz"))
+    ap.add_argument("--twin", action="store_true",
+                    help="every sample from the augmented camera set: garage_batches_twin.npz")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    make(args.repo_dir, args.out)
+    name = "garage_batches_twin.npz" if args.twin else "garage_batches.npz"
+    make(args.repo_dir, args.out or Path("tests/golden") / name,
+         TWIN if args.twin else garage.SETTINGS)
     return 0
 
 

@@ -14,6 +14,7 @@ also checked against an independent computation written here for single boxes.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from carla_wds.load.adapters.centernet import centernet_targets
 from carla_wds.load.adapters.garage_model import garage_boxes
 from carla_wds.modalities.boxes import BOX_CLASSES, BOX_COLUMNS, FILL
 
-from ...helpers import make_pack
+from ...helpers import SCRIPTS, make_pack, torchrun
 from .batch_goldens import golden_shards, read_golden
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "garage_batches.npz"
@@ -70,22 +71,15 @@ def _sha(row: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(row, "<f4").tobytes()).hexdigest()
 
 
-def test_garage_batches_equal_their_dataloader(golden, shards):
-    meta, arrays = golden
-    data = CARLAWebData(str(shards), batch_size=meta["batch_size"], mode="eval",
-                        adapter="garage")
-    assert data.adapter.extra_keys == ("valid", "key") and data.adapter.float32_keys == ()
-    batches = list(data)
-    assert len(batches) == len(meta["structure"])
-    for batch, want in zip(batches, meta["structure"]):
-        assert list(batch) == meta["keys"] + list(data.adapter.extra_keys)
-        # eval pads the last batch to the batch size with copies of a real row, valid False
-        assert batch["valid"].sum() == want["brake"]["shape"][0]
+def _compare(meta: dict, arrays: dict, batches: list) -> None:
+    """Their keys in their order, dtypes and shapes per batch; per sample, every value."""
+    for batch in batches:
+        assert list(batch) == meta["keys"] + ["valid", "key"]
         for key in meta["keys"]:
-            got = batch[key]
+            got, want = batch[key], meta["structure"][0][key]
             assert isinstance(got, torch.Tensor), key
-            assert str(got.dtype).replace("torch.", "") == want[key]["dtype"], key
-            assert list(got.shape)[1:] == want[key]["shape"][1:], key
+            assert str(got.dtype).replace("torch.", "") == want["dtype"], key
+            assert list(got.shape)[1:] == want["shape"][1:], key
     ours = _rows([{k: v.numpy() for k, v in b.items() if k != "key"} for b in batches],
                  lambda b, _: [_ident(k) if k else "" for k in batches[b]["key"]])
     theirs = _theirs(meta, arrays)
@@ -100,6 +94,31 @@ def test_garage_batches_equal_their_dataloader(golden, shards):
             else:
                 np.testing.assert_allclose(got, want[key], rtol=1e-6, atol=ATOL,
                                            err_msg=f"{ident} {key}")
+
+
+def test_garage_batches_equal_their_dataloader(golden, shards):
+    meta, arrays = golden
+    data = CARLAWebData(str(shards), batch_size=meta["batch_size"], mode="eval",
+                        adapter="garage")
+    assert data.adapter.extra_keys == ("valid", "key") and data.adapter.float32_keys == ()
+    batches = list(data)
+    assert len(batches) == len(meta["structure"])
+    for batch, want in zip(batches, meta["structure"]):
+        # eval pads the last batch to the batch size with copies of a real row, valid False
+        assert batch["valid"].sum() == want["brake"]["shape"][0]
+    _compare(meta, arrays, batches)
+
+
+def test_twin_camera_samples_equal_theirs(shards):
+    """Their loader with augment=1, augment_percentage=1.0 (every sample from the augmented
+    camera set: tools/golden/garage_batches.py --twin) against adapter="garage" in training
+    with the camera twin at p=1: the twin's camera, depth, semantics, BEV, LiDAR moved into
+    its frame, boxes and CenterNet targets, route, target point, aim point and waypoints."""
+    meta, arrays = read_golden(GOLDEN.with_name("garage_batches_twin.npz"))
+    # batch 2: training drops a short last batch, and 10 samples fill 5 batches of 2
+    data = CARLAWebData(str(shards), batch_size=2, adapter="garage",
+                        adapters={"garage_camera_twin": 1.0})
+    _compare(meta, arrays, list(data))
 
 
 def _box(cls: str, x: float, y: float, **kw) -> np.ndarray:
@@ -193,3 +212,18 @@ def test_the_name_alone_sets_the_settings(shards):
         CARLAWebData(str(shards), batch_size=2, adapter="garage", image_size=(256, 512))
     data = CARLAWebData(str(shards), batch_size=2, adapter="garage")
     assert data.image_size == (256, 1024) and "boxes" in data.fields
+
+
+def test_a_model_with_their_contract_trains_under_torchrun(shards, tmp_path):
+    """A small model reading the batch as carla_garage's train.py does (tests/scripts/
+    garage_contract_train.py) trains a few DDP steps on 2 ranks and validates: the contract
+    holds in every batch, losses are finite (eval padding rows too), equal step and batch
+    counts per rank, and eval sees every sample once."""
+    torchrun(str(SCRIPTS / "garage_contract_train.py"), str(shards), str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(all(r["contract"]) for r in ranks)
+    assert len(ranks[0]["train_losses"]) == len(ranks[1]["train_losses"]) > 0
+    assert all(math.isfinite(x) for r in ranks for x in r["train_losses"])
+    assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
+    seen = ranks[0]["val_keys"] + ranks[1]["val_keys"]
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 10
