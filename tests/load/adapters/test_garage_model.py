@@ -24,7 +24,7 @@ import torch
 
 from carla_wds.load import CARLAWebData
 from carla_wds.load.adapters.centernet import centernet_targets
-from carla_wds.load.adapters.garage_model import garage_boxes
+from carla_wds.load.adapters.garage_model import camera, garage_boxes
 from carla_wds.modalities.boxes import BOX_CLASSES, BOX_COLUMNS, FILL
 
 from ...helpers import SCRIPTS, make_pack, torchrun
@@ -227,3 +227,15 @@ def test_a_model_with_their_contract_trains_under_torchrun(shards, tmp_path):
     assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
     seen = ranks[0]["val_keys"] + ranks[1]["val_keys"]
     assert sorted(seen) == sorted(set(seen)) and len(seen) == 10
+
+
+def test_colour_augmentation_is_seeded_and_off_without_augment():
+    """Their image_augmenter(0.5): with augment, the uint8 camera changes and the change is a
+    function of the sample's generator only; without, the pixels are the saved ones."""
+    image = np.random.default_rng(0).integers(0, 256, (32, 64, 3), dtype=np.uint8)
+    plain = camera(image, False, np.random.default_rng(1))
+    assert plain.dtype == np.uint8 and np.array_equal(plain, image.transpose(2, 0, 1))
+    runs = [camera(image, True, np.random.default_rng(seed)) for seed in (1, 1, 2)]
+    assert all(r.dtype == np.uint8 and r.shape == (3, 32, 64) for r in runs)
+    assert np.array_equal(runs[0], runs[1]) and not np.array_equal(runs[0], runs[2])
+    assert not np.array_equal(runs[0], plain)
