@@ -20,15 +20,13 @@ from ..modalities.calibration import resized_intrinsic
 from ..modalities.lidar_bev import histogram_features
 from ..modalities.measurements import MEASUREMENTS, record_values
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
-from ..modalities import modality, per_camera, row_kinds
+from ..modalities import MODALITIES, modality, per_camera, row_kinds
 from .adapters import Draw, LoadAdapter, SampleState
 from .classes import raw_names, served
 
-# Selectable names that are parts of the measurements record, not members of their own.
-RECORD_PARTS = {"route": ("route",), "calibration": ("intrinsics", "cam2ego")}
-# Kinds whose rows the loader holds to the manifest's dtype and width (radar's are not, as
-# before the table existed).
-CHECKED_ROWS = ("lidar", "boxes")
+# A selectable name that is a value of the measurements record, not a member of its own (a
+# kind's parts, e.g. calibration's, come from the modality table: record_parts()).
+ROUTE = "route"
 # Where each modality lands in a CARLABatch (a named attribute, or batch.fields), how it is
 # resized, padded and stacked: the modality table (carla_wds.modalities, docs/batch.md), read
 # at use time so that a kind registered later is served too.
@@ -103,19 +101,26 @@ def record_twins(record: dict[str, np.ndarray], extra: Extra, twin: bool) -> Non
                 record[f.twin_of] = value
 
 
+def record_parts() -> dict[str, tuple[str, ...]]:
+    """Selectable name -> the measurements record's values it is: the route, and each kind
+    the modality table makes of record values (calibration: intrinsics, cam2ego)."""
+    return {ROUTE: (ROUTE,), **{k: m.parts for k, m in MODALITIES.items() if m.parts}}
+
+
 def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     """The extra fields a caller selects, each one the shards hold (ValueError otherwise)."""
     if fields is None:
         return ()
     names = [e.name for e in spec.extras if e.twin_of is None]
     held = {f.name for e in spec.extras for f in e.fields}
-    extra_ok = [n for n, parts in RECORD_PARTS.items() if set(parts) <= held]
+    parts_of = record_parts()
+    extra_ok = [n for n, parts in parts_of.items() if set(parts) <= held]
     extra_ok += stacked_kinds(spec, list(per_camera())) + raw_names(spec)
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
         raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
                          f"besides the cameras and core labels{_part_of(spec, bad)}")
-    wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(RECORD_PARTS) else set())
+    wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(parts_of) else set())
     wanted |= {f"{k}_{cam}" for k in stacked_kinds(spec, fields) for cam in spec.cameras}
     wanted |= {f[:-len("_raw")] for f in fields if f in raw_names(spec)}
     return tuple(n for n in names if n in wanted)
@@ -188,9 +193,9 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
                 value = adapter.on_record(value)
         elif _at_camera_size(e.modality):
             value = _image_like(e, value, image_size, spec.codec(e.member))
-        elif e.modality == "bev" and value.ndim == 2:
+        elif modality(e.modality).channel_first and value.ndim == 2:
             value = value[None]
-        elif e.modality in CHECKED_ROWS:
+        elif modality(e.modality).checked:
             value = _checked_rows(value, e, where)
         if e.classes:   # the project's classes and/or the saved ids (load/classes.py)
             out.update(served(e, value, opts.raw_ids, opts.raw_only, where))

@@ -40,7 +40,10 @@ class Modality:
     once, stacked into one (n_cam, H, W[, C]) field named `kind` (empty: none).
     `member`: False for a kind that is parts of another member (calibration: values of the
     measurements record), which a manifest never declares as a member's modality; its
-    `parts` are the record's values that make it, each served as a batch attribute."""
+    `parts` are the record's values that make it, each served as a batch attribute.
+    `checked`: the loader holds each decoded value to the manifest's float32 (N, width) (a
+    row table whose columns a model indexes); `channel_first`: a 2-D value (one plane) gets a
+    leading channel axis, so the batch is (B, C, H, W) whatever the codec stored."""
     kind: str
     dtype: str
     shape: tuple[int | None, ...] = ()
@@ -53,6 +56,8 @@ class Modality:
     member: bool = True
     parts: tuple[str, ...] = ()
     doc: str = ""
+    checked: bool = False
+    channel_first: bool = False
 
     def __post_init__(self) -> None:
         if self.resize not in RESIZE or self.collate not in COLLATE:

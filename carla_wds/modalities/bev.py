@@ -76,7 +76,7 @@ class BevClassesCodec(SemanticsCodec):
         return named_problem(data, 0, "1-channel 8-bit BEV class ids", "BEV classes")
 
 
-BEV = Modality("bev", "uint8", (), "", batch="bev",
+BEV = Modality("bev", "uint8", (), "", batch="bev", channel_first=True,
                codecs=(CodecUse("bev_classes", "uint8", (), "class id"),),
                doc="bird's-eye view planes (B, C, H, W), as stored")
 KIND_CODECS = (BevClassesCodec(),)

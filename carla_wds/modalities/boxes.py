@@ -145,7 +145,7 @@ BOX_UNITS = ("columns " + " ".join(BOX_COLUMNS) + " (carla_wds.modalities.boxes.
              "class id, m, half sizes m, rad, m/s, brake, LiDAR hits, actor id, 1/0, "
              "light_state 0 Red 1 Yellow 2 Green 3 Off 4 Unknown; -1 where absent")
 BOXES = Modality("boxes", "float32", (None, None), "see carla_wds.boxes.BOX_COLUMNS",
-                 collate="rows", batch="boxes",
+                 collate="rows", batch="boxes", checked=True,
                  codecs=(CodecUse("boxes", "float32", (None, len(BOX_COLUMNS)), BOX_UNITS),),
                  doc="rows of BOX_COLUMNS (B, K_max, 14; a layout may add its own columns), "
                      "zero-padded, boxes_len (B,)")

@@ -195,7 +195,7 @@ class LazCodec(Codec):
         return None
 
 
-LIDAR = Modality("lidar", "float32", (None, 4), "m", collate="rows", batch="lidar",
+LIDAR = Modality("lidar", "float32", (None, 4), "m", collate="rows", batch="lidar", checked=True,
                  codecs=(CodecUse("points", "float32", (None, 4), "m"),
                          CodecUse("laz", "float32", (None, 3), "m")),
                  doc="points (B, N_max, C) zero-padded, lidar_len (B,); or a BEV histogram")
