@@ -48,6 +48,8 @@ def register_model(adapter: ModelAdapter) -> ModelAdapter:
 register_model(TCP)
 from .garage_model import GARAGE  # noqa: E402 - beside its registration
 register_model(GARAGE)
+from .b2d_tcp import B2D_TCP  # noqa: E402 - beside its registration
+register_model(B2D_TCP)
 
 
 def model_adapter(name: str) -> ModelAdapter:

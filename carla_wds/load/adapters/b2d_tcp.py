@@ -1,0 +1,106 @@
+"""adapter="b2d_tcp": the batches of Bench2DriveZoo's TCP port's own DataLoader(CARLA_Data) after
+torch's default collate (Thinklab-SJTU/Bench2DriveZoo, branch tcp/admlp, commit 31278ff,
+TCP/data.py CARLA_Data.__getitem__ over tools/gen_tcp_data.py's data), as its TCP/train.py
+training_step and validation_step read them. Checked against their loader's output in
+tests/load/adapters/test_b2d_tcp_model.py (golden: tools/golden/b2d_tcp_batches.py).
+
+Each key, in their order (B = batch size, F = the expert feature's length):
+- front_img float32 (B, 3, 256, 900): their 3-camera stitch (data.py l.137-144): columns
+  :1400 of front_left, 200:1400 of front, 200: of front_right, side by side (B2D's 1600-wide
+  cameras give 4000 columns), as float, bilinear to 256x900 (F.interpolate, align_corners
+  False), truncated back to uint8 (`.byte()`), then ToTensor + ImageNet Normalize (TCP's).
+- waypoints float64 (B, 4, 2): the frames t + 5k in the frame of t, their left-handed
+  rotation by theta - pi/2 (the pack's, --handedness left, a NaN compass as 0).
+- action float32 (B, 3): (throttle, steer, brake) of the expert action index (their
+  get_action table, float32 as they build it); action_index int64 (B,).
+- future_action_index: list of 4 int64 (B,) (the expert files t + 5k, k = 1..4);
+  future_feature: list of 4 float32 (B, F) (those files without their last two values).
+- target_point float64 (B, 2); speed float64 (B,); feature float32 (B, F); value: the expert
+  file's value as their numpy float32 scalar; target_command int64 (B, 6): the one-hot of
+  next_command - 1 (VOID as LANEFOLLOW).
+Their colour augmentation (TCP/augment.py `hard`, identical to TCP's) is the loader's own with
+augment=True; see docs/adapters/b2d_tcp.md for where it runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...manifest import Manifest
+from .model import ModelAdapter
+from .tcp import tcp_image
+
+# B2D's camera size (H, W) and their stitch (TCP/data.py l.137-141): column slices of the
+# front_left, front and front_right images, in that order, and the size they are resized to
+CAMERAS = ("front_left", "front", "front_right")
+CAMERA_HW = (900, 1600)
+STITCH = (slice(None, 1400), slice(200, 1400), slice(200, None))
+OUT_HW = (256, 900)
+FUTURE_FRAMES = [5, 10, 15, 20]   # gen_tcp_data.py: full_seq_*[i + 5 : i + 25 : 5]
+NEEDS = ("expert_value", "expert_action", "action_throttle", "action_steer", "action_brake",
+         "future_expert_action", "next_command")
+PACK = ("carla-wds pack RAW OUT --layout bench2drive --stride 1 --expert-pairing tcp_port "
+        "(the port's every-frame samples, expert file t; keep expert in --sensors)")
+
+
+def stitch(left: np.ndarray, front: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Their stitched front image, uint8 HWC (256, 900, 3): the three crops side by side,
+    bilinear to 256x900 in float32, truncated to uint8 as their `.byte()` does."""
+    wide = np.concatenate([img[:, cols] for img, cols in zip((left, front, right), STITCH)],
+                          axis=1)
+    x = torch.from_numpy(wide).permute(2, 0, 1).unsqueeze(0).float()
+    x = F.interpolate(x, size=OUT_HW, mode="bilinear", align_corners=False)
+    return x.squeeze(0).permute(1, 2, 0).byte().numpy()
+
+
+def command_one_hot(command: np.ndarray) -> torch.Tensor:
+    """Their target_command: an int64 one-hot of 6 (the pack's one-hot of next_command,
+    VOID already counted as LANEFOLLOW as their `if command < 0: command = 4` does)."""
+    return torch.tensor(np.asarray(command).astype(np.int64))
+
+
+def b2d_tcp_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dict:
+    """One sample as the port's CARLA_Data.__getitem__ returns it (module docstring), key for
+    key in its order and Python/numpy types, so default collate gives their batch."""
+    m, f, n = s["measurements"], s["fields"], adapter.pred_len
+    left, front, right = s["images"]
+    future = np.asarray(f["future_expert_feature"], np.float32)
+    actions = np.asarray(m["future_expert_action"])
+    return {"front_img": tcp_image(stitch(left, front, right)),
+            "waypoints": np.asarray(s["waypoints"], np.float64),
+            "action": np.array([m["action_throttle"], m["action_steer"], m["action_brake"]],
+                               np.float32),
+            "action_index": int(m["expert_action"]),
+            "future_action_index": [int(actions[i]) for i in range(n)],
+            "future_feature": [future[i].copy() for i in range(n)],
+            "target_point": np.asarray(s["target_point"], np.float64),
+            "speed": float(s["speed"]),
+            "feature": np.asarray(f["expert_feature"], np.float32).copy(),
+            "value": np.float32(m["expert_value"]),
+            "target_command": command_one_hot(s["command"])}
+
+
+class B2DTCPAdapter(ModelAdapter):
+    """The port's pack settings, checked first: every 10 Hz frame (--stride 1), expert file t
+    for frame t (--expert-pairing tcp_port), the expert's labels (--sensors expert), the
+    future expert files t + 5..20, left-handed labels (their frame)."""
+
+    def check(self, manifest: Manifest) -> None:
+        spec = manifest.doc.get("spec") or {}
+        if manifest.doc.get("layout") in self.layouts:
+            wrong = [f"{what} {spec.get(key)!r} (needs {want!r})" for key, want, what in (
+                ("stride", 1, "--stride"), ("expert_file_offset", 0, "expert file offset"),
+                ("handedness", "left", "--handedness"),
+                ("future_expert_frames", FUTURE_FRAMES, "future expert frames"))
+                if spec.get(key) != want]
+            if wrong:
+                self._refuse(manifest.where, "were packed with " + ", ".join(wrong))
+        super().check(manifest)
+
+
+B2D_TCP = B2DTCPAdapter(
+    name="b2d_tcp", source="Thinklab-SJTU/Bench2DriveZoo@31278ff (tcp/admlp) TCP/data.py",
+    layouts=("bench2drive",), image_size=CAMERA_HW, transform=b2d_tcp_sample,
+    cameras=CAMERAS, fields=("measurements", "expert_feature", "future_expert_feature"),
+    needs=NEEDS, pred_len=4, strides=(1,), pack=PACK)
