@@ -1,0 +1,191 @@
+"""adapter="transfuser2022": the batches of TransFuser 2022's own DataLoader(CARLA_Data) after
+torch's default collate (autonomousvision/transfuser@22b3ccd team_code_transfuser/data.py
+CARLA_Data.__getitem__ with config.py GlobalConfig as it trains: seq_len 1, pred_len 4,
+scale 1, multitask, backbone transFuser, no point pillars). Checked against their loader's output
+in tests/load/adapters/test_transfuser2022_model.py (golden: tools/golden/tf2022.py --batches).
+
+Each key from their formulas (config.py values in brackets), in their order:
+- rgb: uint8 (3, 160, 704): the 960x160 strip cropped by crop_image_cv2 to img_resolution
+  [(160, 704)]: rows H//2 - 80.., columns W//2 - 352 + int(crop_shift)..;
+- bev: int64 (160, 160): load_crop_bev_npy of BEV planes 0:2 (their decode_pil_to_npy 10:12):
+  rows shifted down by 7, rotated by the augmentation angle (skimage's rotate), cropped at rows
+  90..250, columns 170..330, then argmax over (0, plane 0, plane 0 + plane 1);
+- depth: float64 (160, 704): their get_depth, the 24-bit code / (2^24 - 1), clipped at 0.05
+  and times 20, i.e. min(d, 50 m) / 50 (the code is recovered exactly from the stored metres);
+- semantic: uint8 (160, 704): their converter (the pack's class table) on the same crop;
+- lidar: float32 (2, 256, 256): lidar_to_histogram_features (carla_wds.datasets.transfuser
+  PRESET) of the points after align(), which for seq_len 1 is the augmentation's rotation;
+- label: float32 (20, 7): parse_labels at -rad: each box's (x, y) through
+  get_lidar_to_bevimage_transform (8 px/m) and the rotation, clipped to [0, 255], kept when it
+  has more than 1 LiDAR point and lies strictly inside (0, 255); (x_px, y_px, width * 8,
+  length * 8, yaw - rad, speed, brake); zero rows after the kept boxes;
+- ego_waypoint: float64 (4, 2): the pack's waypoints (their formula, virtual-LiDAR frame),
+  rotated by the augmentation;
+- steer, throttle, speed, theta, x_command, y_command: float64; brake, light: bool;
+- target_point: float64 (2,): the pack's target point (their local_command_point), rotated by
+  the augmentation (theirs adds rad to theta: the same rotation);
+- target_point_image: float64 (1, 256, 256): draw_target_point (cv2.circle, radius 5,
+  thickness 3) / 255.
+With augment (sample["augment"]): their rotation, drawn with probability 1 - inv_augment_prob
+[0.1], degree uniform in +-aug_max_rotation [20], crop_shift = degree / 60 * img_width [320]
+/ scale [1]. Their loader has no colour augmentation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import cv2
+import numpy as np
+
+from ...datasets.transfuser import PRESET
+from ...modalities.boxes import BOX_COLUMNS
+from ...modalities.lidar_bev import histogram_features
+from .model import ModelAdapter
+
+# config.py values (transfuser@22b3ccd team_code_transfuser/config.py)
+IMG_RESOLUTION = (160, 704)
+IMG_WIDTH, SCALE, PRED_LEN, MAX_LABELS = 320, 1, 4, 20
+INV_AUGMENT_PROB, AUG_MAX_ROTATION = 0.1, 20.0
+# data.py constants: load_crop_bev_npy (5 px/m, 32 m, centre 250, the 7-row LiDAR shift),
+# get_depth (24-bit code, 50 m = 0.05 of 1000 m), draw_target_point (256 px, 8 px/m, 1.3 m)
+BEV_PIXELS, BEV_CENTRE, BEV_SHIFT = 32 * 5, 250, 7
+DEPTH_CODES, DEPTH_CLIP, DEPTH_SCALE = 2 ** 24 - 1, 0.05, 20.0
+TP_IMAGE, TP_PPM, TP_LIDAR_X = 256, 8.0, 1.3
+LABEL_PPM = 8
+_C = {name: i for i, name in enumerate(BOX_COLUMNS)}
+NEEDS = ("steer", "throttle", "brake", "light_hazard", "theta", "x_command", "y_command")
+
+
+def crop_start(height: int, width: int, crop_shift: float = 0.0) -> tuple[int, int]:
+    """crop_image_cv2 / crop_seg: the crop's top-left corner (centre crop, x shifted)."""
+    crop_h, crop_w = IMG_RESOLUTION
+    return height // 2 - crop_h // 2, width // 2 - crop_w // 2 + int(crop_shift)
+
+
+def crop(image: np.ndarray, crop_shift: float) -> np.ndarray:
+    """The (160, 704) window of an (H, W[, C]) image."""
+    y, x = crop_start(image.shape[0], image.shape[1], crop_shift)
+    return image[y:y + IMG_RESOLUTION[0], x:x + IMG_RESOLUTION[1]]
+
+
+def depth01(metres: np.ndarray) -> np.ndarray:
+    """get_depth: code / (2^24 - 1) clipped at 0.05, times 20, float64. The code is recovered
+    from the float32 metres the pack decodes (code * 1000 / (2^24 - 1)): exact below 250 m,
+    and anything beyond 50 m is clipped to 1 anyway."""
+    code = np.rint(np.asarray(metres, np.float64) * DEPTH_CODES / 1000.0)
+    return np.clip(code / DEPTH_CODES, 0.0, DEPTH_CLIP) * DEPTH_SCALE
+
+
+def bev_target(planes: np.ndarray, degree: float) -> np.ndarray:
+    """load_crop_bev_npy on planes 0:2 (C, H, W) -> int64 (160, 160) classes 0/1/2."""
+    bev = np.moveaxis(np.asarray(planes[:2]), 0, -1).astype(np.float32)
+    shifted = np.zeros_like(bev)
+    shifted[BEV_SHIFT:] = bev[:-BEV_SHIFT]
+    if degree:   # skimage's rotate by 0 is the identity (bilinear at whole pixels)
+        from skimage.transform import rotate   # imgaug's dependency; only with augment
+        shifted = rotate(shifted, degree)
+    y0, x0 = BEV_CENTRE - BEV_PIXELS, BEV_CENTRE - BEV_PIXELS // 2
+    win = np.moveaxis(shifted[y0:y0 + BEV_PIXELS, x0:x0 + BEV_PIXELS], -1, 0)
+    stack = np.concatenate((np.zeros_like(win[:1]), win[:1], win[:1] + win[1:2]), axis=0)
+    return np.argmax(stack, axis=0)
+
+
+def rotation(rad: float) -> np.ndarray:
+    """Their degree_matrix: [[cos, sin], [-sin, cos]] (x, y in the LiDAR/ego frame)."""
+    return np.array([[np.cos(rad), np.sin(rad)], [-np.sin(rad), np.cos(rad)]])
+
+
+def lidar_features(points: np.ndarray, rad: float) -> np.ndarray:
+    """align() (seq_len 1: the rotation only) then the histogram, on the stored points."""
+    pts = np.asarray(points)
+    if rad:
+        xy = pts[:, :2].astype(np.float64) @ rotation(rad).T
+        pts = np.concatenate([xy, pts[:, 2:3].astype(np.float64)], axis=1)
+    return histogram_features(pts, PRESET)
+
+
+def box_labels(boxes: np.ndarray, rad: float) -> np.ndarray:
+    """parse_labels(labels, rad) + the (20, 7) float32 padding of __getitem__: rows of BOX_COLUMNS
+    in the file's order, kept by their filter, one per actor id (a later duplicate id replaces
+    the earlier one in place, as their dict does); beyond 20 kept boxes the rest are dropped
+    (their loader raises there)."""
+    to_image = np.array([[0, -1, 16], [-1, 0, 32], [0, 0, 1]], np.float32)
+    to_image[:2, :] *= LABEL_PPM
+    turn = np.eye(3)
+    turn[:2, :2] = rotation(rad)
+    transform = to_image @ turn
+    kept: dict[float, np.ndarray] = {}
+    for row in np.asarray(boxes, np.float64):
+        px, py = np.clip(transform @ np.array([row[_C["x"]], row[_C["y"]], 1.0]), 0.0, 255.0)[:2]
+        if row[_C["num_points"]] <= 1 or not (0.0 < px < 255.0 and 0.0 < py < 255.0):
+            continue
+        # extent_* are half sizes; their dy, dx are the file's full width and length
+        kept[row[_C["id"]]] = np.array([px, py, 2 * row[_C["extent_y"]] * LABEL_PPM,
+                                        2 * row[_C["extent_x"]] * LABEL_PPM,
+                                        row[_C["yaw"]] + rad, row[_C["speed"]], row[_C["brake"]]])
+    out = np.zeros((MAX_LABELS, 7), np.float32)
+    rows = list(kept.values())[:MAX_LABELS]
+    if rows:
+        out[:len(rows)] = np.stack(rows)
+    return out
+
+
+def target_point_image(target_point: np.ndarray) -> np.ndarray:
+    """draw_target_point: a circle (radius 5, thickness 3) at the point in the 256x256 LiDAR
+    image (8 px/m, the LiDAR 1.3 m ahead), float64 (1, 256, 256) in [0, 1]."""
+    p = np.array(target_point, np.float64)
+    p[1] += TP_LIDAR_X
+    p *= TP_PPM
+    col, row = p[0] + TP_IMAGE // 2, TP_IMAGE + p[1]   # their y: 256 - (-8 y)
+    point = np.clip(np.array([col, row]).astype(np.int32), 0, TP_IMAGE)
+    image = np.zeros((TP_IMAGE, TP_IMAGE), np.uint8)
+    cv2.circle(image, (int(point[0]), int(point[1])), radius=5, color=(255, 255, 255),
+               thickness=3)
+    return image.reshape(1, TP_IMAGE, TP_IMAGE).astype(np.float64) / 255.0
+
+
+def draw_rotation(augment: bool, rng: np.random.Generator) -> float:
+    """Their `do_augment` and degree: with probability 1 - inv_augment_prob, uniform in
+    [-aug_max_rotation, aug_max_rotation) degrees; 0 without augment."""
+    if augment and rng.random() > INV_AUGMENT_PROB:
+        return (rng.random() * 2.0 - 1.0) * AUG_MAX_ROTATION
+    return 0.0
+
+
+def _cameras(s: dict, degree: float) -> dict[str, Any]:
+    shift = degree / 60 * IMG_WIDTH / SCALE
+    return {"rgb": np.ascontiguousarray(crop(s["images"][0], shift).transpose(2, 0, 1)),
+            "bev": bev_target(s["bev"], degree),
+            "depth": depth01(crop(s["depth"][0], shift)),
+            "semantic": np.ascontiguousarray(crop(s["semantics"][0], shift))}
+
+
+def tf2022_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dict:
+    """One sample as TransFuser 2022's CARLA_Data.__getitem__ returns it (module docstring),
+    key for key in its order and Python/numpy types, so default collate gives their batch."""
+    m = s["measurements"]
+    degree = draw_rotation(bool(s.get("augment")), rng)
+    rad = float(np.deg2rad(degree))
+    out = _cameras(s, degree)
+    turn = rotation(rad)
+    target = turn @ np.asarray(s["target_point"], np.float64)
+    out.update({
+        "lidar": lidar_features(s["lidar"][:int(s["lidar_len"])], rad),
+        "label": box_labels(s["boxes"][:int(s["boxes_len"])], -rad),
+        "ego_waypoint": (turn @ np.asarray(s["waypoints"], np.float64).T).T,
+        "steer": float(m["steer"]), "throttle": float(m["throttle"]),
+        "brake": bool(m["brake"]), "light": bool(m["light_hazard"]),
+        "speed": float(s["speed"]), "theta": float(m["theta"]),
+        "x_command": float(m["x_command"]), "y_command": float(m["y_command"]),
+        "target_point": target, "target_point_image": target_point_image(target)})
+    return out
+
+
+TRANSFUSER2022 = ModelAdapter(
+    name="transfuser2022",
+    source="autonomousvision/transfuser@22b3ccd team_code_transfuser/data.py",
+    layouts=("transfuser2022",), image_size=(160, 960), transform=tf2022_sample,
+    cameras=("front",), fields=("measurements", "depth", "semantics", "bev", "lidar", "boxes"),
+    needs=NEEDS, pred_len=PRED_LEN,
+    pack="carla-wds pack RAW OUT --layout transfuser2022 --allow-pickle-input (TransFuser "
+         "2022's routes as its data agent saves them, every frame: leave --stride out)")
