@@ -17,6 +17,7 @@ targets are stored whole (mostly zeros: they compress to little).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import logging
 import sys
@@ -29,12 +30,51 @@ from tools.golden import batches, common, garage
 
 BATCH_SIZE = 4
 # TransFuser++'s camera size (config.py camera_width/height: their loader never resizes);
-# 4 Hz routes: 24 frames give range(10, 24 - 8 - 1) = 5 samples a route
+# 4 Hz routes: 24 frames give range(10, 24 - 8 - 1) = 5 samples a route; add_signals puts the
+# lights and stop signs the synth lacks into every boxes file
 SYNTH = {"layout": "garage", "episodes": 2, "frames": 24, "seed": 26, "image_size": [1024, 256]}
 LARGE = ("rgb", "depth", "semantic", "bev_semantic", "lidar")
 # --twin: every sample from the augmented camera set (augment=1 with augment_percentage=1.0,
 # so their `random.random() <= augment_percentage` always picks it: still deterministic)
 TWIN = {**garage.SETTINGS, "augment": 1, "augment_percentage": 1.0}
+
+
+def _signal(cls: str, frame: int, x: float, y: float, z: float, **kw) -> dict:
+    """One boxes entry shaped as carla_garage's data agent writes it (get_bounding_boxes)."""
+    entry = {"class": cls, "extent": [0.6, 0.4, 1.5] if cls != "car" else [2.2, 1.0, 0.8],
+             "position": [x + 0.37 * (frame % 7), y - 0.21 * (frame % 5), z],
+             "yaw": 0.5 * (frame % 13) - 3.0, "distance": 10.0, "id": 9000 + len(kw)}
+    entry.update(kw)
+    return entry
+
+
+def _signals(frame: int) -> list[dict]:
+    """Boxes each of their filter's rules keeps or drops (the synth writes cars and walkers
+    only): red and yellow lights that affect the ego (kept), a green one and one that does
+    not affect it (dropped), stop signs that do (kept) and do not (dropped), a walker with
+    LiDAR hits, a braking car with 8 hits (kept), cars with 7 hits, beyond 32 m or above 4 m
+    (dropped)."""
+    light, stop = "traffic_light", "stop_sign"
+    return [_signal(light, frame, 14.0, 2.5, 3.0, state="Red", affects_ego=True),
+            _signal(light, frame, 15.0, -6.0, 3.0, state="Yellow", affects_ego=True),
+            _signal(light, frame, 16.0, 5.0, 3.0, state="Green", affects_ego=True),
+            _signal(light, frame, 17.0, 6.0, 3.0, state="Red", affects_ego=False),
+            _signal(stop, frame, 8.0, 4.0, 0.5, affects_ego=True),
+            _signal(stop, frame, 9.0, -4.0, 0.5, affects_ego=False),
+            _signal("walker", frame, 6.0, -2.0, 0.0, num_points=30, speed=1.3),
+            _signal("car", frame, -12.0, 3.5, 0.0, num_points=8, speed=2.0, brake=True),
+            _signal("car", frame, -14.0, -3.5, 0.0, num_points=7, speed=2.0, brake=False),
+            _signal("car", frame, 40.0, 0.0, 0.0, num_points=90, speed=2.0, brake=False),
+            _signal("car", frame, 5.0, 8.0, 4.5, num_points=90, speed=2.0, brake=False)]
+
+
+def add_signals(raw: Path) -> None:
+    """Append _signals(frame) to every boxes file under raw (gzip with mtime 0: the routes'
+    hash stays a function of their content)."""
+    for path in sorted(raw.rglob("boxes/*.json.gz")):
+        boxes = json.loads(gzip.decompress(path.read_bytes()))
+        boxes += _signals(int(path.name.split(".")[0]))
+        path.write_bytes(gzip.compress(json.dumps(boxes).encode(), mtime=0))
 
 
 def _their_loader(repo_dir: Path, raw: Path, settings: dict):
@@ -59,7 +99,9 @@ def make(repo_dir: Path, out_path: Path, settings: dict) -> Path:
     import torch
     with tempfile.TemporaryDirectory(prefix="golden_batches_garage_") as tmp:
         raw = Path(tmp) / "raw"
-        raw_sha = common.synth_routes(raw, SYNTH)
+        common.synth_routes(raw, SYNTH)
+        add_signals(raw)
+        raw_sha = common.tree_sha256(raw)
         data, ids = _their_loader(repo_dir.resolve(), raw, settings)
         loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
         out: dict[str, np.ndarray] = {}
@@ -70,7 +112,7 @@ def make(repo_dir: Path, out_path: Path, settings: dict) -> Path:
             out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
     meta = {"project": "garage", "repo": garage.REPO, "commit": garage.COMMIT,
             "files": garage.BLOBS, "settings": settings, "synth": SYNTH,
-            "raw_sha256": raw_sha, "batch_size": BATCH_SIZE, "keys": list(structure[0]),
+            "raw_sha256": raw_sha, "edit": "add_signals", "batch_size": BATCH_SIZE, "keys": list(structure[0]),
             "structure": structure, "large": list(LARGE),
             "regenerate": "python -m tools.golden.garage_batches --repo-dir "
                           f"PATH_AT_{garage.COMMIT[:7]}" + (" --twin" if settings == TWIN else "")}

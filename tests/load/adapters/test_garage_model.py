@@ -26,6 +26,7 @@ from carla_wds.load import CARLAWebData
 from carla_wds.load.adapters.centernet import centernet_targets
 from carla_wds.load.adapters.garage_model import camera, garage_boxes
 from carla_wds.modalities.boxes import BOX_CLASSES, BOX_COLUMNS, FILL
+from tools.golden.garage_batches import add_signals
 
 from ...helpers import SCRIPTS, make_pack, torchrun
 from .batch_goldens import golden_shards, read_golden
@@ -41,7 +42,8 @@ def golden():
 
 @pytest.fixture(scope="module")
 def shards(golden, tmp_path_factory) -> Path:
-    return golden_shards(golden[0], tmp_path_factory.mktemp("garage_model"), max_samples=4)
+    return golden_shards(golden[0], tmp_path_factory.mktemp("garage_model"), add_signals,
+                         max_samples=4)
 
 
 def _ident(key: str) -> str:
