@@ -50,6 +50,8 @@ from .garage_model import GARAGE  # noqa: E402 - beside its registration
 register_model(GARAGE)
 from .b2d_tcp import B2D_TCP  # noqa: E402 - beside its registration
 register_model(B2D_TCP)
+from .transfuser2022 import TRANSFUSER2022  # noqa: E402 - beside its registration
+register_model(TRANSFUSER2022)
 
 
 def model_adapter(name: str) -> ModelAdapter:
