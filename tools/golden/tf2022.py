@@ -3,11 +3,25 @@
 Runs team_code_transfuser/data.py CARLA_Data with config.py GlobalConfig(root_dir, setting='all',
 augment=False) (no rotation augmentation, so each index is deterministic). Shims: np.string_ is
 numpy 2's np.bytes_ (numpy2_aliases); nothing else.
+
+Batches mode (issue 26, the golden of CARLAWebData(adapter="transfuser2022")): their
+DataLoader(CARLA_Data) with torch's default collate, batch 4, no shuffle, on synth routes at
+their 960x160 camera strip, into tests/golden/transfuser2022_batches.npz (laid out as
+tools/golden/batches.py writes it; the per-pixel keys in LARGE as each row's sha256 of float32
+bytes). Not run in CI (their code at the pinned commit, cv2, skimage, ujson):
+
+    /tmp/golden_venv/bin/python -m tools.golden.tf2022 --batches --repo-dir /tmp/golden_src/transfuser
 """
 from __future__ import annotations
 
+import argparse
+import json
+import logging
 import sys
+import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from tools.golden import common
 
@@ -33,14 +47,72 @@ def _sample(item: dict, meas_file: str, raw: Path) -> dict:
             "brake": bool(item["brake"]), "light_hazard": bool(item["light"])}
 
 
-def run(repo_dir: Path, raw: Path) -> list[dict]:
-    """Every sample TransFuser 2022's CARLA_Data serves on the routes under raw."""
+def _their_data(repo_dir: Path, raw: Path):
     common.check_pinned(repo_dir, BLOBS, COMMIT)
     common.numpy2_aliases()
     sys.path.insert(0, str(repo_dir / "team_code_transfuser"))   # flat imports (utils)
     from config import GlobalConfig   # noqa: E402 - theirs, from repo_dir
     from data import CARLA_Data       # noqa: E402
     config = GlobalConfig(root_dir=str(raw), setting="all", **SETTINGS)
-    data = CARLA_Data(root=config.train_data, config=config)
+    return CARLA_Data(root=config.train_data, config=config)
+
+
+def run(repo_dir: Path, raw: Path) -> list[dict]:
+    """Every sample TransFuser 2022's CARLA_Data serves on the routes under raw."""
+    data = _their_data(repo_dir, raw)
     return [_sample(data[i], str(data.measurements[i][0], "utf-8"), raw)
             for i in range(len(data))]
+
+
+# batches mode: 960x160 as their data agent saves the strip; 12 frames give frames 2..4 a route
+BATCH_SYNTH = {"layout": "transfuser2022", "episodes": 2, "frames": 12, "seed": 26,
+               "image_size": [960, 160]}
+BATCH_SIZE = 4
+LARGE = ("rgb", "bev", "depth", "semantic", "lidar", "target_point_image")
+
+
+def make_batches(repo_dir: Path, out_path: Path) -> Path:
+    """Their DataLoader's batches on BATCH_SYNTH routes -> out_path (module docstring)."""
+    import torch
+    from tools.golden import batches
+    with tempfile.TemporaryDirectory(prefix="golden_batches_tf2022_") as tmp:
+        raw = Path(tmp) / "raw"
+        raw_sha = common.synth_routes(raw, BATCH_SYNTH)
+        data = _their_data(repo_dir.resolve(), raw)
+        ids = []
+        for i in range(len(data)):
+            path = Path(str(data.measurements[i][0], "utf-8"))
+            ids.append(f"{path.parent.parent.relative_to(raw)}/{int(path.stem)}")
+        out: dict[str, np.ndarray] = {}
+        structure = []
+        loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
+        for b, batch in enumerate(loader):
+            structure.append({k: batches._record(out, f"b{b}/{k}", v, k in LARGE)
+                              for k, v in batch.items()})
+            out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
+    meta = {"project": "transfuser2022", "repo": REPO, "commit": COMMIT, "files": BLOBS,
+            "settings": SETTINGS, "synth": BATCH_SYNTH, "raw_sha256": raw_sha,
+            "batch_size": BATCH_SIZE, "keys": list(structure[0]), "structure": structure,
+            "large": list(LARGE), "regenerate": "python -m tools.golden.tf2022 --batches "
+                                                f"--repo-dir PATH_AT_{COMMIT[:7]}"}
+    out["#meta"] = np.array(json.dumps(meta))
+    np.savez_compressed(out_path, **out)
+    logging.info("transfuser2022: %d batches -> %s (%d bytes)", len(structure), out_path,
+                 out_path.stat().st_size)
+    return out_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """--batches --repo-dir DIR [--out NPZ] (the JSON golden: make_golden --project)."""
+    ap = argparse.ArgumentParser(description="TransFuser 2022's loader: the batch golden")
+    ap.add_argument("--batches", action="store_true", required=True)
+    ap.add_argument("--repo-dir", required=True, type=Path, help=f"{REPO} at {COMMIT[:7]}")
+    ap.add_argument("--out", type=Path, default=Path("tests/golden/transfuser2022_batches.npz"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    make_batches(args.repo_dir, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
