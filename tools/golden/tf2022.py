@@ -10,7 +10,12 @@ their 960x160 camera strip, into tests/golden/transfuser2022_batches.npz (laid o
 tools/golden/batches.py writes it; the per-pixel keys in LARGE as each row's sha256 of float32
 bytes). Not run in CI (their code at the pinned commit, cv2, skimage, ujson):
 
-    /tmp/golden_venv/bin/python -m tools.golden.tf2022 --batches --repo-dir /tmp/golden_src/transfuser
+    /tmp/golden_venv/bin/python -m tools.golden.tf2022 --batches [--rotated] \
+        --repo-dir /tmp/golden_src/transfuser
+
+--rotated: augment=True with their random.random answering ROTATED in turn (every sample
+turned 9.2 degrees): tests/golden/transfuser2022_batches_rotated.npz, the golden of their
+rotation augmentation.
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ import json
 import logging
 import sys
 import tempfile
+import itertools
+import types
 from pathlib import Path
 
 import numpy as np
@@ -47,14 +54,20 @@ def _sample(item: dict, meas_file: str, raw: Path) -> dict:
             "brake": bool(item["brake"]), "light_hazard": bool(item["light"])}
 
 
-def _their_data(repo_dir: Path, raw: Path):
+def _their_data(repo_dir: Path, raw: Path, rotated: bool = False):
+    """Their CARLA_Data; rotated: augment=True with their `random.random` answering the
+    ROTATED draws in turn (do_augment, then the degree), so every sample turns the same."""
     common.check_pinned(repo_dir, BLOBS, COMMIT)
     common.numpy2_aliases()
     sys.path.insert(0, str(repo_dir / "team_code_transfuser"))   # flat imports (utils)
     from config import GlobalConfig   # noqa: E402 - theirs, from repo_dir
-    from data import CARLA_Data       # noqa: E402
-    config = GlobalConfig(root_dir=str(raw), setting="all", **SETTINGS)
-    return CARLA_Data(root=config.train_data, config=config)
+    import data as their_data         # noqa: E402
+    config = GlobalConfig(root_dir=str(raw), setting="all",
+                          **({"augment": True} if rotated else SETTINGS))
+    if rotated:   # a module global of theirs, set at run time (their file is unchanged)
+        draws = itertools.cycle(ROTATED)
+        their_data.random = types.SimpleNamespace(random=lambda: next(draws))
+    return their_data.CARLA_Data(root=config.train_data, config=config)
 
 
 def run(repo_dir: Path, raw: Path) -> list[dict]:
@@ -69,16 +82,19 @@ BATCH_SYNTH = {"layout": "transfuser2022", "episodes": 2, "frames": 12, "seed": 
                "image_size": [960, 160]}
 BATCH_SIZE = 4
 LARGE = ("rgb", "bev", "depth", "semantic", "lidar", "target_point_image")
+# --rotated: random() > inv_augment_prob (0.1) augments; degree = (2 * 0.73 - 1) * 20 = 9.2,
+# crop_shift = 9.2 / 60 * 320 = 49.07 columns
+ROTATED = (0.95, 0.73)
 
 
-def make_batches(repo_dir: Path, out_path: Path) -> Path:
+def make_batches(repo_dir: Path, out_path: Path, rotated: bool = False) -> Path:
     """Their DataLoader's batches on BATCH_SYNTH routes -> out_path (module docstring)."""
     import torch
     from tools.golden import batches
     with tempfile.TemporaryDirectory(prefix="golden_batches_tf2022_") as tmp:
         raw = Path(tmp) / "raw"
         raw_sha = common.synth_routes(raw, BATCH_SYNTH)
-        data = _their_data(repo_dir.resolve(), raw)
+        data = _their_data(repo_dir.resolve(), raw, rotated)
         ids = []
         for i in range(len(data)):
             path = Path(str(data.measurements[i][0], "utf-8"))
@@ -91,10 +107,12 @@ def make_batches(repo_dir: Path, out_path: Path) -> Path:
                               for k, v in batch.items()})
             out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
     meta = {"project": "transfuser2022", "repo": REPO, "commit": COMMIT, "files": BLOBS,
-            "settings": SETTINGS, "synth": BATCH_SYNTH, "raw_sha256": raw_sha,
+            "settings": {"augment": True, "random": ROTATED} if rotated else SETTINGS,
+            "synth": BATCH_SYNTH, "raw_sha256": raw_sha,
             "batch_size": BATCH_SIZE, "keys": list(structure[0]), "structure": structure,
-            "large": list(LARGE), "regenerate": "python -m tools.golden.tf2022 --batches "
-                                                f"--repo-dir PATH_AT_{COMMIT[:7]}"}
+            "large": list(LARGE),
+            "regenerate": f"python -m tools.golden.tf2022 --batches --repo-dir "
+                          f"PATH_AT_{COMMIT[:7]}{' --rotated' * rotated}"}
     out["#meta"] = np.array(json.dumps(meta))
     np.savez_compressed(out_path, **out)
     logging.info("transfuser2022: %d batches -> %s (%d bytes)", len(structure), out_path,
@@ -107,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="TransFuser 2022's loader: the batch golden")
     ap.add_argument("--batches", action="store_true", required=True)
     ap.add_argument("--repo-dir", required=True, type=Path, help=f"{REPO} at {COMMIT[:7]}")
-    ap.add_argument("--out", type=Path, default=Path("tests/golden/transfuser2022_batches.npz"))
+    ap.add_argument("--rotated", action="store_true", help="their rotation, fixed draws")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    make_batches(args.repo_dir, args.out)
+    name = "transfuser2022_batches" + ("_rotated" if args.rotated else "") + ".npz"
+    make_batches(args.repo_dir, args.out or Path("tests/golden") / name, args.rotated)
     return 0
 
 
