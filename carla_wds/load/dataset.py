@@ -83,7 +83,7 @@ def _field_options(spec: SampleSpec, adapters: dict[str, Any], lidar_histogram: 
 
 
 def _model(name: str | None, transform: SampleTransform | None, manifest: Manifest,
-           options: dict[str, Any], given: dict[str, Any]
+           options: dict[str, Any], given: dict[str, Any], augment: bool = False
            ) -> tuple[ModelAdapter | None, SampleTransform | None, dict, dict[str, Any]]:
     """adapter=NAME: the model-ready adapter (its checks on the shards, the settings its name
     sets, the load adapters it needs) as the sample_transform; else the caller's settings."""
@@ -96,7 +96,7 @@ def _model(name: str | None, transform: SampleTransform | None, manifest: Manife
     model = model_adapter(name)
     settings = resolve(model, given)
     model.check(manifest)
-    return model, model, settings, resolve_load_adapters(model, options)
+    return model, model, settings, resolve_load_adapters(model, options, augment)
 
 
 def _check_args(mode: str, on_error: str, batch_size: int, num_workers: int,
@@ -192,7 +192,7 @@ class CARLAWebData:
         self.adapter, self.sample_transform, given, options = _model(
             adapter, sample_transform, self.manifest, options,
             {"cameras": cameras, "image_size": image_size, "fields": fields,
-             "lidar_histogram": lidar_histogram})
+             "lidar_histogram": lidar_histogram}, augment)
         cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields",
                                                                 "lidar_histogram"))
         spec = _select_cameras(self.manifest.spec, cameras)
@@ -288,7 +288,9 @@ class CARLAWebData:
                      num_workers=self.num_workers, seed=self.seed, epoch=self.epoch,
                      rank=self.rank, world_size=self.world_size, resume_batches=self.consumed,
                      batches_per_epoch=self.batches_per_epoch,
-                     shuffle_buffer=self.shuffle_buffer, augment=self.augment,
+                     shuffle_buffer=self.shuffle_buffer, transform_augment=self.augment,
+                     # an adapter with its codebase's own augmentation: the loader's stays off
+                     augment=self.augment and not getattr(self.adapter, "own_augment", False),
                      per_camera_augment=self.per_camera_augment,
                      step_at_epoch_start=self.step_at_epoch_start, cache_dir=self.cache_dir,
                      on_error=self.on_error, field_opts=self.field_opts,

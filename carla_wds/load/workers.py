@@ -78,6 +78,7 @@ class Epoch:
     limits: Limits = DEFAULT_LIMITS        # what one member may make a decoder allocate
     ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
     sample_transform: SampleTransform | None = None   # batches become dicts (transform.py)
+    transform_augment: bool = False   # sample["augment"]: the caller's augment=True
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
 
@@ -165,7 +166,8 @@ class EpochStream(IterableDataset):
                                         sizes=e.image_sizes, field_opts=self._field_opts(e))
         if e.sample_transform is not None:
             yield from Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
-                                   template=lambda: self._template(e))(batches)
+                                   template=lambda: self._template(e),
+                                   augment=e.transform_augment)(batches)
             return
         # a batch decoded into a ring slot travels as a RingItem (the images stay there)
         yield from batches if ring is None else map(ring.item, batches)

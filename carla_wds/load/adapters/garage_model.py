@@ -198,6 +198,8 @@ GARAGE = ModelAdapter(
     cameras=("front",), fields=("measurements", "depth", "semantics", "bev", "lidar", "boxes"),
     lidar_histogram="garage", needs=NEEDS, pred_len=8,
     pack="carla-wds pack RAW OUT --layout garage (carla_garage's routes as its data agent "
-         "saves them, every frame: leave --stride out)")
-# the twin's probability when augment=True (their augment_percentage); see the docs page
+         "saves them, every frame: leave --stride out)",
+    # augment=True: their colour augmentation (in garage_sample) instead of the loader's,
+    # and the camera twin at their augment_percentage
+    own_augment=True, augment_load_adapters=((TWIN, AUGMENT_PERCENTAGE),))
 TWIN_P = (TWIN, AUGMENT_PERCENTAGE)

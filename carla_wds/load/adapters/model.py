@@ -42,6 +42,10 @@ class ModelAdapter:
     load_adapters: tuple[tuple[str, Any], ...] = ()
     extra_keys: tuple[str, ...] = ADDED_KEYS
     float32_keys: tuple[str, ...] = ()
+    # augment=True: the codebase's own augmentation is in `transform` (sample["augment"]), so
+    # the loader's colour augmenter stays off; and these load adapters' options are set
+    own_augment: bool = False
+    augment_load_adapters: tuple[tuple[str, Any], ...] = ()
 
     def __call__(self, sample: dict, rng: np.random.Generator) -> dict:
         return self.transform(self, sample, rng)
@@ -104,10 +108,13 @@ def resolve(adapter: ModelAdapter, given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def resolve_load_adapters(adapter: ModelAdapter, options: dict[str, Any]) -> dict[str, Any]:
-    """The load adapters (by name) the model adapter needs on, merged with the caller's."""
+def resolve_load_adapters(adapter: ModelAdapter, options: dict[str, Any], augment: bool = False
+                          ) -> dict[str, Any]:
+    """The load adapters (by name) the model adapter needs on, merged with the caller's; with
+    augment, also those its augmentation sets (their probabilities)."""
     out = dict(options)
-    for name, value in adapter.load_adapters:
+    for name, value in (*adapter.load_adapters, *(adapter.augment_load_adapters if augment
+                                                  else ())):
         if name in out and out[name] is not None and out[name] != value:
             raise ValueError(f"adapter {adapter.name!r} needs the load adapter {name!r} set "
                              f"to {value!r} ({adapter.source}); you set {out[name]!r}. Fix: "

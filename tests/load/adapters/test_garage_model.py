@@ -241,3 +241,31 @@ def test_colour_augmentation_is_seeded_and_off_without_augment():
     assert all(r.dtype == np.uint8 and r.shape == (3, 32, 64) for r in runs)
     assert np.array_equal(runs[0], runs[1]) and not np.array_equal(runs[0], runs[2])
     assert not np.array_equal(runs[0], plain)
+
+
+def test_augment_is_theirs_the_loaders_stays_off_and_the_twin_is_on(shards):
+    """augment=True: the camera is their colour augmentation of the saved pixels, drawn from
+    the sample's generator (so the loader's own colour augmenter did not run first), the same
+    in every run; and the camera twin is on at their augment_percentage (labels move on about
+    half the samples, never on all or none of 10)."""
+    from carla_wds.load.transform import sample_rng
+
+    def run(augment: bool) -> dict[str, dict]:
+        out = {}
+        for batch in CARLAWebData(str(shards), adapter="garage", batch_size=2, mode="train",
+                                  augment=augment, seed=3):
+            for i, key in enumerate(batch["key"]):
+                if batch["valid"][i]:
+                    out[key] = {"rgb": batch["rgb"][i].numpy(),
+                                "target_point": batch["target_point"][i].numpy()}
+        return out
+
+    aug, again, plain = run(True), run(True), run(False)
+    assert sorted(aug) == sorted(plain) and all(
+        np.array_equal(aug[k]["rgb"], again[k]["rgb"]) for k in aug)
+    moved = [k for k in aug if not np.allclose(aug[k]["target_point"],
+                                               plain[k]["target_point"])]
+    assert 0 < len(moved) < len(aug)   # the twin, at p = 0.5, on 10 samples
+    for key in set(aug) - set(moved):   # the saved camera, their augmentation only
+        want = camera(plain[key]["rgb"].transpose(1, 2, 0), True, sample_rng(3, 0, key))
+        assert np.array_equal(aug[key]["rgb"], want), key
