@@ -88,7 +88,10 @@ class B2DTCPAdapter(ModelAdapter):
 
     def check(self, manifest: Manifest) -> None:
         spec = manifest.doc.get("spec") or {}
-        if manifest.doc.get("layout") in self.layouts:
+        record = {f.name for e in manifest.spec.extras if e.codec == "record"
+                  for f in e.fields or ()}
+        # a pack without the expert is refused below by the record fields it lacks
+        if manifest.doc.get("layout") in self.layouts and set(self.needs) <= record:
             wrong = [f"{what} {spec.get(key)!r} (needs {want!r})" for key, want, what in (
                 ("stride", 1, "--stride"), ("expert_file_offset", 0, "expert file offset"),
                 ("handedness", "left", "--handedness"),

@@ -1,0 +1,199 @@
+"""adapter="b2d_tcp": batches equal Bench2DriveZoo's TCP port's own DataLoader(CARLA_Data) after
+default collate.
+
+The golden (tests/golden/bench2drive_tcp_batches.npz) is their loader at 31278ff (tcp/admlp),
+img_aug=False, batch 3, on synth bench2drive clips at B2D's 1600x900 (tools/golden/
+b2d_tcp_batches.py, not run here). Here the same clips are synthesised again (hash checked),
+packed with --stride 1 --expert-pairing tcp_port and served with adapter="b2d_tcp" in eval
+mode; every key is compared: the same kind (tensor or list), dtype and shape, values within
+float32 rounding (the shards store float32), front_img by the sha256 of its float32 bytes, and
+the same sample set and batch composition. Their last batch is short; ours is padded to the
+batch size with rows marked valid=False, so the valid rows are compared.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from carla_wds.load import CARLAWebData
+from carla_wds.load.adapters.b2d_tcp import stitch
+from carla_wds.pack import PackOptions, pack
+from carla_wds.pack.synth import synth_dataset
+from tools.golden.common import tree_sha256
+
+from ...helpers import SCRIPTS, all_keys, torchrun
+from .batch_goldens import read_golden
+# the key-by-key comparison of a collated value with a golden (kind, dtype, shape, values)
+from .test_tcp_model import _compare, _structure
+
+GOLDEN = Path(__file__).parents[2] / "golden" / "bench2drive_tcp_batches.npz"
+ATOL = 2e-5   # metres and m/s: theirs float64 from JSON, ours float32 in the shards
+PORT = {"stride": 1, "expert_pairing": "tcp_port"}
+
+
+def _b2d(root: Path, pack_options: dict, *, episodes: int = 1, frames: int = 28,
+         seed: int = 5, image_size=(64, 36)) -> Path:
+    synth_dataset(root / "raw", "bench2drive", episodes=episodes, frames=frames, seed=seed,
+                  image_size=image_size, progress=False)
+    pack(root / "raw" / "v1", root / "shards",
+         PackOptions.of(layout="bench2drive", progress=False, **pack_options))
+    return root / "shards"
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return read_golden(GOLDEN)
+
+
+@pytest.fixture(scope="module")
+def shards(golden, tmp_path_factory) -> Path:
+    meta, _ = golden
+    synth, root = meta["synth"], tmp_path_factory.mktemp("b2d_tcp_model")
+    out = _b2d(root, PORT, episodes=synth["episodes"], frames=synth["frames"],
+               seed=synth["seed"], image_size=tuple(synth["image_size"]))
+    assert tree_sha256(root / "raw") == meta["raw_sha256"], (
+        f"synth no longer writes the golden's clips; regenerate: {meta['regenerate']}")
+    return out
+
+
+def _ident(key: str) -> str:
+    clip, frame = key.rsplit("__", 1)
+    return f"{clip}/{int(frame)}"
+
+
+def _rows(value, n: int):
+    """The first n rows of a collated value (lists item by item)."""
+    return [_rows(v, n) for v in value] if isinstance(value, list) else value[:n]
+
+
+def test_b2d_tcp_batches_equal_their_dataloader(golden, shards):
+    meta, arrays = golden
+    data = CARLAWebData(str(shards), batch_size=meta["batch_size"], mode="eval",
+                        adapter="b2d_tcp")
+    assert data.adapter.extra_keys == ("valid", "key") and data.adapter.float32_keys == ()
+    batches = list(data)
+    assert len(batches) == len(meta["structure"])
+    seen = []
+    for b, (batch, want) in enumerate(zip(batches, meta["structure"])):
+        # exactly their keys, in their order, then the documented extra keys
+        assert list(batch) == meta["keys"] + list(data.adapter.extra_keys)
+        ids = arrays[f"b{b}/#ids"].tolist()
+        n = len(ids)
+        assert batch["valid"].tolist() == [True] * n + [False] * (meta["batch_size"] - n)
+        assert [_ident(k) for k in batch["key"][:n]] == ids   # same samples, same batches
+        seen += ids
+        for key in meta["keys"]:
+            assert _structure(_rows(batch[key], n)) == want[key], f"batch {b} {key}"
+            _compare(f"b{b}/{key}", _rows(batch[key], n), arrays, f"batch {b}")
+    assert len(seen) == len(set(seen)) == len(all_keys(shards))
+
+
+def test_future_lists_are_the_expert_files_per_step(shards):
+    """future_feature / future_action_index are lists of pred_len (B, ...) tensors: step k of
+    every sample (the expert file t + 5(k + 1)), as the port's loss loop reads them."""
+    batch = next(iter(CARLAWebData(str(shards), batch_size=3, mode="eval", adapter="b2d_tcp")))
+    raw = next(iter(CARLAWebData(str(shards), batch_size=3, mode="eval", image_size=(36, 64),
+                                 fields=["measurements", "future_expert_feature"])))
+    feature, action = raw.fields["future_expert_feature"], raw.measurements["future_expert_action"]
+    assert len(batch["future_feature"]) == len(batch["future_action_index"]) == 4
+    for k in range(4):
+        assert torch.equal(batch["future_feature"][k], feature[:, k])
+        assert torch.equal(batch["future_action_index"][k], action[:, k].long())
+
+
+def test_stitch_is_their_three_crops_resized():
+    """Formula: front_left[:, :1400] | front[:, 200:1400] | front_right[:, 200:] is 4000
+    columns; at 900 output columns the left crop ends near 1400 / 4000 * 900 = 315 and the
+    front crop near 2600 / 4000 * 900 = 585; each flat part keeps its value, 256 rows."""
+    flat = [np.full((900, 1600, 3), v, np.uint8) for v in (10, 20, 30)]
+    out = stitch(*flat)
+    assert out.shape == (256, 900, 3) and out.dtype == np.uint8
+    assert (out[:, :314] == 10).all() and (out[:, 316:584] == 20).all()
+    assert (out[:, 586:] == 30).all()
+    ramp = np.broadcast_to(np.linspace(0, 255, 1600, dtype=np.float32).astype(np.uint8)[
+        None, :, None], (900, 1600, 3)).copy()
+    # a smooth ramp: bilinear then .byte() truncates, so never above the source's values
+    assert stitch(ramp, ramp, ramp).max() <= 255 and stitch(ramp, ramp, ramp)[0, 0, 0] == 0
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg and "Fix:" in msg and "--expert-pairing tcp_port" in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("options, says", [
+    ({}, "--stride 5 (needs 1), expert file offset -1 (needs 0)"),
+    ({"stride": 1}, "expert file offset -1 (needs 0)"),
+    ({**PORT, "sensors": ("lidar",)}, "lack the record fields ['expert_value'"),
+    ({**PORT, "handedness": "right"}, "--handedness 'right' (needs 'left')")])
+def test_refuses_shards_packed_otherwise(tmp_path, options, says):
+    shards = _b2d(tmp_path, options)
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(str(shards), batch_size=2, adapter="b2d_tcp")
+    assert says in _one_line(exc)
+
+
+def test_refuses_another_layout(tmp_path):
+    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=12, seed=5, image_size=(64, 48),
+                  progress=False)
+    pack(tmp_path / "raw", tmp_path / "shards", PackOptions(layout="tcp", progress=False))
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(str(tmp_path / "shards"), batch_size=2, adapter="b2d_tcp")
+    assert "layout 'tcp'; it needs bench2drive" in _one_line(exc)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    return _b2d(tmp_path_factory.mktemp("b2d_tcp_small"), PORT, episodes=2, frames=29)
+
+
+@pytest.mark.parametrize("given", [{"image_size": (256, 900)}, {"cameras": ["front"]},
+                                   {"fields": ["measurements"]}])
+def test_the_name_alone_sets_the_settings(small, given):
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(str(small), batch_size=2, adapter="b2d_tcp", **given)
+    assert "leave" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def _images(shards: Path, **kw) -> dict[str, torch.Tensor]:
+    data = CARLAWebData(str(shards), batch_size=2, adapter="b2d_tcp", **kw)
+    return {k: b["front_img"][i] for b in data for i, k in enumerate(b["key"])}
+
+
+def test_colour_augmentation_only_with_augment(small):
+    """augment=True: the port's `hard` augmenter (TCP/augment.py, load/augment.py) on the uint8
+    cameras, seeded per (seed, epoch, key): the same pixels again; augment=False: none."""
+    plain, aug = _images(small), _images(small, augment=True)
+    assert aug.keys() == plain.keys()
+    changed = [k for k in plain if not torch.equal(plain[k], aug[k])]
+    assert changed   # their frequency at step 0 is 0.05 per step: some samples change
+    again = _images(small, augment=True)
+    assert all(torch.equal(aug[k], again[k]) for k in aug)
+
+
+def test_a_model_with_their_contract_trains_under_torchrun(tmp_path):
+    """CARLADataModule(adapter="b2d_tcp"): a model reading the batch as the port's train.py
+    does trains (all 7 losses finite) and validates under torchrun (2 ranks, gloo); validation
+    covers every val sample once, with equal batch counts and finite padding rows."""
+    pytest.importorskip("pytorch_lightning")
+    train = _b2d(tmp_path / "train", PORT, episodes=2, frames=29, seed=3)
+    val = _b2d(tmp_path / "val", PORT, episodes=1, frames=29, seed=4)
+    proc = torchrun(str(SCRIPTS / "b2d_tcp_contract_fit.py"), str(train), str(val),
+                    str(tmp_path))
+    assert isinstance(proc, subprocess.CompletedProcess)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for r in ranks:
+        assert r["contract"] and all(r["contract"])
+        assert len(r["train_keys"]) == r["len"] > 0
+        assert r["losses"] and all(len(step) == 7 and all(step) for step in r["losses"])
+        assert r["val_losses"] and all(abs(v) < float("inf") for v in r["val_losses"])
+    assert ranks[0]["val_batches"] == ranks[1]["val_batches"]
+    val_keys = ranks[0]["val_keys"] + ranks[1]["val_keys"]
+    assert sorted(val_keys) == sorted(all_keys(val))
+    assert len(val_keys) < 2 * 2 * ranks[0]["val_batches"]   # so padding rows were validated
