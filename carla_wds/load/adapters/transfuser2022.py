@@ -26,7 +26,8 @@ Each key from their formulas (config.py values in brackets), in their order:
   the augmentation (theirs adds rad to theta: the same rotation);
 - target_point_image: float64 (1, 256, 256): draw_target_point (cv2.circle, radius 5,
   thickness 3) / 255.
-With augment (sample["augment"]): their rotation, drawn with probability 1 - inv_augment_prob
+With augment=True (sample["augment"], training only; the loader's colour augmenter stays off:
+own_augment): their rotation, drawn with probability 1 - inv_augment_prob
 [0.1], degree uniform in +-aug_max_rotation [20], crop_shift = degree / 60 * img_width [320]
 / scale [1]. Their loader has no colour augmentation.
 """
@@ -186,6 +187,6 @@ TRANSFUSER2022 = ModelAdapter(
     source="autonomousvision/transfuser@22b3ccd team_code_transfuser/data.py",
     layouts=("transfuser2022",), image_size=(160, 960), transform=tf2022_sample,
     cameras=("front",), fields=("measurements", "depth", "semantics", "bev", "lidar", "boxes"),
-    needs=NEEDS, pred_len=PRED_LEN,
+    needs=NEEDS, pred_len=PRED_LEN, own_augment=True,   # their rotation; no colour augmentation
     pack="carla-wds pack RAW OUT --layout transfuser2022 --allow-pickle-input (TransFuser "
          "2022's routes as its data agent saves them, every frame: leave --stride out)")

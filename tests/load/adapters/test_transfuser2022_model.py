@@ -245,3 +245,31 @@ def test_a_model_with_their_contract_trains_under_torchrun(shards, tmp_path):
     assert first["val_batches"] == second["val_batches"]
     keys = first["val_keys"] + second["val_keys"]
     assert len(set(keys)) == len(keys) == 6   # every sample once, over both ranks
+
+
+def _served(shards: Path, **kw) -> dict[str, dict[str, torch.Tensor]]:
+    data = CARLAWebData(str(shards), batch_size=2, adapter="transfuser2022", **kw)
+    data.set_epoch(3, global_step=10 ** 6)   # a colour augmenter's ramp would be at full
+    return {k: {n: v[i] for n, v in b.items() if n != "key"} for b in data
+            for i, k in enumerate(b["key"]) if k}
+
+
+def test_augment_is_their_rotation_only(shards):
+    """CARLAWebData(augment=True) in training: their rotation, seeded per (seed, epoch, key)
+    (two runs equal), and no colour augmentation (theirs has none): each augmented rgb is the
+    saved strip's crop at a whole-column shift, equal to the plain crop where not rotated."""
+    plain, aug = _served(shards), _served(shards, augment=True)
+    assert aug.keys() == plain.keys() and len(aug) == 6
+    again = _served(shards, augment=True)
+    assert all(torch.equal(aug[k][n], again[k][n]) for k in aug for n in aug[k])
+    turned = [k for k in aug if not torch.equal(aug[k]["target_point"], plain[k]["target_point"])]
+    assert 0 < len(turned)
+    for k in aug:
+        if k not in turned:
+            assert torch.equal(aug[k]["rgb"], plain[k]["rgb"]), k
+            continue
+        tp, tp0 = aug[k]["target_point"], plain[k]["target_point"]
+        rad = math.atan2(float(tp0[0] * tp[1] - tp0[1] * tp[0]), float(tp0 @ tp))
+        shift = int(math.degrees(-rad) / 60 * 320)   # their degree: tp turned by -rad
+        assert torch.equal(aug[k]["rgb"][:, :, max(0, -shift):704 - max(0, shift)],
+                           plain[k]["rgb"][:, :, max(0, shift):704 + min(0, shift)]), k
