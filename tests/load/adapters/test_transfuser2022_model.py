@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,8 @@ from carla_wds.load.adapters.transfuser2022 import (TRANSFUSER2022, crop, depth0
                                                      draw_rotation, target_point_image,
                                                      tf2022_sample)
 from carla_wds.modalities.boxes import BOX_COLUMNS
+from carla_wds.pack import PackOptions, pack
+from carla_wds.pack.synth import synth_dataset
 
 from ...helpers import SCRIPTS, make_pack, torchrun
 from .batch_goldens import golden_shards, read_golden
@@ -222,6 +225,26 @@ def test_tf2022_refuses_other_shards_in_one_line(tmp_path):
     msg = str(exc.value)
     assert "\n" not in msg and "layout 'tcp'" in msg
     assert "Fix: carla-wds pack RAW OUT --layout transfuser2022 --allow-pickle-input" in msg
+
+
+def test_packs_without_x_and_y_command_are_refused(tmp_path):
+    """Shards packed before the layout carried x_command / y_command (the layout as it was,
+    packed by path) are refused in one line naming the fields and the pack command."""
+    import carla_wds.pack.datasets.routes as routes
+    yaml = Path(routes.__file__).parent / "layouts" / "transfuser2022.yaml"
+    old = re.sub(r"  [xy]_command: \{key: [xy]_command, units: m\}\n", "", yaml.read_text())
+    assert old != yaml.read_text()
+    (tmp_path / "transfuser2022.yaml").write_text(old)
+    synth_dataset(tmp_path / "raw", "transfuser2022", episodes=1, frames=12, seed=5,
+                  image_size=(64, 48), progress=False)
+    shards = tmp_path / "shards"
+    pack(tmp_path / "raw", shards, PackOptions(layout=str(tmp_path / "transfuser2022.yaml"),
+                                               allow_pickle_input=True, progress=False))
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(str(shards), batch_size=2, adapter="transfuser2022")
+    msg = str(exc.value)
+    assert "\n" not in msg and "lack the record fields ['x_command', 'y_command']" in msg
+    assert "Fix: carla-wds pack RAW OUT --layout transfuser2022" in msg
 
 
 @pytest.mark.parametrize("given", [{"image_size": (256, 900)}, {"fields": ["depth"]},
