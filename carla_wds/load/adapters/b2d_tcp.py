@@ -18,8 +18,11 @@ Each key, in their order (B = batch size, F = the expert feature's length):
 - target_point float64 (B, 2); speed float64 (B,); feature float32 (B, F); value: the expert
   file's value as their numpy float32 scalar; target_command int64 (B, 6): the one-hot of
   next_command - 1 (VOID as LANEFOLLOW).
-Their colour augmentation (TCP/augment.py `hard`, identical to TCP's) is the loader's own with
-augment=True; see docs/adapters/b2d_tcp.md for where it runs.
+With augment=True (train mode): their colour augmentation, TCP/augment.py `hard` (TCP's, the
+same formulas: load/augment.py), on the stitched uint8 256x900 image before the normalisation,
+as their `augmenter(...).augment_image(front_img)`; the loader's own augmenter stays off
+(own_augment). Seeded from the sample's generator. Its strength ramp stays at its start
+(image_iteration 0): docs/adapters/b2d_tcp.md says why.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ...manifest import Manifest
+from ..augment import hard
 from .model import ModelAdapter
 from .tcp import tcp_image
 
@@ -37,6 +41,9 @@ CAMERAS = ("front_left", "front", "front_right")
 CAMERA_HW = (900, 1600)
 STITCH = (slice(None, 1400), slice(200, 1400), slice(200, None))
 OUT_HW = (256, 900)
+# the augmenter's ramp position: the transform is not told the training step (their ramp
+# counts the samples each DataLoader worker copy has read)
+AUGMENT_ITERATION = 0
 FUTURE_FRAMES = [5, 10, 15, 20]   # gen_tcp_data.py: full_seq_*[i + 5 : i + 25 : 5]
 NEEDS = ("expert_value", "expert_action", "action_throttle", "action_steer", "action_brake",
          "future_expert_action", "next_command")
@@ -54,6 +61,17 @@ def stitch(left: np.ndarray, front: np.ndarray, right: np.ndarray) -> np.ndarray
     return x.squeeze(0).permute(1, 2, 0).byte().numpy()
 
 
+def front_img(s: dict, rng: np.random.Generator) -> torch.Tensor:
+    """Their front_img: the stitch, their `hard` colour augmentation with sample["augment"]
+    (at the ramp's start, seeded from the sample's generator), TCP's normalisation."""
+    image = stitch(*s["images"])
+    if s.get("augment"):
+        aug = hard(AUGMENT_ITERATION)
+        aug.seed_(int(rng.integers(2 ** 31)))
+        image = aug(image=image)
+    return tcp_image(image)
+
+
 def command_one_hot(command: np.ndarray) -> torch.Tensor:
     """Their target_command: an int64 one-hot of 6 (the pack's one-hot of next_command,
     VOID already counted as LANEFOLLOW as their `if command < 0: command = 4` does)."""
@@ -64,10 +82,9 @@ def b2d_tcp_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> 
     """One sample as the port's CARLA_Data.__getitem__ returns it (module docstring), key for
     key in its order and Python/numpy types, so default collate gives their batch."""
     m, f, n = s["measurements"], s["fields"], adapter.pred_len
-    left, front, right = s["images"]
     future = np.asarray(f["future_expert_feature"], np.float32)
     actions = np.asarray(m["future_expert_action"])
-    return {"front_img": tcp_image(stitch(left, front, right)),
+    return {"front_img": front_img(s, rng),
             "waypoints": np.asarray(s["waypoints"], np.float64),
             "action": np.array([m["action_throttle"], m["action_steer"], m["action_brake"]],
                                np.float32),
@@ -106,4 +123,4 @@ B2D_TCP = B2DTCPAdapter(
     name="b2d_tcp", source="Thinklab-SJTU/Bench2DriveZoo@31278ff (tcp/admlp) TCP/data.py",
     layouts=("bench2drive",), image_size=CAMERA_HW, transform=b2d_tcp_sample,
     cameras=CAMERAS, fields=("measurements", "expert_feature", "future_expert_feature"),
-    needs=NEEDS, pred_len=4, strides=(1,), pack=PACK)
+    needs=NEEDS, pred_len=4, strides=(1,), pack=PACK, own_augment=True)

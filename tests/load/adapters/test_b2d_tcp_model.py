@@ -21,7 +21,10 @@ import pytest
 import torch
 
 from carla_wds.load import CARLAWebData
-from carla_wds.load.adapters.b2d_tcp import stitch
+from carla_wds.load.adapters.b2d_tcp import AUGMENT_ITERATION, CAMERA_HW, CAMERAS, stitch
+from carla_wds.load.adapters.tcp import tcp_image
+from carla_wds.load.augment import hard
+from carla_wds.load.transform import sample_rng
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
@@ -167,14 +170,25 @@ def _images(shards: Path, **kw) -> dict[str, torch.Tensor]:
 
 
 def test_colour_augmentation_only_with_augment(small):
-    """augment=True: the port's `hard` augmenter (TCP/augment.py, load/augment.py) on the uint8
-    cameras, seeded per (seed, epoch, key): the same pixels again; augment=False: none."""
+    """augment=True: the port's `hard` augmenter (TCP/augment.py, load/augment.py at the ramp's
+    start) on the stitched uint8 256x900 image, as their loader runs it, seeded from the
+    sample's generator (seed, epoch, key): recomputed here from the plain cameras; the loader's
+    own per-camera augmenter stays off. augment=False: the plain stitch."""
     plain, aug = _images(small), _images(small, augment=True)
     assert aug.keys() == plain.keys()
     changed = [k for k in plain if not torch.equal(plain[k], aug[k])]
-    assert changed   # their frequency at step 0 is 0.05 per step: some samples change
-    again = _images(small, augment=True)
-    assert all(torch.equal(aug[k], again[k]) for k in aug)
+    assert changed   # their frequency at the ramp's start is 0.05 per step: some samples
+    raw = CARLAWebData(str(small), batch_size=2, mode="eval", cameras=list(CAMERAS),
+                       image_size=CAMERA_HW)
+    seed = CARLAWebData(str(small), batch_size=2, adapter="b2d_tcp").seed
+    for batch in raw:
+        for i, key in enumerate(batch.keys):
+            cams = batch.images[i].permute(0, 2, 3, 1).numpy()
+            assert torch.equal(plain[key], tcp_image(stitch(*cams)))
+            augmenter = hard(AUGMENT_ITERATION)
+            augmenter.seed_(int(sample_rng(seed, 0, key).integers(2 ** 31)))
+            want = tcp_image(augmenter(image=stitch(*cams)))
+            assert torch.equal(aug[key], want), key
 
 
 def test_a_model_with_their_contract_trains_under_torchrun(tmp_path):
