@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from . import __version__
 from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts, dataset_for
 from .pack.errors import PackError
 from .pack.synth import synth_layouts
@@ -82,6 +83,7 @@ limit_option = click.option(
 
 
 @click.group()
+@click.version_option(__version__, "--version", prog_name="carla-wds")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def main(verbose: bool) -> None:
     """Pack, verify, inspect, load and train on CARLA driving data as WebDataset shards."""

@@ -33,3 +33,20 @@ def test_synth_writes_every_layout_its_help_names():
     from carla_wds.pack import synth
     writable = set(synth.synth_layouts())
     assert set(builtin_layouts()) <= writable
+
+
+def test_version_and_webdataset_is_a_test_dependency_only():
+    """`carla-wds --version` names the package's version; webdataset, which no package module
+    imports, is in the test extra, not in the runtime dependencies (issue 28)."""
+    import tomllib
+    from pathlib import Path
+
+    import carla_wds
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"carla-wds, version {carla_wds.__version__}"
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("webdataset")]
+    assert any(d.startswith("webdataset") for d in project["optional-dependencies"]["test"])
+    sources = Path(carla_wds.__file__).parent.rglob("*.py")
+    assert not [p for p in sources if re.search(r"^\s*(import|from) webdataset", p.read_text(), re.M)]
