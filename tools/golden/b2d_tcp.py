@@ -49,14 +49,21 @@ def _sample(item: dict, img_path: str) -> dict:
             "future_feature_sha256": common.f32_digest(np.stack(item["future_feature"]))}
 
 
-def run(repo_dir: Path, raw: Path) -> list[dict]:
-    """Every sample the port's CARLA_Data serves on the clip folders under raw/v1."""
+def clip_routes(repo_dir: Path, raw: Path):
+    """Pins checked, their code importable; their gen_tcp_data module and its
+    gen_single_route result for each clip folder under raw/v1 (sorted), `count` a
+    multiprocessing.Value as its __main__ passes. Shared with tools/golden/b2d_tcp_batches.py."""
     common.check_pinned(repo_dir, BLOBS, COMMIT)
     sys.path[:0] = [str(repo_dir), str(repo_dir / "tools")]   # TCP.data; gen_tcp_data (flat)
     gen = importlib.import_module("gen_tcp_data")
     count = mp.Value("d", 0)
     clips = sorted(p for p in (raw / "v1").iterdir() if p.is_dir())
-    routes = [gen.gen_single_route(str(clip), count) for clip in clips]
+    return gen, [gen.gen_single_route(str(clip), count) for clip in clips]
+
+
+def run(repo_dir: Path, raw: Path) -> list[dict]:
+    """Every sample the port's CARLA_Data serves on the clip folders under raw/v1."""
+    gen, routes = clip_routes(repo_dir, raw)
     from TCP.data import CARLA_Data   # noqa: E402 - their package, from repo_dir
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="golden_b2d_npy_") as work:

@@ -15,16 +15,11 @@ front_img as `b{b}/front_img#sha256` + `#mean`, lists item by item, `b{b}/#ids`,
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import logging
-import multiprocessing as mp
 import os
 import sys
 import tempfile
 from pathlib import Path
-
-import numpy as np
 
 from tools.golden import b2d_tcp, batches, common
 
@@ -40,12 +35,7 @@ LARGE = ("front_img",)
 
 def _their_loader(repo_dir: Path, raw: Path, work: Path):
     """Their CARLA_Data over the clip folders under raw/v1 and each index's "clip/frame"."""
-    common.check_pinned(repo_dir, b2d_tcp.BLOBS, b2d_tcp.COMMIT)
-    sys.path[:0] = [str(repo_dir), str(repo_dir / "tools")]   # TCP.data; gen_tcp_data (flat)
-    gen = importlib.import_module("gen_tcp_data")
-    count = mp.Value("d", 0)
-    clips = sorted(p for p in (raw / "v1").iterdir() if p.is_dir())
-    routes = [gen.gen_single_route(str(clip), count) for clip in clips]
+    gen, routes = b2d_tcp.clip_routes(repo_dir, raw)
     from TCP.data import CARLA_Data   # noqa: E402 - their package, from repo_dir
     cwd = os.getcwd()
     os.chdir(work)                    # gen_sub_folder saves into the working folder
@@ -63,30 +53,19 @@ def _their_loader(repo_dir: Path, raw: Path, work: Path):
 
 
 def make(repo_dir: Path, out_path: Path) -> Path:
-    import torch
     with tempfile.TemporaryDirectory(prefix="golden_batches_b2d_tcp_") as tmp:
         raw, work = Path(tmp) / "raw", Path(tmp) / "work"
         work.mkdir()
         raw_sha = common.synth_routes(raw, SYNTH)
         data, ids = _their_loader(repo_dir.resolve(), raw, work)
-        loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
-        out: dict[str, np.ndarray] = {}
-        structure = []
-        for b, batch in enumerate(loader):
-            structure.append({k: batches._record(out, f"b{b}/{k}", v, k in LARGE)
-                              for k, v in batch.items()})
-            out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
+        out, structure = batches.collect(data, ids, BATCH_SIZE, LARGE)
     meta = {"project": "bench2drive_tcp", "repo": b2d_tcp.REPO, "commit": b2d_tcp.COMMIT,
             "files": b2d_tcp.BLOBS, "synth": SYNTH, "raw_sha256": raw_sha,
             "batch_size": BATCH_SIZE, "keys": list(structure[0]), "structure": structure,
             "large": list(LARGE),
             "regenerate": "python -m tools.golden.b2d_tcp_batches --repo-dir "
                           f"PATH_AT_{b2d_tcp.COMMIT[:7]}"}
-    out["#meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(out_path, **out)
-    logging.info("bench2drive_tcp: %d batches -> %s (%d bytes)", len(structure), out_path,
-                 out_path.stat().st_size)
-    return out_path
+    return batches.save(out, meta, out_path)
 
 
 def main(argv: list[str] | None = None) -> int:

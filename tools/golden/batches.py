@@ -68,27 +68,40 @@ def _record(out: dict[str, np.ndarray], name: str, value: Any, images: bool) -> 
             "shape": list(arr.shape)}
 
 
-def make(project: str, repo_dir: Path, out_path: Path) -> Path:
+def collect(data, ids: list[str], batch_size: int, large) -> tuple[dict[str, np.ndarray], list]:
+    """Their Dataset through torch's DataLoader (default collate, no shuffle), batch by batch
+    into the npz's arrays (`b{b}/{key}`, the keys in large by row hashes, `b{b}/#ids`) and the
+    per-batch structure (module docstring). Shared by every batch golden's generator."""
     import torch
+    loader = torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False)
+    out: dict[str, np.ndarray] = {}
+    structure = []
+    for b, batch in enumerate(loader):
+        structure.append({k: _record(out, f"b{b}/{k}", v, k in large)
+                          for k, v in batch.items()})
+        out[f"b{b}/#ids"] = np.array(ids[b * batch_size:(b + 1) * batch_size], dtype="U200")
+    return out, structure
+
+
+def save(out: dict[str, np.ndarray], meta: dict, out_path: Path) -> Path:
+    """meta as the `#meta` JSON string, then the npz (compressed, no pickles) at out_path."""
+    out["#meta"] = np.array(json.dumps(meta))
+    np.savez_compressed(out_path, **out)
+    logging.info("%s: %d batches -> %s (%d bytes)", meta["project"], len(meta["structure"]),
+                 out_path, out_path.stat().st_size)
+    return out_path
+
+
+def make(project: str, repo_dir: Path, out_path: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix=f"golden_batches_{project}_") as tmp:
         raw = Path(tmp) / "raw"
         raw_sha = common.synth_routes(raw, SYNTH[project])
         sys.path.insert(0, str(repo_dir))
         data, ids, module = _their_loader(project, repo_dir.resolve(), raw)
-        loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
-        out: dict[str, np.ndarray] = {}
-        structure = []
-        for b, batch in enumerate(loader):
-            structure.append({k: _record(out, f"b{b}/{k}", v, k in IMAGE_KEYS[project])
-                              for k, v in batch.items()})
-            out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
+        out, structure = collect(data, ids, BATCH_SIZE, IMAGE_KEYS[project])
     meta = {"project": project, "repo": module.REPO, "commit": module.COMMIT,
             "files": module.BLOBS, "synth": SYNTH[project], "raw_sha256": raw_sha,
             "batch_size": BATCH_SIZE, "keys": list(structure[0]), "structure": structure,
             "regenerate": f"python -m tools.golden.make_golden --batches --project {project} "
                           f"--repo-dir PATH_AT_{module.COMMIT[:7]}"}
-    out["#meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(out_path, **out)
-    logging.info("%s: %d batches -> %s (%d bytes)", project, len(structure), out_path,
-                 out_path.stat().st_size)
-    return out_path
+    return save(out, meta, out_path)

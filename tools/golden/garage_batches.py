@@ -24,8 +24,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from tools.golden import batches, common, garage
 
 BATCH_SIZE = 4
@@ -96,31 +94,20 @@ def _their_loader(repo_dir: Path, raw: Path, settings: dict):
 
 
 def make(repo_dir: Path, out_path: Path, settings: dict) -> Path:
-    import torch
     with tempfile.TemporaryDirectory(prefix="golden_batches_garage_") as tmp:
         raw = Path(tmp) / "raw"
         common.synth_routes(raw, SYNTH)
         add_signals(raw)
         raw_sha = common.tree_sha256(raw)
         data, ids = _their_loader(repo_dir.resolve(), raw, settings)
-        loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
-        out: dict[str, np.ndarray] = {}
-        structure = []
-        for b, batch in enumerate(loader):
-            structure.append({k: batches._record(out, f"b{b}/{k}", v, k in LARGE)
-                              for k, v in batch.items()})
-            out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
+        out, structure = batches.collect(data, ids, BATCH_SIZE, LARGE)
     meta = {"project": "garage", "repo": garage.REPO, "commit": garage.COMMIT,
             "files": garage.BLOBS, "settings": settings, "synth": SYNTH,
             "raw_sha256": raw_sha, "edit": "add_signals", "batch_size": BATCH_SIZE, "keys": list(structure[0]),
             "structure": structure, "large": list(LARGE),
             "regenerate": "python -m tools.golden.garage_batches --repo-dir "
                           f"PATH_AT_{garage.COMMIT[:7]}" + (" --twin" if settings == TWIN else "")}
-    out["#meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(out_path, **out)
-    logging.info("garage: %d batches -> %s (%d bytes)", len(structure), out_path,
-                 out_path.stat().st_size)
-    return out_path
+    return batches.save(out, meta, out_path)
 
 
 def main(argv: list[str] | None = None) -> int:

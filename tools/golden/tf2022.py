@@ -20,15 +20,12 @@ rotation augmentation.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import tempfile
 import itertools
 import types
 from pathlib import Path
-
-import numpy as np
 
 from tools.golden import common
 
@@ -89,7 +86,6 @@ ROTATED = (0.95, 0.73)
 
 def make_batches(repo_dir: Path, out_path: Path, rotated: bool = False) -> Path:
     """Their DataLoader's batches on BATCH_SYNTH routes -> out_path (module docstring)."""
-    import torch
     from tools.golden import batches
     with tempfile.TemporaryDirectory(prefix="golden_batches_tf2022_") as tmp:
         raw = Path(tmp) / "raw"
@@ -99,13 +95,7 @@ def make_batches(repo_dir: Path, out_path: Path, rotated: bool = False) -> Path:
         for i in range(len(data)):
             path = Path(str(data.measurements[i][0], "utf-8"))
             ids.append(f"{path.parent.parent.relative_to(raw)}/{int(path.stem)}")
-        out: dict[str, np.ndarray] = {}
-        structure = []
-        loader = torch.utils.data.DataLoader(data, batch_size=BATCH_SIZE, shuffle=False)
-        for b, batch in enumerate(loader):
-            structure.append({k: batches._record(out, f"b{b}/{k}", v, k in LARGE)
-                              for k, v in batch.items()})
-            out[f"b{b}/#ids"] = np.array(ids[b * BATCH_SIZE:(b + 1) * BATCH_SIZE], dtype="U200")
+        out, structure = batches.collect(data, ids, BATCH_SIZE, LARGE)
     meta = {"project": "transfuser2022", "repo": REPO, "commit": COMMIT, "files": BLOBS,
             "settings": {"augment": True, "random": ROTATED} if rotated else SETTINGS,
             "synth": BATCH_SYNTH, "raw_sha256": raw_sha,
@@ -113,11 +103,7 @@ def make_batches(repo_dir: Path, out_path: Path, rotated: bool = False) -> Path:
             "large": list(LARGE),
             "regenerate": f"python -m tools.golden.tf2022 --batches --repo-dir "
                           f"PATH_AT_{COMMIT[:7]}{' --rotated' * rotated}"}
-    out["#meta"] = np.array(json.dumps(meta))
-    np.savez_compressed(out_path, **out)
-    logging.info("transfuser2022: %d batches -> %s (%d bytes)", len(structure), out_path,
-                 out_path.stat().st_size)
-    return out_path
+    return batches.save(out, meta, out_path)
 
 
 def main(argv: list[str] | None = None) -> int:
