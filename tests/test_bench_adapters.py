@@ -27,7 +27,8 @@ def _bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--workdir", str(tmp_path / "work"), "--episodes", "1",
          "--frames", "8", "--batch-size", "2", "--workers-list", "0,1", "--repeats", "1",
-         "--adapters", "tcp,not_an_adapter", "--profile", "ours:0", "--out", str(out), *extra],
+         "--adapters", "tcp,not_an_adapter", "--profile", "ours:0", "--torch-threads", "1",
+         "--out", str(out), *extra],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() in out.read_text()   # --out appends what it prints

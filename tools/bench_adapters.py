@@ -19,7 +19,10 @@ not given runs our half only; one not registered in carla-wds yet is skipped wit
 Each cell (side, workers, repeat) is a fresh process, timed from after its imports to the last
 batch (the Dataset's construction, worker start-up and every batch included); the sides
 alternate ABBA over the repeats. The table gives medians and ranges of samples/s and CPU
-seconds per sample (the cell's process plus its reaped workers). --profile SIDE:W runs one more
+seconds per sample (the cell's process plus its reaped workers). --torch-threads 1 sets the
+main process's intra-op threads (workers always run one): on a busy 2-core machine torch's
+default two threads can wait on each other for milliseconds per operation, which swamps a
+0-worker cell of either side. --profile SIDE:W runs one more
 cell of that side in-process under cProfile and prints where its time goes (at 0 workers the
 whole pipeline; at W > 0 the main process: the IPC).
 
@@ -120,6 +123,9 @@ def run_cell(cell: dict, prof: Any = None) -> dict:
     if cell["side"] == "prepare":
         _call(ENTRIES[cell["adapter"]].prepare, Path(cell["repo_dir"]), Path(cell["raw"]))
         return {}
+    if cell.get("threads"):   # the main process's intra-op threads (workers run 1 each)
+        import torch
+        torch.set_num_threads(cell["threads"])
     make = make_loader(cell)
     cpu0 = cpu_seconds(resource.RUSAGE_SELF) + cpu_seconds(resource.RUSAGE_CHILDREN)
     if prof is not None:   # the timed part only, not the imports
@@ -187,7 +193,8 @@ def usable(names: list[str], repo_dirs: dict[str, str]) -> list[str]:
 # what one line of a cProfile self-time list is spent on (self times do not nest: they add up)
 CATEGORIES = (
     ("PNG decode", r"ImagingDecoder|imdecode|spng|zlib"),
-    ("pixels to float, normalise", r"TensorBase' objects>|from_numpy|__array_interface__|"
+    ("pixels to float, normalise", r"TensorBase' objects>|from_numpy|ascontiguousarray|"
+                                   r"__array_interface__|"
                                    r"tobytes|ImagingEncoder|normalize|to_tensor"),
     ("collate", r"collate|torch\.(stack|cat|as_tensor|tensor)>"),
     ("IPC and waiting on workers", r"lock' objects|poll|select|recv|rebuild|reduction|"
@@ -233,7 +240,8 @@ def measure(name: str, raw: Path, shards: Path, args: argparse.Namespace) -> dic
     """Every (side, workers) cell, repeats times, each in a fresh process, sides ABBA."""
     sides = ["ours", "theirs"] if name in args.repo_dirs else ["ours"]
     base = {"adapter": name, "shards": str(shards), "raw": str(raw), "augment": args.augment,
-            "repo_dir": args.repo_dirs.get(name), "batch": args.batch_size}
+            "repo_dir": args.repo_dirs.get(name), "batch": args.batch_size,
+            "threads": args.torch_threads}
     results: dict[tuple[str, int], list[dict]] = {(s, w): [] for w in args.workers for s in sides}
     for i in range(args.repeats):
         for w in args.workers:
@@ -300,6 +308,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workers-list", default="0,1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--augment", action="store_true", help="their augmentation on both sides")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="torch.set_num_threads in each cell's main process (0: torch's default)")
     ap.add_argument("--python", default=sys.executable,
                     help="the interpreter of every cell (both sides), e.g. /tmp/golden_venv")
     ap.add_argument("--profile", action="append", default=[], metavar="SIDE:W",
