@@ -11,7 +11,6 @@ the pred_len `batch["future_action_index"][i]`, MSE on value.view(-1, 1), featur
 future_feature[i], L1 on the float64 waypoints; validation: the future loop over pred_len - 1
 and the per-row action L1 `batch["action"][i][k]`. All 7 of their training losses compute.
 """
-import json
 import sys
 from pathlib import Path
 
@@ -19,28 +18,24 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from carla_wds.lightning import CARLADataModule
+from contract_common import ContractSteps, lightning_fit
 
 train, val, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 PRED_LEN, ACTIONS, FEATURE = 4, 39, 1536    # config.py pred_len; 39 discrete actions; synth F
 LISTS = ("future_action_index", "future_feature")
 
 
-class TinyB2DTCP(pl.LightningModule):
+class TinyB2DTCP(ContractSteps, pl.LightningModule):
+    PRED_LEN, ROW_ACTION = PRED_LEN, "speed"   # the steps (contract_common): pred["speed"][i][0]
+
     def __init__(self):
         super().__init__()
-        self.enc = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 16, stride=16),
-                                       torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
         self.sizes = [ACTIONS, 1, 2, 2 * FEATURE, 8, PRED_LEN * (ACTIONS + FEATURE)]
-        self.head = torch.nn.Linear(4 + 9, sum(self.sizes))
-        self.train_keys, self.val_keys, self.val_batches, self.contract = [], [], 0, []
+        self._tiny(sum(self.sizes))
         self.losses = []
 
     def forward(self, batch):
-        speed = batch["speed"].to(dtype=torch.float32).view(-1, 1) / 12.
-        target_point = batch["target_point"].to(dtype=torch.float32)
-        state = torch.cat([speed, target_point, batch["target_command"]], 1)
-        h = self.head(torch.cat([self.enc(batch["front_img"]), state], 1))
+        h = self._head(batch)
         act, spd, value, feat, wp, fut = h.split(self.sizes, 1)
         fut = fut.view(-1, PRED_LEN, ACTIONS + FEATURE)
         return {"action_index": act, "speed": spd, "value": value.split(1, 1),
@@ -79,37 +74,6 @@ class TinyB2DTCP(pl.LightningModule):
         self.losses.append([bool(torch.isfinite(p)) for p in parts])
         return sum(parts)
 
-    def training_step(self, batch, batch_idx):
-        self._check(batch)
-        self.train_keys.append(batch["key"])
-        return self._loss(batch, self(batch), PRED_LEN)
 
-    def on_validation_epoch_start(self):
-        self.val_keys, self.val_losses = [], []
-
-    def validation_step(self, batch, batch_idx):
-        self._check(batch)
-        self.val_batches += 1
-        self.val_keys += [k for k, v in zip(batch["key"], batch["valid"].tolist()) if v]
-        pred = self(batch)
-        loss = self._loss(batch, pred, PRED_LEN - 1)
-        for i in range(batch["action_index"].shape[0]):   # their per-row action L1
-            loss = loss + torch.abs(pred["speed"][i][0] - batch["action"][i][0])
-        assert torch.isfinite(loss), "validation loss not finite (padding rows?)"
-        self.val_losses.append(float(loss))
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-4)
-
-
-model = TinyB2DTCP()
-dm = CARLADataModule(train, val, batch_size=2, eval_batch_size=2, adapter="b2d_tcp",
-                     num_workers=1)
-trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1,
-                     logger=False, enable_checkpointing=False, enable_model_summary=False,
-                     enable_progress_bar=False, num_sanity_val_steps=0)
-trainer.fit(model, dm)
-(out / f"rank{trainer.global_rank}.json").write_text(json.dumps({
-    "len": len(dm._train), "train_keys": model.train_keys, "val_keys": model.val_keys,
-    "val_batches": model.val_batches, "contract": model.contract,
-    "val_losses": model.val_losses, "losses": model.losses}))
+lightning_fit(pl, TinyB2DTCP(), train, val, out, "b2d_tcp", eval_batch_size=2,
+              extra=lambda m: {"losses": m.losses})

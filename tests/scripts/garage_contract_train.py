@@ -11,22 +11,14 @@ model computes (L1 waypoints and route, CE target speed, CE semantic and BEV sem
 depth, CenterNet: focal-style heatmap loss over avg_factor, wh/offset/velocity L1 and yaw /
 brake CE at pixel_weight cells).
 """
-import json
-import math
 import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as tdist
 import torch.nn.functional as F
 from torch import nn
 
-from carla_wds import CARLAWebData
-
-shards, out = sys.argv[1], Path(sys.argv[2])
-tdist.init_process_group("gloo")
-rank = tdist.get_rank()
-torch.manual_seed(0)
+from contract_common import ddp_train_eval
 
 
 class TinyTFPP(nn.Module):
@@ -89,24 +81,5 @@ def loss_of(model, d):
             + (yaw_ce * w[:, 0] / avg[:, 0]).sum() + (brake_ce * w[:, 0] / avg[:, 0]).sum())
 
 
-model = nn.parallel.DistributedDataParallel(TinyTFPP())
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-train = CARLAWebData(shards, batch_size=2, num_workers=1, adapter="garage")
-val = CARLAWebData(shards, batch_size=3, mode="eval", num_workers=1, adapter="garage")
-report = {"contract": [], "train_losses": [], "val_keys": [], "val_batches": 0}
-for d in train:
-    report["contract"].append(contract(d))
-    loss = loss_of(model, d)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    report["train_losses"].append(float(loss))
-with torch.no_grad():
-    for d in val:
-        report["contract"].append(contract(d))
-        report["val_batches"] += 1
-        report["val_keys"] += [k for k, v in zip(d["key"], d["valid"].tolist()) if v]
-        assert math.isfinite(float(loss_of(model.module, d))), "padding rows broke the loss"
-(out / f"rank{rank}.json").write_text(json.dumps(report))
-tdist.barrier()   # leave together (see carla_wds.dist.cleanup)
-tdist.destroy_process_group()
+ddp_train_eval(sys.argv[1], Path(sys.argv[2]), "garage", TinyTFPP, contract, loss_of,
+               val_batch_size=3)

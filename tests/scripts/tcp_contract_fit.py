@@ -11,7 +11,6 @@ future_feature[i], L1 on the float64 waypoints, and in validation the per-row ac
 `batch["action"][i][k]`. pkg: "pytorch_lightning" (default) or "lightning".
 """
 import importlib
-import json
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import Beta, kl_divergence
 
-from carla_wds.lightning import CARLADataModule
+from contract_common import ContractSteps, lightning_fit
 
 train, val, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 pl = importlib.import_module("lightning.pytorch" if sys.argv[4:] == ["lightning"]
@@ -28,19 +27,15 @@ PRED_LEN = 4
 LISTS = ("future_action_mu", "future_action_sigma", "future_feature")
 
 
-class TinyTCP(pl.LightningModule):
+class TinyTCP(ContractSteps, pl.LightningModule):
+    PRED_LEN, ROW_ACTION = PRED_LEN, "mu"   # the steps (contract_common): pred["mu"][i][0]
+
     def __init__(self):
         super().__init__()
-        self.enc = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 16, stride=16),
-                                       torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
-        self.head = torch.nn.Linear(4 + 9, 2 + 2 + 8 + 1 + 1 + 256 + PRED_LEN * (4 + 256))
-        self.train_keys, self.val_keys, self.val_batches, self.contract = [], [], 0, []
+        self._tiny(2 + 2 + 8 + 1 + 1 + 256 + PRED_LEN * (4 + 256))
 
     def forward(self, batch):
-        speed = batch["speed"].to(dtype=torch.float32).view(-1, 1) / 12.
-        target_point = batch["target_point"].to(dtype=torch.float32)
-        state = torch.cat([speed, target_point, batch["target_command"]], 1)
-        h = self.head(torch.cat([self.enc(batch["front_img"]), state], 1))
+        h = self._head(batch)
         beta = lambda t: F.softplus(t) + 1.0   # noqa: E731 - Beta's parameters > 1
         mu, sigma, wp, spd, val, feat, fut = h.split(
             [2, 2, 8, 1, 1, 256, PRED_LEN * (4 + 256)], 1)
@@ -77,36 +72,5 @@ class TinyTCP(pl.LightningModule):
             loss = loss + F.mse_loss(pred["future_feature"][i], batch["future_feature"][i])
         return loss
 
-    def training_step(self, batch, batch_idx):
-        self._check(batch)
-        self.train_keys.append(batch["key"])
-        return self._loss(batch, self(batch), PRED_LEN)
 
-    def on_validation_epoch_start(self):
-        self.val_keys, self.val_losses = [], []
-
-    def validation_step(self, batch, batch_idx):
-        self._check(batch)
-        self.val_batches += 1
-        self.val_keys += [k for k, v in zip(batch["key"], batch["valid"].tolist()) if v]
-        pred = self(batch)
-        loss = self._loss(batch, pred, PRED_LEN - 1)
-        for i in range(batch["action_mu"].shape[0]):   # their per-row action L1
-            loss = loss + torch.abs(pred["mu"][i][0] - batch["action"][i][0])
-        assert torch.isfinite(loss), "validation loss not finite (padding rows?)"
-        self.val_losses.append(float(loss))
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=1e-4)
-
-
-model = TinyTCP()
-dm = CARLADataModule(train, val, batch_size=2, eval_batch_size=5, adapter="tcp", num_workers=1)
-trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1,
-                     logger=False, enable_checkpointing=False, enable_model_summary=False,
-                     enable_progress_bar=False, num_sanity_val_steps=0)
-trainer.fit(model, dm)
-(out / f"rank{trainer.global_rank}.json").write_text(json.dumps({
-    "len": len(dm._train), "train_keys": model.train_keys, "val_keys": model.val_keys,
-    "val_batches": model.val_batches, "contract": model.contract,
-    "val_losses": model.val_losses}))
+lightning_fit(pl, TinyTCP(), train, val, out, "tcp", eval_batch_size=5, extra=lambda m: {})

@@ -9,22 +9,14 @@ ego_waypoint, target_point, target_point_image and speed `.to(dtype=torch.float3
 and bev `.to(dtype=torch.long)`; the losses are the kinds its model computes (L1 waypoints, CE
 semantic and BEV, L1 depth, a box regression on the label rows that hold a box).
 """
-import json
-import math
 import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as tdist
 import torch.nn.functional as F
 from torch import nn
 
-from carla_wds import CARLAWebData
-
-shards, out = sys.argv[1], Path(sys.argv[2])
-tdist.init_process_group("gloo")
-rank = tdist.get_rank()
-torch.manual_seed(0)
+from contract_common import ddp_train_eval
 
 
 class TinyTF2022(nn.Module):
@@ -73,35 +65,5 @@ def loss_of(model, d):
             + ((boxes - f32["label"]).abs() * has_box).mean())
 
 
-def epoch(data, step) -> None:
-    """One pass: the contract of every batch, then `step` on it."""
-    for d in data:
-        report["contract"].append(contract(d))
-        step(d)
-
-
-def train_step(d) -> None:
-    loss = loss_of(model, d)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    report["train_losses"].append(float(loss))
-
-
-def val_step(d) -> None:
-    report["val_batches"] += 1
-    report["val_keys"] += [k for k, ok in zip(d["key"], d["valid"].tolist()) if ok]
-    if not math.isfinite(float(loss_of(model.module, d))):
-        raise SystemExit("padding rows broke the loss")
-
-
-model = nn.parallel.DistributedDataParallel(TinyTF2022())
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-report = {"contract": [], "train_losses": [], "val_keys": [], "val_batches": 0}
-epoch(CARLAWebData(shards, batch_size=2, num_workers=1, adapter="transfuser2022"), train_step)
-with torch.no_grad():
-    epoch(CARLAWebData(shards, batch_size=2, mode="eval", num_workers=1,
-                       adapter="transfuser2022"), val_step)
-(out / f"rank{rank}.json").write_text(json.dumps(report))
-tdist.barrier()   # leave together (see carla_wds.dist.cleanup)
-tdist.destroy_process_group()
+ddp_train_eval(sys.argv[1], Path(sys.argv[2]), "transfuser2022", TinyTF2022, contract,
+               loss_of, val_batch_size=2)

@@ -30,9 +30,7 @@ from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
 
 from ...helpers import SCRIPTS, all_keys, torchrun
-from .batch_goldens import read_golden
-# the key-by-key comparison of a collated value with a golden (kind, dtype, shape, values)
-from .test_tcp_model import _compare, _structure
+from .batch_goldens import check_batch, read_golden, served
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "bench2drive_tcp_batches.npz"
 ATOL = 2e-5   # metres and m/s: theirs float64 from JSON, ours float32 in the shards
@@ -69,30 +67,18 @@ def _ident(key: str) -> str:
     return f"{clip}/{int(frame)}"
 
 
-def _rows(value, n: int):
-    """The first n rows of a collated value (lists item by item)."""
-    return [_rows(v, n) for v in value] if isinstance(value, list) else value[:n]
-
-
 def test_b2d_tcp_batches_equal_their_dataloader(golden, shards):
     meta, arrays = golden
-    data = CARLAWebData(str(shards), batch_size=meta["batch_size"], mode="eval",
-                        adapter="b2d_tcp")
-    assert data.adapter.extra_keys == ("valid", "key") and data.adapter.float32_keys == ()
-    batches = list(data)
-    assert len(batches) == len(meta["structure"])
+    data, batches = served(meta, shards, "b2d_tcp")
     seen = []
-    for b, (batch, want) in enumerate(zip(batches, meta["structure"])):
-        # exactly their keys, in their order, then the documented extra keys
-        assert list(batch) == meta["keys"] + list(data.adapter.extra_keys)
+    for b, batch in enumerate(batches):
         ids = arrays[f"b{b}/#ids"].tolist()
         n = len(ids)
         assert batch["valid"].tolist() == [True] * n + [False] * (meta["batch_size"] - n)
         assert [_ident(k) for k in batch["key"][:n]] == ids   # same samples, same batches
         seen += ids
-        for key in meta["keys"]:
-            assert _structure(_rows(batch[key], n)) == want[key], f"batch {b} {key}"
-            _compare(f"b{b}/{key}", _rows(batch[key], n), arrays, f"batch {b}")
+        # exactly their keys, in their order, then the documented extra keys; the valid rows
+        check_batch(b, batch, golden, data.adapter.extra_keys, ATOL, n)
     assert len(seen) == len(set(seen)) == len(all_keys(shards))
 
 

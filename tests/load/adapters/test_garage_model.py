@@ -13,7 +13,6 @@ also checked against an independent computation written here for single boxes.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -29,7 +28,7 @@ from carla_wds.modalities.boxes import BOX_CLASSES, BOX_COLUMNS, FILL
 from tools.golden.garage_batches import add_signals
 
 from ...helpers import SCRIPTS, make_pack, torchrun
-from .batch_goldens import golden_shards, read_golden
+from .batch_goldens import golden_shards, read_golden, row_sha256, sample_id, served
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "garage_batches.npz"
 ATOL = 2e-5   # metres, m/s, rad, pixels/4: theirs float64 from JSON, ours float32 in the shards
@@ -44,11 +43,6 @@ def golden():
 def shards(golden, tmp_path_factory) -> Path:
     return golden_shards(golden[0], tmp_path_factory.mktemp("garage_model"), add_signals,
                          max_samples=4)
-
-
-def _ident(key: str) -> str:
-    route, frame = key.rsplit("__", 1)
-    return f"{route.replace('__', '/')}/{int(frame)}"
 
 
 def _rows(batches: list, ids_of) -> dict[str, dict[str, np.ndarray]]:
@@ -69,10 +63,6 @@ def _theirs(meta: dict, arrays: dict) -> dict[str, dict[str, np.ndarray]]:
     return _rows(batches, lambda b, _: arrays[f"b{b}/#ids"].tolist())
 
 
-def _sha(row: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(row, "<f4").tobytes()).hexdigest()
-
-
 def _compare(meta: dict, arrays: dict, batches: list) -> None:
     """Their keys in their order, dtypes and shapes per batch; per sample, every value."""
     for batch in batches:
@@ -83,14 +73,14 @@ def _compare(meta: dict, arrays: dict, batches: list) -> None:
             assert str(got.dtype).replace("torch.", "") == want["dtype"], key
             assert list(got.shape)[1:] == want["shape"][1:], key
     ours = _rows([{k: v.numpy() for k, v in b.items() if k != "key"} for b in batches],
-                 lambda b, _: [_ident(k) if k else "" for k in batches[b]["key"]])
+                 lambda b, _: [sample_id(k) if k else "" for k in batches[b]["key"]])
     theirs = _theirs(meta, arrays)
     assert sorted(ours) == sorted(theirs)   # the same samples
     for ident, want in theirs.items():
         for key in meta["keys"]:
             got = ours[ident][key]
             if key in meta["large"]:
-                assert _sha(got) == str(want[key]), f"{ident} {key}: bytes differ"
+                assert row_sha256(got) == str(want[key]), f"{ident} {key}: bytes differ"
             elif got.dtype.kind in "iub":
                 np.testing.assert_array_equal(got, want[key], err_msg=f"{ident} {key}")
             else:
@@ -100,11 +90,7 @@ def _compare(meta: dict, arrays: dict, batches: list) -> None:
 
 def test_garage_batches_equal_their_dataloader(golden, shards):
     meta, arrays = golden
-    data = CARLAWebData(str(shards), batch_size=meta["batch_size"], mode="eval",
-                        adapter="garage")
-    assert data.adapter.extra_keys == ("valid", "key") and data.adapter.float32_keys == ()
-    batches = list(data)
-    assert len(batches) == len(meta["structure"])
+    _, batches = served(meta, shards, "garage")
     for batch, want in zip(batches, meta["structure"]):
         # eval pads the last batch to the batch size with copies of a real row, valid False
         assert batch["valid"].sum() == want["brake"]["shape"][0]

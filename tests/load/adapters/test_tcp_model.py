@@ -9,20 +9,15 @@ float32 bytes (bit-identical), and the same sample set and batch composition.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from carla_wds.load import CARLAWebData
-from carla_wds.pack import PackOptions, pack
-from carla_wds.pack.synth import synth_dataset
-from tools.golden.common import tree_sha256
 
 from ...helpers import make_pack
+from .batch_goldens import check_batch, golden_shards, read_golden, sample_id, served
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "tcp_batches.npz"
 ATOL = 2e-5   # metres and m/s: theirs float64 from JSON, ours float32 in the shards
@@ -30,73 +25,26 @@ ATOL = 2e-5   # metres and m/s: theirs float64 from JSON, ours float32 in the sh
 
 @pytest.fixture(scope="module")
 def golden():
-    with np.load(GOLDEN, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    return json.loads(str(arrays.pop("#meta"))), arrays
+    return read_golden(GOLDEN)
 
 
 @pytest.fixture(scope="module")
 def shards(golden, tmp_path_factory) -> Path:
-    meta, _ = golden
-    synth, root = meta["synth"], tmp_path_factory.mktemp("tcp_model")
-    synth_dataset(root / "raw", synth["layout"], episodes=synth["episodes"],
-                  frames=synth["frames"], seed=synth["seed"],
-                  image_size=tuple(synth["image_size"]), progress=False)
-    assert tree_sha256(root / "raw") == meta["raw_sha256"], (
-        f"synth no longer writes the golden's routes; regenerate: {meta['regenerate']}")
-    pack(root / "raw", root / "shards", PackOptions(layout="tcp_roach", progress=False,
-                                                      allow_pickle_input=True, max_samples=5))
-    return root / "shards"
-
-
-def _ident(key: str) -> str:
-    route, frame = key.rsplit("__", 1)
-    return f"{route.replace('__', '/')}/{int(frame)}"
-
-
-def _structure(value) -> dict:
-    if isinstance(value, list):
-        return {"kind": "list", "items": [_structure(v) for v in value]}
-    assert isinstance(value, torch.Tensor), type(value)
-    return {"kind": "tensor", "dtype": str(value.dtype).replace("torch.", ""),
-            "shape": list(value.shape)}
-
-
-def _compare(name: str, ours, arrays: dict, where: str) -> None:
-    if isinstance(ours, list):
-        for i, item in enumerate(ours):
-            _compare(f"{name}/{i}", item, arrays, where)
-        return
-    arr = ours.numpy()
-    if f"{name}#sha256" in arrays:
-        got = [hashlib.sha256(np.ascontiguousarray(r, "<f4").tobytes()).hexdigest() for r in arr]
-        assert got == arrays[f"{name}#sha256"].tolist(), f"{name}: image bytes differ ({where})"
-        return
-    want = arrays[name]
-    assert arr.dtype == want.dtype and arr.shape == want.shape, name
-    if arr.dtype.kind in "iub":
-        np.testing.assert_array_equal(arr, want, err_msg=name)
-    else:
-        np.testing.assert_allclose(arr, want, rtol=1e-6, atol=ATOL, err_msg=name)
+    return golden_shards(golden[0], tmp_path_factory.mktemp("tcp_model"),
+                         allow_pickle_input=True, max_samples=5)
 
 
 def test_tcp_batches_equal_their_dataloader(golden, shards):
     meta, arrays = golden
-    data = CARLAWebData(str(shards), batch_size=meta["batch_size"], mode="eval", adapter="tcp")
-    assert data.adapter.extra_keys == ("valid", "key") and data.adapter.float32_keys == ()
-    batches = list(data)
-    assert len(batches) == len(meta["structure"])
+    data, batches = served(meta, shards, "tcp")
     seen = []
-    for b, (batch, want) in enumerate(zip(batches, meta["structure"])):
-        # exactly their keys, in their order, then the documented extra keys
-        assert list(batch) == meta["keys"] + list(data.adapter.extra_keys)
-        ids = [_ident(k) for k in batch["key"]]
+    for b, batch in enumerate(batches):
+        ids = [sample_id(k) for k in batch["key"]]
         assert ids == arrays[f"b{b}/#ids"].tolist()   # the same samples in the same batches
         assert batch["valid"].all()
         seen += ids
-        for key in meta["keys"]:
-            assert _structure(batch[key]) == want[key], f"batch {b} {key}"
-            _compare(f"b{b}/{key}", batch[key], arrays, f"batch {b}")
+        # exactly their keys, in their order, then the documented extra keys; every value
+        check_batch(b, batch, golden, data.adapter.extra_keys, ATOL)
     assert sorted(seen) == sorted(i for b in range(len(batches)) for i in arrays[f"b{b}/#ids"])
 
 
