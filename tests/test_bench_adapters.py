@@ -47,11 +47,18 @@ def test_our_half_runs_on_a_tiny_pack(tmp_path: Path) -> None:
     assert re.search(r"^\| PNG decode \| [0-9.]+ \| \d+% \|$", proc.stdout, re.M), proc.stdout
 
 
-def test_an_adapter_not_registered_yet_is_skipped(monkeypatch, capsys) -> None:
-    spec = importlib.util.spec_from_file_location("bench_adapters_under_test", BENCH)
+def _module(monkeypatch):
+    """The tool as a module (registered by name: dataclasses and _call look it up)."""
+    spec = importlib.util.spec_from_file_location("bench_adapters", BENCH)
     bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)   # dataclasses look their module up
+    monkeypatch.setitem(sys.modules, spec.name, bench)
+    monkeypatch.setattr(sys, "path", list(sys.path))   # it prepends the repo and tools/
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_an_adapter_not_registered_yet_is_skipped(monkeypatch, capsys) -> None:
+    bench = _module(monkeypatch)
     monkeypatch.setitem(bench.ENTRIES, "later", bench.ENTRIES["tcp"])
     assert bench.usable(["later", "tcp"], {"tcp": "x"}) == ["tcp"]
     assert "skip later: CARLAWebData(adapter='later') is not registered" in \
@@ -67,3 +74,16 @@ def test_their_half_runs_with_a_checkout(tmp_path: Path) -> None:
     for _, samples, theirs, rate, their_rate in rows.values():
         assert theirs == "[4]" and float(their_rate.split()[0]) > 0   # the same 4 frames
     assert "cProfile of one theirs cell, tcp, 0 workers" in proc.stdout
+
+
+def test_every_entry_can_be_synthesised_and_built(monkeypatch) -> None:
+    """Each ENTRIES row names a synth layout and functions that exist, so an entry cannot
+    rot where no checkout is at hand (its loader only runs with one)."""
+    from carla_wds.pack.synth import synth_layouts
+    bench = _module(monkeypatch)
+    for name, entry in bench.ENTRIES.items():
+        assert entry.layout in synth_layouts(), name
+        assert re.fullmatch(r"\d+x\d+", entry.image_size), name
+        for ref in (entry.prepare, entry.their):
+            module, func = ref.split(":")
+            assert callable(getattr(__import__(module), func)), (name, ref)
