@@ -61,12 +61,15 @@ class Entry:
     their: str                   # "module:function(repo_dir)" -> build(raw, augment) -> Dataset
 
 
-# one entry per adapter; transfuser2022, b2d_tcp: add theirs here when the adapter lands
+# one entry per adapter. b2d_tcp: not yet - longer synth clips than its golden's 28 frames put
+# the synth's `speed: null` frame among the port's samples, which their collate cannot take
 ENTRIES: dict[str, Entry] = {
     "tcp": Entry("tcp_roach", "900x256", ("--allow-pickle-input",),
                  "bench_adapters:tcp_prepare", "bench_adapters:tcp_loader"),
     "garage": Entry("garage", "1024x256", (), "bench_adapters:warm",
                     "bench_adapters:garage_loader"),
+    "transfuser2022": Entry("transfuser2022", "960x160", ("--allow-pickle-input",),
+                            "bench_adapters:warm", "bench_adapters:tf2022_loader"),
 }
 
 
@@ -111,6 +114,23 @@ def garage_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
     on = {**garage.SETTINGS, "augment": 1, "use_color_aug": 1}
     return lambda raw, augment: garage_batches._their_loader(
         repo_dir, raw, on if augment else garage.SETTINGS)[0]
+
+
+def tf2022_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
+    """transfuser team_code_transfuser/data.py CARLA_Data at 22b3ccd, built as tools/golden/
+    tf2022.py builds it: GlobalConfig(root, setting='all', augment=False)."""
+    from tools.golden import common, tf2022
+    common.check_pinned(repo_dir, tf2022.BLOBS, tf2022.COMMIT)
+    common.numpy2_aliases()
+    sys.path.insert(0, str(repo_dir / "team_code_transfuser"))
+    import config, data  # noqa: E401, F401 - theirs, from repo_dir (untimed)
+
+    def build(raw: Path, augment: bool) -> Any:
+        if augment:
+            raise SystemExit("transfuser2022: --augment is not wired (their rotation draws "
+                             "come from the module's random; see tools/golden/tf2022.py)")
+        return tf2022._their_data(repo_dir, raw)
+    return build
 
 
 def _call(ref: str, *args: Any) -> Any:
