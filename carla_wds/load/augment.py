@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import numpy as np
 
@@ -47,6 +48,20 @@ def hard(image_iteration: int):
 def image_iteration(global_step: int, batch_size: int, world_size: int) -> int:
     seen = global_step * batch_size * world_size
     return seen - seen % RAMP_QUANTUM
+
+
+def ramp(step_at_epoch_start: int, batch_size: int, world_size: int, num_workers: int,
+         logical_worker: int) -> Callable[[int], int]:
+    """A worker's stream position -> the augmenter's ramp position (the loader's augmenter,
+    and a sample_transform's sample["augment_iteration"])."""
+    w_count = max(1, num_workers)
+
+    def iteration_of(pos: int) -> int:
+        # The global step of the batch holding this position: the trainer's step, not a
+        # per-worker counter (TCP's bug).
+        step = step_at_epoch_start + (pos // batch_size) * w_count + logical_worker
+        return image_iteration(step, batch_size, world_size)
+    return iteration_of
 
 
 def augment_cameras(images: list[np.ndarray], *, seed: int, epoch: int, key: str,

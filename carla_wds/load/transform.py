@@ -5,7 +5,9 @@
     for batch in data:     # a plain dict: default_collate of your dicts, plus "valid", "key"
 
 `sample` holds one sample as the loader decoded it (numpy, worker side): "key", "mode"
-("train" or "eval"), "augment" (the caller's augment=True, in train mode), "images" (n_cameras, H, W, 3) uint8 HWC RGB (after the loader's own
+("train" or "eval"), "augment" (the caller's augment=True, in train mode) and
+"augment_iteration" (the loader augmenter's ramp position for this sample: it follows the
+trainer's global step, set_epoch(..., global_step=)), "images" (n_cameras, H, W, 3) uint8 HWC RGB (after the loader's own
 augmentation, if any), the core labels ("speed", "target_point", "command", "waypoints",
 "waypoints_diff"), every selected field under its CARLABatch name ("depth", "lidar",
 "measurements" as a dict, ...) and "fields". `rng` is seeded per (seed, epoch, key), so a
@@ -70,9 +72,11 @@ def _row(value: Any, i: int) -> Any:
     return value
 
 
-def sample_of(batch: CARLABatch, i: int, mode: str, augment: bool = False) -> dict[str, Any]:
+def sample_of(batch: CARLABatch, i: int, mode: str, augment: bool = False,
+              iteration: int = 0) -> dict[str, Any]:
     """Row i of a decoded batch as the dict a sample_transform gets (module docstring)."""
     out: dict[str, Any] = {"key": batch.keys[i], "mode": mode, "augment": augment,
+                           "augment_iteration": iteration,
                            # (n, 3, H, W) is a view of (n, H, W, 3) memory: the HWC view back
                            "images": batch.images[i].permute(0, 2, 3, 1).numpy()}
     out.update({name: _row(getattr(batch, name), i) for name in CORE})
@@ -97,15 +101,20 @@ class Transformer:
     once per worker pass)."""
 
     def __init__(self, fn: SampleTransform, *, seed: int, epoch: int, mode: str,
-                 template: Callable[[], dict[str, Any]], augment: bool = False) -> None:
+                 template: Callable[[], dict[str, Any]], augment: bool = False,
+                 first_position: int = 0, iteration_of: Callable[[int], int] | None = None
+                 ) -> None:
         self.fn, self.seed, self.epoch, self.mode = fn, seed, epoch, mode
         self.augment = augment and mode == "train"
+        # the stream position of the next row, for the augmenter's ramp (as the loader's own)
+        self.position, self.iteration_of = first_position, iteration_of
         self.template = template
         self.last_real: dict[str, Any] | None = None
 
     def one(self, batch: CARLABatch, i: int) -> dict[str, Any]:
         key = batch.keys[i]
-        return self.fn(sample_of(batch, i, self.mode, self.augment),
+        ramp = self.iteration_of(self.position + i) if self.iteration_of and self.augment else 0
+        return self.fn(sample_of(batch, i, self.mode, self.augment, ramp),
                        sample_rng(self.seed, self.epoch, key))
 
     def __call__(self, batches: Iterable[CARLABatch]) -> Iterator[ModelBatch]:
@@ -126,6 +135,7 @@ class Transformer:
             if clash:
                 raise ValueError(f"sample_transform returned keys {clash}, which the loader "
                                  "adds itself; rename them")
+            self.position += len(valid)
             data["valid"] = torch.tensor(valid, dtype=torch.bool)
             data["key"] = [k if v else "" for k, v in zip(batch.keys, valid)]
             yield ModelBatch(data, list(batch.errors))

@@ -38,7 +38,7 @@ from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec
 from ..shardread import ShardRef
 from . import shardio, stages
-from .augment import image_iteration
+from .augment import ramp
 from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_shards
@@ -167,7 +167,8 @@ class EpochStream(IterableDataset):
         if e.sample_transform is not None:
             yield from Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
                                    template=lambda: self._template(e),
-                                   augment=e.transform_augment)(batches)
+                                   augment=e.transform_augment, first_position=skipped,
+                                   iteration_of=self._iteration_of(e, w))(batches)
             return
         # a batch decoded into a ring slot travels as a RingItem (the images stay there)
         yield from batches if ring is None else map(ring.item, batches)
@@ -200,14 +201,13 @@ class EpochStream(IterableDataset):
     def _augmenter(e: Epoch, logical_worker: int) -> Callable[[int], Callable] | None:
         if not (e.augment and e.mode == "train"):
             return None
-        w_count = max(1, e.num_workers)
+        return stages.augmenter(e.seed, e.epoch, e.per_camera_augment,
+                                EpochStream._iteration_of(e, logical_worker))
 
-        def iteration_of(pos: int) -> int:
-            # The global step of the batch holding this position: the trainer's step, not a
-            # per-worker counter (TCP's bug).
-            step = e.step_at_epoch_start + (pos // e.batch_size) * w_count + logical_worker
-            return image_iteration(step, e.batch_size, e.world_size)
-        return stages.augmenter(e.seed, e.epoch, e.per_camera_augment, iteration_of)
+    @staticmethod
+    def _iteration_of(e: Epoch, logical_worker: int) -> Callable[[int], int]:
+        return ramp(e.step_at_epoch_start, e.batch_size, e.world_size, e.num_workers,
+                    logical_worker)
 
 
 def _mark_started(started, worker_id: int) -> None:

@@ -21,8 +21,8 @@ Each key, in their order (B = batch size, F = the expert feature's length):
 With augment=True (train mode): their colour augmentation, TCP/augment.py `hard` (TCP's, the
 same formulas: load/augment.py), on the stitched uint8 256x900 image before the normalisation,
 as their `augmenter(...).augment_image(front_img)`; the loader's own augmenter stays off
-(own_augment). Seeded from the sample's generator. Its strength ramp stays at its start
-(image_iteration 0): docs/adapters/b2d_tcp.md says why.
+(own_augment). Seeded from the sample's generator. Its strength ramp follows the trainer's
+global step as the loader's own augmenter does (theirs counts each worker copy's reads).
 """
 from __future__ import annotations
 
@@ -41,9 +41,6 @@ CAMERAS = ("front_left", "front", "front_right")
 CAMERA_HW = (900, 1600)
 STITCH = (slice(None, 1400), slice(200, 1400), slice(200, None))
 OUT_HW = (256, 900)
-# the augmenter's ramp position: the transform is not told the training step (their ramp
-# counts the samples each DataLoader worker copy has read)
-AUGMENT_ITERATION = 0
 FUTURE_FRAMES = [5, 10, 15, 20]   # gen_tcp_data.py: full_seq_*[i + 5 : i + 25 : 5]
 NEEDS = ("expert_value", "expert_action", "action_throttle", "action_steer", "action_brake",
          "future_expert_action", "next_command")
@@ -63,10 +60,11 @@ def stitch(left: np.ndarray, front: np.ndarray, right: np.ndarray) -> np.ndarray
 
 def front_img(s: dict, rng: np.random.Generator) -> torch.Tensor:
     """Their front_img: the stitch, their `hard` colour augmentation with sample["augment"]
-    (at the ramp's start, seeded from the sample's generator), TCP's normalisation."""
+    (its ramp at sample["augment_iteration"], seeded from the sample's generator), TCP's
+    normalisation."""
     image = stitch(*s["images"])
     if s.get("augment"):
-        aug = hard(AUGMENT_ITERATION)
+        aug = hard(int(s.get("augment_iteration", 0)))
         aug.seed_(int(rng.integers(2 ** 31)))
         image = aug(image=image)
     return tcp_image(image)

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from carla_wds.load import CARLAWebData
-from carla_wds.load.adapters.b2d_tcp import AUGMENT_ITERATION, CAMERA_HW, CAMERAS, stitch
+from carla_wds.load.adapters.b2d_tcp import CAMERA_HW, CAMERAS, stitch
 from carla_wds.load.adapters.tcp import tcp_image
 from carla_wds.load.augment import hard
 from carla_wds.load.transform import sample_rng
@@ -150,8 +150,9 @@ def test_the_name_alone_sets_the_settings(small, given):
     assert "leave" in str(exc.value) and "\n" not in str(exc.value)
 
 
-def _images(shards: Path, **kw) -> dict[str, torch.Tensor]:
+def _images(shards: Path, global_step: int = 0, **kw) -> dict[str, torch.Tensor]:
     data = CARLAWebData(str(shards), batch_size=2, adapter="b2d_tcp", **kw)
+    data.set_epoch(0, global_step=global_step)
     return {k: b["front_img"][i] for b in data for i, k in enumerate(b["key"])}
 
 
@@ -164,17 +165,26 @@ def test_colour_augmentation_only_with_augment(small):
     assert aug.keys() == plain.keys()
     changed = [k for k in plain if not torch.equal(plain[k], aug[k])]
     assert changed   # their frequency at the ramp's start is 0.05 per step: some samples
+    stitched, want = _recomputed(small, 0)   # the ramp's start: global step 0
+    for key in plain:
+        assert torch.equal(plain[key], stitched[key])
+        assert torch.equal(aug[key], want[key]), key
+
+
+def _recomputed(small: Path, iteration: int) -> tuple[dict, dict]:
+    """key -> their plain front_img, and -> their `hard(iteration)` one, seeded from the
+    sample's generator: recomputed from the plain cameras the loader decodes."""
     raw = CARLAWebData(str(small), batch_size=2, mode="eval", cameras=list(CAMERAS),
                        image_size=CAMERA_HW)
     seed = CARLAWebData(str(small), batch_size=2, adapter="b2d_tcp").seed
+    plain, augmented = {}, {}
     for batch in raw:
         for i, key in enumerate(batch.keys):
-            cams = batch.images[i].permute(0, 2, 3, 1).numpy()
-            assert torch.equal(plain[key], tcp_image(stitch(*cams)))
-            augmenter = hard(AUGMENT_ITERATION)
+            image = stitch(*batch.images[i].permute(0, 2, 3, 1).numpy())
+            augmenter = hard(iteration)
             augmenter.seed_(int(sample_rng(seed, 0, key).integers(2 ** 31)))
-            want = tcp_image(augmenter(image=stitch(*cams)))
-            assert torch.equal(aug[key], want), key
+            plain[key], augmented[key] = tcp_image(image), tcp_image(augmenter(image=image))
+    return plain, augmented
 
 
 def test_a_model_with_their_contract_trains_under_torchrun(tmp_path):
@@ -197,3 +207,16 @@ def test_a_model_with_their_contract_trains_under_torchrun(tmp_path):
     val_keys = ranks[0]["val_keys"] + ranks[1]["val_keys"]
     assert sorted(val_keys) == sorted(all_keys(val))
     assert len(val_keys) < 2 * 2 * ranks[0]["val_batches"]   # so padding rows were validated
+
+
+def test_the_augmentation_ramp_follows_the_global_step(small):
+    """The port's augmenter ramps with training (TCP's formulas): at global step 16e6 (batch 2,
+    one rank: 32e6 images seen, iteration 1e6) every sample is augmented at that strength, as
+    recomputed here; the ramp's position comes from the trainer's step like the loader's own
+    augmenter (theirs counts each worker copy's reads)."""
+    from carla_wds.load.augment import image_iteration
+    step = 16_000_000
+    plain, aug = _images(small), _images(small, global_step=step, augment=True)
+    assert all(not torch.equal(plain[k], aug[k]) for k in plain)   # frequency 1 by then
+    _, want = _recomputed(small, image_iteration(step, 2, 1))
+    assert all(torch.equal(aug[key], want[key]) for key in aug)
