@@ -20,6 +20,7 @@ from ..modalities.calibration import resized_intrinsic
 from ..modalities.lidar_bev import histogram_features
 from ..modalities.measurements import MEASUREMENTS, record_values
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
+from ..suggest import did_you_mean
 from ..modalities import MODALITIES, modality, per_camera, row_kinds
 from .adapters import Draw, LoadAdapter, SampleState
 from .classes import raw_names, served
@@ -118,7 +119,8 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     extra_ok += stacked_kinds(spec, list(per_camera())) + raw_names(spec)
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
-        raise ValueError(f"fields {bad}: not in these shards; they hold {names + extra_ok} "
+        hint = "".join(did_you_mean(b, names + extra_ok) for b in bad[:1])
+        raise ValueError(f"fields {bad}: not in these shards{hint}; they hold {names + extra_ok} "
                          f"besides the cameras and core labels{_part_of(spec, bad)}")
     wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(parts_of) else set())
     wanted |= {f"{k}_{cam}" for k in stacked_kinds(spec, fields) for cam in spec.cameras}

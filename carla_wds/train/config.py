@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..limits import DEFAULT as DEFAULT_LIMITS
+from ..suggest import did_you_mean
 from .model import ModelConfig
 from .settings import ConfigError, as_override, setting, validate
 
@@ -192,8 +193,9 @@ def config_path(name_or_path: str | Path) -> Path:
         return path
     if not path.suffix and len(path.parts) == 1 and (CONFIG_DIR / f"{path}.yaml").is_file():
         return CONFIG_DIR / f"{path}.yaml"
-    raise ConfigError(f"config {str(name_or_path)!r} not found: neither a file nor a shipped "
-                      f"config ({', '.join(shipped_configs())}). Fix: pass one of those names, "
+    hint = did_you_mean(str(name_or_path), shipped_configs())
+    raise ConfigError(f"config {str(name_or_path)!r} not found{hint}: neither a file nor a "
+                      f"shipped config ({', '.join(shipped_configs())}). Fix: pass one of those names, "
                       f"or a path to a YAML file like {CONFIG_DIR / 'tiny.yaml'}")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from ...suggest import did_you_mean
 from ..errors import PackError, bad_option
 from ..synth import Writer, register_writer
 from .base import Dataset, DatasetOption, PackInput
@@ -51,7 +52,8 @@ def dataset_for(layout: str) -> Dataset:
     if name in _REGISTRY:
         return _REGISTRY[name]
     if not Path(name).suffix:
-        raise PackError(f"--layout {name}: unknown layout {name!r}; built-in layouts are "
+        raise PackError(f"--layout {name}: unknown layout {name!r}"
+                        f"{did_you_mean(name, _REGISTRY)}; built-in layouts are "
                         f"{builtin_layouts()}, or pass a path to a layout .yaml file")
     return RoutesDataset(name)
 
