@@ -21,7 +21,7 @@ from ..modalities.lidar_bev import histogram_features
 from ..modalities.measurements import MEASUREMENTS, record_values
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
 from ..suggest import did_you_mean
-from ..modalities import MODALITIES, modality, per_camera, row_kinds
+from ..modalities import MODALITIES, Modality, modality, per_camera, row_kinds
 from .adapters import Draw, LoadAdapter, SampleState
 from .classes import raw_names, served
 
@@ -189,15 +189,16 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         if e.twin_of is not None:
             continue
         value = decode_member(spec, raw, e.member, where)
+        kind = modality(e.modality)   # its row of the table: how the loader serves it
         if e.modality == MEASUREMENTS:
             value = record_values(value, e, where)
             for adapter in opts.adapters:
                 value = adapter.on_record(value)
-        elif _at_camera_size(e.modality):
+        elif _at_camera_size(kind):
             value = _image_like(e, value, image_size, spec.codec(e.member))
-        elif modality(e.modality).channel_first and value.ndim == 2:
+        elif kind.channel_first and value.ndim == 2:
             value = value[None]
-        elif modality(e.modality).checked:
+        elif kind.checked:
             value = _checked_rows(value, e, where)
         if e.classes:   # the project's classes and/or the saved ids (load/classes.py)
             out.update(served(e, value, opts.raw_ids, opts.raw_only, where))
@@ -206,10 +207,9 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
     return out
 
 
-def _at_camera_size(kind: str) -> bool:
+def _at_camera_size(m: Modality) -> bool:
     """A kind of per-pixel fields (depth, semantics, instance) the loader resizes to the
     camera size (the cameras' own kind is stacked apart)."""
-    m = modality(kind)
     return m.resize != "none" and m.collate == "fixed"
 
 
