@@ -132,3 +132,19 @@ def using(limits: Limits) -> Iterator[Limits]:
 
 
 __all__ = ["DEFAULT", "LimitError", "Limits", "active", "set_active", "using"]
+
+
+def scoped(stream: Iterator, bounds: Limits) -> Iterator:
+    """`stream` with `bounds` the active limits while each item is made, and the caller's
+    between items: with num_workers=0 the stream runs in the caller's process, beside other
+    loaders, and a generator paused at a yield must not leave its limits switched on."""
+    try:
+        while True:
+            with using(bounds):
+                try:
+                    item = next(stream)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        stream.close()

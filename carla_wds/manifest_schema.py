@@ -115,6 +115,13 @@ def _check_shard(s: Any, field: str, where: str) -> None:
     _check(s.get("sha256") is None or (isinstance(s["sha256"], str)
                                         and bool(_SHA256.match(s["sha256"]))),
            where, f"{field}.sha256", s.get("sha256"), "64 lowercase hex digits")
+    for k in ("first_key", "last_key"):   # optional (issue 27); the loader parses them
+        _check(isinstance(s.get(k, ""), str) and len(s.get(k, "")) <= 1024, where,
+               f"{field}.{k}", s.get(k), "a sample key (a string)")
+    steps = s.get("steps", {})
+    _check(isinstance(steps, dict) and len(steps) <= 4096 and all(
+        isinstance(k, str) and k.lstrip("-").isdigit() and _int(v) for k, v in steps.items()),
+        where, f"{field}.steps", steps, "an object {frame step: count >= 0}")
 
 
 def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:

@@ -18,6 +18,13 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def draw_key(raw: dict[str, Any]) -> str:
+    """The key a sample's random draws (augmentation, a twin camera) are a function of: its
+    own, or, for an earlier frame of a history window, the window's (load/history.py), so
+    every frame of a window gets the same draw."""
+    return raw.get("__draw_key__") or raw["__key__"]
+
+
 def numpy_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 

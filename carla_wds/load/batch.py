@@ -68,6 +68,10 @@ class CARLABatch:
     # feature, raw JSON as per-sample lists; per-camera members selected one by one,
     # <name>_raw class ids). docs/batch.md lists where each modality lands.
     fields: dict[str, torch.Tensor | list[Any]] = field(default_factory=dict)
+    # history windows (CARLAWebData(history=K), load/history.py): every per-frame value has a
+    # time axis (B, K + 1, ...), oldest first; these say which steps are real frames
+    frame_valid: torch.Tensor | None = None   # (B, K + 1) bool; padding steps are zeros
+    frame_keys: list[list[str]] | None = None   # each window's frame keys ("" for padding)
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -30,6 +30,7 @@ from ..limits import using as using_limits
 from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
+from ..sequence import chains, has_keys
 from ..shardcache import check_limit
 from ..shardread import ShardRef, is_remote
 from .batch import CARLABatch, field_layout, with_padding_fields
@@ -37,6 +38,7 @@ from .classes import class_options
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
                        resolve_load_adapters)
 from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
+from .history import windowed
 from .plan import batches_per_rank
 from .transform import ModelBatch, SampleTransform
 from .workers import Epoch, Workers
@@ -44,7 +46,8 @@ from .workers import Epoch, Workers
 log = logging.getLogger(__name__)
 DEFAULT_IMAGE_SIZE = (256, 512)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_workers",
-                "batches_per_epoch")
+                "batches_per_epoch", "history", "history_stride")
+STATE_DEFAULTS = {"history": 0, "history_stride": 1}   # states saved before issue 27
 
 
 def _shard_urls(manifest: Manifest, given: list[str] | None) -> tuple[str, ...]:
@@ -156,6 +159,28 @@ def _batches(where: str, counts: tuple[int, ...], batch_size: int, world_size: i
     return n
 
 
+def _history(manifest: Manifest, history: int, stride: int,
+             transform: SampleTransform | None) -> tuple[int, int, dict[str, Any]]:
+    """Checked history settings, and what the workers need of the pack's sequence record."""
+    if not (isinstance(history, int) and isinstance(stride, int) and history >= 0
+            and stride >= 1):
+        raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
+                         "numbers, history >= 0 (earlier frames) and history_stride >= 1")
+    if not history:
+        return 0, stride, {}
+    if transform is not None:
+        raise ValueError("history windows are not yet served through adapter= or "
+                         "sample_transform=. Fix: load with history=0, or without them")
+    shards = manifest.doc["shards"]
+    if not has_keys(shards):
+        raise ValueError(f"{manifest.where}: this pack was made before carla-wds recorded where "
+                         "routes begin in its shards, which history windows need. Fix: "
+                         "re-pack it with this version, or load with history=0")
+    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
+    return history, stride, {"frame_step": step,
+                             "chains": tuple(tuple(c) for c in chains(shards))}
+
+
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
@@ -173,28 +198,26 @@ class CARLAWebData:
                  storage_options: dict | None = None, cache_limit_bytes: int | None = None,
                  limits: Limits | dict[str, int] | None = None,
                  adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
-                 sample_transform: SampleTransform | None = None, **aliases: Any) -> None:
+                 sample_transform: SampleTransform | None = None, history: int = 0,
+                 history_stride: int = 1, **aliases: Any) -> None:
         """`adapters`: {load adapter name: option} (adapters.ADAPTERS; else the manifest's
         choice); `**aliases`: their older keywords (`brake_override=`, `twin_p=`).
         `adapter`: a model-ready adapter (adapters.MODEL_ADAPTERS): batches are its
         codebase's dicts; its name sets cameras, image_size (else (256, 512)), fields and
-        lidar_histogram. `sample_transform`: your function per sample (load/transform.py)."""
+        lidar_histogram. `sample_transform`: your function per sample (load/transform.py).
+        `history`: K earlier frames of the route, every `history_stride` samples (history.py)."""
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises
         # some of this process's active ones
         self.limits = limits if isinstance(limits, Limits) else \
             active_limits().with_overrides(limits or {})
-        remote = with_storage(remote, storage_options)   # s3:// options travel with remote
-        with using_limits(self.limits):   # the recorded sizes are held to these limits too
-            self.manifest = read_manifest(source, remote)
-        self.where, self.remote = self.manifest.where, remote
+        self._read(source, with_storage(remote, storage_options))   # s3:// options in remote
         self.adapter, self.sample_transform, given, options = _model(
             adapter, sample_transform, self.manifest, options,
             {"cameras": cameras, "image_size": image_size, "fields": fields,
              "lidar_histogram": lidar_histogram}, augment)
-        cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields",
-                                                                "lidar_histogram"))
+        cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields", "lidar_histogram"))
         spec = _select_cameras(self.manifest.spec, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
@@ -205,12 +228,14 @@ class CARLAWebData:
             exact_resize=bool(exact_resize), extra_sizes=_extra_sizes(self.manifest))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
-        self.image_size = tuple(given["image_size"])
+        self.image_size, self.verify = tuple(given["image_size"]), verify
         self.augment, self.per_camera_augment = augment, per_camera_augment
         self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
-        self.batches_per_epoch, self.verify = batches_per_epoch, verify
-        self.pin_memory, self.prefetch_factor = pin_memory, prefetch_factor
+        self.batches_per_epoch, self.pin_memory = batches_per_epoch, pin_memory
+        self.prefetch_factor = prefetch_factor
         self._set_shards(shard_urls, cache_limit_bytes)
+        self.history, self.history_stride, self._sequence = _history(
+            self.manifest, history, history_stride, self.sample_transform)
         self._len = _batches(self.where, self.counts, batch_size, self.world_size, mode,
                              batches_per_epoch)
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
@@ -219,6 +244,11 @@ class CARLAWebData:
         self._workers = Workers(num_workers, prefetch_factor=prefetch_factor,
                                 pin_memory=pin_memory, persistent=persistent_workers,
                                 stats=self.stats)
+
+    def _read(self, source: str, remote: RemoteOptions | None) -> None:
+        with using_limits(self.limits):   # the recorded sizes are held to these limits too
+            self.manifest = read_manifest(source, remote)
+        self.where, self.remote = self.manifest.where, remote
 
     def _set_shards(self, shard_urls: list[str] | None, cache_limit_bytes: int | None) -> None:
         shards = self.manifest.shards
@@ -275,6 +305,8 @@ class CARLAWebData:
                 # an all-padding batch gets the pass's fields as zeros (load/batch.py)
                 batch = with_padding_fields(batch, self._field_layout)
                 self._field_layout = field_layout(batch) or self._field_layout
+                if self.history:   # B windows of K + 1 frames (views of the flat batch)
+                    batch = windowed(batch, self.history + 1)
                 self.consumed += 1
                 self.stats["batches"] += 1
                 self.stats["skipped_samples"] += len(batch.errors)
@@ -295,7 +327,8 @@ class CARLAWebData:
                      step_at_epoch_start=self.step_at_epoch_start, cache_dir=self.cache_dir,
                      on_error=self.on_error, field_opts=self.field_opts,
                      cache_limit_bytes=self.cache_limit_bytes, limits=self.limits,
-                     sample_transform=self.sample_transform)
+                     sample_transform=self.sample_transform, history=self.history,
+                     history_stride=self.history_stride, **self._sequence)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those
@@ -307,13 +340,14 @@ class CARLAWebData:
         return {"manifest": self.manifest_id, "mode": self.mode, "seed": self.seed,
                 "batch_size": self.batch_size, "world_size": self.world_size,
                 "num_workers": self.num_workers, "batches_per_epoch": self.batches_per_epoch,
+                "history": self.history, "history_stride": self.history_stride,
                 "epoch": self.epoch, "consumed": self.consumed,
                 "step_at_epoch_start": self.step_at_epoch_start}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         mine = self.state_dict()
         for name in STATE_FIELDS:
-            if state.get(name) != mine[name]:
+            if state.get(name, STATE_DEFAULTS.get(name)) != mine[name]:
                 raise ValueError(f"cannot resume: {name} was {state.get(name)!r} when the state "
                                  f"was saved, but is {mine[name]!r} now. Use the same {name}")
         self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])

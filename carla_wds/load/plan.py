@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from ..rng import derive_seed, numpy_rng
 
 Segment = tuple[int, int, int]   # (shard index, first sample, stop sample) within that shard
+Read = tuple[int, int, int, int]   # (shard, first sample read, first sample served, stop)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,20 @@ class WorkerPlan:
     segments: tuple[Segment, ...]
     skip_batches: int = 0   # batches already consumed before a resume
     resampled: bool = False
+    # history windows: the samples before the first segment that its first windows reach
+    # back to (oldest first), read but not served; see `context_before`
+    context: tuple[Segment, ...] = ()
+
+    def reads(self) -> list[Read]:
+        """The segments with the context in front, the context of the first segment's own
+        shard folded into its read, so that no shard is opened twice in a row."""
+        reads = [(s, lo, hi, hi) for s, lo, hi in self.context]
+        for shard, start, stop in self.segments:
+            if reads and reads[-1][0] == shard and reads[-1][3] == start:
+                reads[-1] = (shard, reads[-1][1], start, stop)
+            else:
+                reads.append((shard, start, start, stop))
+        return reads
 
 
 def batches_per_rank(counts: list[int], batch_size: int, world_size: int, mode: str,
@@ -58,10 +73,35 @@ def batches_per_rank(counts: list[int], batch_size: int, world_size: int, mode: 
     return (total // world_size) // batch_size
 
 
-def shard_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
+def shard_order(n_shards: int, seed: int, epoch: int, shuffle: bool,
+                chains: list[list[int]] | None = None) -> list[int]:
+    """The epoch's shard order. With `chains` (history windows: runs of shards a route links,
+    sequence.chains) the runs are permuted, each kept whole and in pack order, so the frames
+    before a shard's first sample are read just before it."""
     if not shuffle:
         return list(range(n_shards))
-    return [int(i) for i in numpy_rng(derive_seed(seed, epoch, "shards")).permutation(n_shards)]
+    rng = numpy_rng(derive_seed(seed, epoch, "shards"))
+    if chains is None:
+        return [int(i) for i in rng.permutation(n_shards)]
+    return [s for run in rng.permutation(len(chains)) for s in chains[int(run)]]
+
+
+def context_before(shard: int, start: int, need: int, counts: list[int],
+                   previous: list[int | None]) -> tuple[Segment, ...]:
+    """The `need` samples before sample `start` of `shard` (fewer at a chain's start), going
+    back through `previous[s]`, the shard whose route shard s continues (or None); oldest
+    first. A window stage drops those of other routes."""
+    reads: list[Segment] = []
+    while need > 0:
+        lo = max(0, start - need)
+        if lo < start:
+            reads.append((shard, lo, start))
+            need -= start - lo
+        if need == 0 or previous[shard] is None:
+            break
+        shard = previous[shard]
+        start = counts[shard]
+    return tuple(reversed(reads))
 
 
 def _slice(order: list[int], counts: list[int], start: int, stop: int) -> list[Segment]:
@@ -90,8 +130,13 @@ def consumed_batches(k: int, num_workers: int) -> list[int]:
 
 def plan_worker(counts: list[int], *, rank: int, world_size: int, worker: int, num_workers: int,
                 batch_size: int, mode: str, seed: int, epoch: int, resume_batches: int = 0,
-                batches_per_epoch: int | None = None, shuffle: bool = True) -> WorkerPlan:
-    """The plan of physical DataLoader worker `worker` (0 when num_workers == 0)."""
+                batches_per_epoch: int | None = None, shuffle: bool = True,
+                chains: list[list[int]] | None = None, context: int = 0) -> WorkerPlan:
+    """The plan of physical DataLoader worker `worker` (0 when num_workers == 0).
+
+    History windows pass the pack's `chains` and `context`, the samples a window reaches back:
+    the worker then also reads that many samples before its first one (its other segments
+    follow their chain predecessors in the order, so their context is read already)."""
     w_count = max(1, num_workers)
     logical = (worker + resume_batches) % w_count
     n_batches = batches_per_rank(counts, batch_size, world_size, mode, batches_per_epoch)
@@ -100,13 +145,26 @@ def plan_worker(counts: list[int], *, rank: int, world_size: int, worker: int, n
     if batches_per_epoch is not None:
         return WorkerPlan(logical, per_worker[logical], per_worker[logical] * batch_size, (),
                           skip, resampled=True)
-    order = shard_order(len(counts), seed, epoch, shuffle and mode == "train")
+    order = shard_order(len(counts), seed, epoch, shuffle and mode == "train", chains)
     rank_start, rank_len = _rank_range(sum(counts), rank, world_size, n_batches * batch_size, mode)
     first = sum(per_worker[:logical]) * batch_size
     n_real = max(0, min(per_worker[logical] * batch_size, rank_len - first))
     start = rank_start + first
-    return WorkerPlan(logical, per_worker[logical], n_real,
-                      tuple(_slice(order, counts, start, start + n_real)), skip)
+    segments = tuple(_slice(order, counts, start, start + n_real))
+    before = ()
+    if context and segments:
+        before = context_before(segments[0][0], segments[0][1], context, counts,
+                                previous_shards(chains or [[i] for i in range(len(counts))]))
+    return WorkerPlan(logical, per_worker[logical], n_real, segments, skip, context=before)
+
+
+def previous_shards(chains: list[list[int]]) -> list[int | None]:
+    """Per shard, the shard whose route it continues (its predecessor in its chain)."""
+    previous: list[int | None] = [None] * sum(len(c) for c in chains)
+    for run in chains:
+        for a, b in zip(run, run[1:]):
+            previous[b] = a
+    return previous
 
 
 def _rank_range(total: int, rank: int, world_size: int, capacity: int,
@@ -123,3 +181,14 @@ def resampled_shards(n_shards: int, seed: int, epoch: int, rank: int, logical_wo
     rng = numpy_rng(derive_seed(seed, epoch, rank, logical_worker, "resample"))
     while True:
         yield int(rng.integers(n_shards))
+
+
+def resampled_reads(counts: list[int], seed: int, epoch: int, rank: int, logical_worker: int,
+                    chains: list[list[int]] | None = None, context: int = 0):
+    """Whole shards drawn with replacement, as Reads; with history windows each drawn shard
+    is preceded by its context (the tail of the shards its first route continues)."""
+    previous = previous_shards(chains or [[i] for i in range(len(counts))])
+    for s in resampled_shards(len(counts), seed, epoch, rank, logical_worker):
+        plan = WorkerPlan(0, 0, 0, ((s, 0, counts[s]),),
+                          context=context_before(s, 0, context, counts, previous))
+        yield from plan.reads()

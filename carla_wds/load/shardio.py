@@ -129,3 +129,21 @@ def _segment(ref: ShardRef, start: int, stop: int, cache: tuple[str | None, int 
     if held is not None:
         state["given"] += 1
         yield held
+
+
+# stage: reads [(shard, lo, start, stop)] -> raw samples lo..stop-1 of each, those before
+# `start` marked "__context__" (history windows look back at them; they are never served);
+# a context sample that cannot be read is left out, and its window steps are then invalid
+def read_with_context(reads: Iterable[tuple[int, int, int, int]], shards: list[ShardRef],
+                      on_error: str = "raise", cache_dir: str | None = None,
+                      verify: bool = False, remote: RemoteOptions | None = None,
+                      cache_limit_bytes: int | None = None) -> Iterator[Raw]:
+    for shard, lo, start, stop in reads:
+        samples = read_segments([(shard, lo, stop)], shards, on_error, cache_dir, verify,
+                                remote, cache_limit_bytes)
+        for pos, raw in enumerate(samples, lo):
+            if pos >= start:
+                yield raw
+            elif "__error__" not in raw:
+                raw["__context__"] = True
+                yield raw

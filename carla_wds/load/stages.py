@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import limits
 from ..codecs import ImageCodec, ImageHeaderError, codec_named
+from ..rng import draw_key
 from ..schema import SampleSpec, SchemaError, check_members, check_recorded_sizes
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
@@ -111,7 +112,7 @@ def _decode_into(raw: Raw, spec: SampleSpec, image_size: tuple[int, int], hwc: n
     except SchemaError as exc:
         raise SchemaError(f"{where}: {member}: {exc}") from None
     if augment is not None:
-        for i, img in enumerate(augment(raw["__key__"], list(hwc))):
+        for i, img in enumerate(augment(draw_key(raw), list(hwc))):
             hwc[i] = img
     return labels
 

@@ -37,11 +37,11 @@ from ..remote import RemoteOptions
 from ..rng import derive_seed, numpy_rng
 from ..schema import SampleSpec
 from ..shardread import ShardRef
-from . import shardio, stages
+from . import history, shardio, stages
 from .augment import ramp
 from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
-from .plan import plan_worker, resampled_shards
+from .plan import plan_worker, resampled_reads
 from .ring import BatchRing, RingItem
 from .transform import ModelBatch, SampleTransform, Transformer
 
@@ -79,6 +79,12 @@ class Epoch:
     ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
     sample_transform: SampleTransform | None = None   # batches become dicts (transform.py)
     transform_augment: bool = False   # sample["augment"]: the caller's augment=True
+    # history windows (history.py): K earlier frames, every `history_stride` samples of a
+    # route `frame_step` frame numbers apart; `chains`: the shards a route links
+    history: int = 0
+    history_stride: int = 1
+    frame_step: int = 1
+    chains: tuple[tuple[int, ...], ...] | None = None
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
 
@@ -105,22 +111,6 @@ class PassState:
         return replace(e, ring=None, live=None, **{name: 0 for name in cls.NAMES})
 
 
-def _scoped(stream: Iterator, bounds: Limits) -> Iterator:
-    """`stream` with `bounds` the active limits while each item is made, and the caller's
-    between items: with num_workers=0 the stream runs in the caller's process, beside other
-    loaders, and a generator paused at a yield must not leave its limits switched on."""
-    try:
-        while True:
-            with limits.using(bounds):
-                try:
-                    item = next(stream)
-                except StopIteration:
-                    return
-            yield item
-    finally:
-        stream.close()
-
-
 class EpochStream(IterableDataset):
     """Yields one worker's CARLABatches of one epoch, following plan.plan_worker."""
 
@@ -129,23 +119,26 @@ class EpochStream(IterableDataset):
 
     def __iter__(self) -> Iterator[CARLABatch | RingItem]:
         e = self.e if self.e.live is None else self.e.live.current(self.e)
-        yield from _scoped(self._stream(e), e.limits)
+        yield from limits.scoped(self._stream(e), e.limits)
 
     def _stream(self, e: Epoch) -> Iterator[CARLABatch | RingItem]:
         info = get_worker_info()
         counts = [s.samples for s in e.shards]
+        chains, context = [list(c) for c in e.chains or ()] or None, e.history * e.history_stride
         plan = plan_worker(counts, rank=e.rank, world_size=e.world_size,
                            worker=info.id if info else 0, num_workers=e.num_workers,
                            batch_size=e.batch_size, mode=e.mode, seed=e.seed, epoch=e.epoch,
-                           resume_batches=e.resume_batches, batches_per_epoch=e.batches_per_epoch)
+                           resume_batches=e.resume_batches, batches_per_epoch=e.batches_per_epoch,
+                           chains=chains, context=context)
         w = plan.logical_worker
-        segments = plan.segments
+        reads = plan.reads()
         if plan.resampled:   # endless whole shards, cut by `take` below
-            segments = ((s, 0, counts[s]) for s in
-                        resampled_shards(len(counts), e.seed, e.epoch, e.rank, w))
-        # raw samples (member bytes) of this worker, in plan order
-        raw = shardio.read_segments(segments, list(e.shards), e.on_error, e.cache_dir,
-                                    e.verify, e.remote, e.cache_limit_bytes)
+            reads = resampled_reads(counts, e.seed, e.epoch, e.rank, w, chains, context)
+        # raw samples (member bytes) of this worker, in plan order; then its windows
+        raw = shardio.read_with_context(reads, list(e.shards), e.on_error, e.cache_dir,
+                                        e.verify, e.remote, e.cache_limit_bytes)
+        if e.history:
+            raw = history.windows(raw, e.history, e.history_stride * e.frame_step)
         if e.mode == "train":   # buffered shuffle of encoded samples
             rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
             raw = stages.shuffle(raw, e.shuffle_buffer, rng)
@@ -155,13 +148,14 @@ class EpochStream(IterableDataset):
         raw = stages.skip(raw, skipped)
         # lists of batch_size raw samples, exactly this worker's remaining batch count; the
         # reader gives each list's mapped pages back once it is decoded
-        groups = shardio.released(stages.group(raw, e.batch_size,
-                                               plan.n_batches - plan.skip_batches))
+        groups = stages.group(raw, e.batch_size, plan.n_batches - plan.skip_batches)
+        steps = e.history + 1   # frames per sample: a window's, decoded as one flat batch
+        groups = shardio.released(history.flatten(groups, steps) if e.history else groups)
         ring = e.ring if info is not None else None
         # with a sample_transform the images never leave the worker: private memory
         shared = info is not None and e.sample_transform is None
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
-                                        self._augmenter(e, w), first_position=skipped,
+                                        self._augmenter(e, w), first_position=skipped * steps,
                                         alloc=self._alloc(ring, shared),
                                         sizes=e.image_sizes, field_opts=self._field_opts(e))
         if e.sample_transform is not None:
@@ -201,8 +195,10 @@ class EpochStream(IterableDataset):
     def _augmenter(e: Epoch, logical_worker: int) -> Callable[[int], Callable] | None:
         if not (e.augment and e.mode == "train"):
             return None
-        return stages.augmenter(e.seed, e.epoch, e.per_camera_augment,
-                                EpochStream._iteration_of(e, logical_worker))
+        at = stages.augmenter(e.seed, e.epoch, e.per_camera_augment,
+                              EpochStream._iteration_of(e, logical_worker))
+        # positions count frames: a window's all ramp as its own sample would
+        return at if not e.history else lambda pos: at(pos // (e.history + 1))
 
     @staticmethod
     def _iteration_of(e: Epoch, logical_worker: int) -> Callable[[int], int]:
@@ -358,7 +354,7 @@ class Workers:
         if (not self.num_workers or self.context.get_start_method() != "fork"
                 or e.sample_transform is not None):
             return None   # then each batch gets a shared-memory block of its own
-        shape = (e.batch_size, len(e.spec.cameras), *e.image_size, 3)
+        shape = (e.batch_size * (e.history + 1), len(e.spec.cameras), *e.image_size, 3)
         ring, self._spare = self._spare, None
         if ring is None or ring.shape != shape:
             # per worker: the batch in use, prefetch_factor queued, and the one being

@@ -21,6 +21,7 @@ from ..objstore import is_objstore
 from ..objwrite import StoreWriter, fetch_checked, json_bytes
 from ..remote import RemoteError, RemoteOptions
 from ..schema import SchemaError
+from ..sequence import sequence_doc
 from .shards import shard_name
 
 
@@ -62,6 +63,7 @@ def _merge_into(dest: Any, manifests: list[tuple[dict, str]], prefix: str) -> di
     first = manifests[0][0]
     merged = {**first, "shards": shards, "skipped": skipped, "counts": counts,
               "total_samples": sum(s["samples"] for s in shards),
+              "sequence": sequence_doc(shards),
               "merged_from": [where for _, where in manifests]}
     merged["pack_args"] = {**first.get("pack_args", {}), "part": None}
     dest.put_manifest(merged)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..schema import SCHEMA_VERSION, SampleSpec
+from ..sequence import sequence_doc
 from .errors import PackError
 from .routes import RoutePlan, Skip
 
@@ -84,6 +85,7 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
               "skipped": len(skipped), "nan_theta": sum(p.nan_theta for p in report.plans),
               "void_command": sum(p.void_command for p in report.plans),
               "filtered_routes": sum(bool(p.filtered) for p in report.plans)}
+    counts["route_gaps"] = sequence_doc([r.__dict__ for r in records])["gaps"]
     for plan in report.plans:   # a dataset's own counts (RoutePlan.extra_counts)
         for name, n in plan.extra_counts().items():
             counts[name] = counts.get(name, 0) + n
@@ -101,6 +103,8 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
         # new in issue 24: a manifest without it holds every frame with a full future
         "sample_rule": layout.samples.doc(opts.all_frames),
         "shards": [r.__dict__ for r in records], "counts": counts,
+        # routes as sequences (sequence.py): what history windows need to know of the shards
+        "sequence": sequence_doc([r.__dict__ for r in records]),
         "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
         # None (as in packs made before sizes were recorded) rather than a partial mapping
         "image_sizes": {c: list(image_sizes[c]) for c in spec.cameras}

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from ..fileio import HashingWriter, fsync_dir
 from ..remote import RemoteError
+from ..sequence import StepCounter
 from .routes import PackError
 
 TAR_BLOCK = 512
@@ -102,6 +103,10 @@ class ShardRecord:
     samples: int
     bytes: int
     sha256: str
+    # where routes begin and break (sequence.py; issue 27): the loader's history windows
+    first_key: str = ""
+    last_key: str = ""
+    steps: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,6 +169,8 @@ class ShardSink:
         self.records: list[ShardRecord | Future] = [e.shard for e in done]
         self._tasks = self._through = done[-1].tasks if done else 0   # through: last sample's
         self._last_key = ""
+        self._first_key = ""   # of the open shard
+        self._steps = StepCounter(done[-1].last_key if done else "")
         self._pending: list[dict] = []       # skipped since the last sample
         self._shard_skips: list[dict] = []   # skipped before a sample of the open shard
         self._count = self._bytes = 0
@@ -213,6 +220,7 @@ class ShardSink:
                 self._finish()
             if self._count == 0:
                 self._start()
+                self._first_key = sample["__key__"]
             self._write_sample(sample)
         except OSError as exc:
             raise output_error(self._tmp, exc, self.out_dir) from exc
@@ -220,6 +228,7 @@ class ShardSink:
         self._bytes += size
         self._tasks += 1
         self._through, self._last_key = self._tasks, sample["__key__"]
+        self._steps.add(sample["__key__"])
         self._shard_skips += self._pending
         self._pending = []
 
@@ -247,7 +256,8 @@ class ShardSink:
         end = 2 * TAR_BLOCK
         self._hasher.write_parts([bytes(end + -(self._hasher.size + end) % TAR_RECORD)])
         entry = JournalEntry(ShardRecord(shard_name(self.prefix, len(self.records)),
-                                         self._count, 0, ""),
+                                         self._count, 0, "", self._first_key, self._last_key,
+                                         self._steps.take()),
                              self._through, self._last_key, self._shard_skips, dict(self.meta))
         if self._slots is not None:
             self._slots.acquire()   # released once a shard ahead is published (or failed)

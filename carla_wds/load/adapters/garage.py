@@ -17,7 +17,7 @@ import numpy as np
 
 from ...codecs import codec_named
 from ...modalities.measurements import MEASUREMENTS
-from ...rng import derive_seed, numpy_rng
+from ...rng import derive_seed, draw_key, numpy_rng
 from ...schema import SampleSpec
 from .base import Draw, LoadAdapter, Raw, SampleState
 
@@ -92,7 +92,7 @@ class CameraTwin(LoadAdapter):
         key) draw picks the augmented set (state.twin, the move in state.values)."""
         if self.p <= 0 or not draw.train:
             return raw
-        rng = numpy_rng(derive_seed(draw.seed, draw.epoch, raw["__key__"], "twin"))
+        rng = numpy_rng(derive_seed(draw.seed, draw.epoch, draw_key(raw), "twin"))
         if rng.random() >= self.p:
             return raw
         rec = codec_named("record").decode(raw[self.record])

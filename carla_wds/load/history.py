@@ -1,0 +1,138 @@
+"""History windows (issue 27): each sample with the K earlier frames of its route.
+
+No frame is stored twice: a pack holds every frame once, and the windows are put together at
+load time from the route's consecutive samples, which a worker reads in order anyway.
+
+* The plan keeps the shards a route links adjacent in the epoch's order (plan.shard_order with
+  sequence.chains) and has each worker read the `context` samples before its first one
+  (plan.context_before): every frame a window needs reaches the worker, in order, before the
+  window's own frame, and no shard is read more often than without windows.
+* `windows` (before the shuffle buffer, on encoded bytes) keeps the route's last frames and
+  gives each served sample a window of references to them, oldest first; the shuffle buffer
+  then mixes windows, as it mixed samples.
+* `flatten` (after grouping) turns a group of B windows into B * (K + 1) frames, which the
+  usual decode stage decodes into one batch; each earlier frame is decoded with its window's
+  key as its draw key (rng.draw_key), so augmentation is the same for every frame of a window.
+* `windowed` (in the main process, views only) gives every per-frame tensor its time axis.
+
+A time step whose frame the route does not have (before the route's first frame, or across a
+gap: a frame missing inside the route) is padding: all its values are zeros, as eval padding
+is, and `frame_valid` is False. A window is cut at a gap: the steps older than it are padding
+too, even where those frames exist, so a window never spans a gap.
+"""
+from __future__ import annotations
+
+from dataclasses import fields as dc_fields
+from dataclasses import replace
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from ..schema import SchemaError
+from ..sequence import split_key
+from .batch import CARLABatch
+
+Raw = dict[str, Any]
+WINDOW = "__window__"   # a window: its frames' raw samples, oldest first (None: padding)
+
+
+def _route_frame(raw: Raw) -> tuple[str, int]:
+    found = split_key(raw["__key__"])
+    if found is None:
+        raise SchemaError(f"shard {raw.get('__shard__')} sample {raw['__key__']!r}: history "
+                          "windows need keys <route>__<frame> as `carla-wds pack` writes them. "
+                          "Fix: re-pack with carla-wds pack, or load with history=0")
+    return found
+
+
+def past_frames(recent: dict[int, Raw], frame: int, history: int, every: int
+                ) -> list[Raw | None]:
+    """The `history` frames before `frame`, every `every` frame numbers, oldest first; cut
+    at the first one missing (older ones become None too)."""
+    past: list[Raw | None] = []
+    for j in range(1, history + 1):
+        raw = recent.get(frame - j * every)
+        if raw is None:
+            past += [None] * (history - j + 1)
+            break
+        past.append(raw)
+    return past[::-1]
+
+
+# stage: raw samples (with "__context__" ones, see shardio.read_with_context) -> windows
+def windows(samples: Iterable[Raw], history: int, every: int) -> Iterator[Raw]:
+    """`every`: frame numbers between two steps of a window (history_stride * frame_step)."""
+    recent: dict[int, Raw] = {}
+    route = None
+    for raw in samples:
+        if "__error__" in raw:   # a sample that could not be read stays a marker
+            yield raw
+            continue
+        name, frame = _route_frame(raw)
+        if name != route:
+            recent, route = {}, name
+        if not raw.get("__context__"):
+            yield {"__key__": raw["__key__"],
+                   WINDOW: (*past_frames(recent, frame, history, every), raw)}
+        recent[frame] = raw
+        for old in [f for f in recent if f <= frame - history * every]:
+            del recent[old]   # only what a later window of this route can still reach
+
+
+# stage: groups of windows -> groups of their frames, window after window, oldest first
+def flatten(groups: Iterable[list[Raw | None]], steps: int) -> Iterator[list[Raw | None]]:
+    for group in groups:
+        flat: list[Raw | None] = []
+        for item in group:
+            if item is None or WINDOW not in item:   # padding, or a marker for the frame
+                flat += [None] * (steps - 1) + [item]
+                continue
+            *past, now = item[WINDOW]
+            key = now["__key__"]
+            flat += [None if p is None else {**p, "__draw_key__": key} for p in past] + [now]
+        yield flat
+
+
+def _split(value: Any, n: int, steps: int) -> Any:
+    if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == n * steps:
+        return value.unflatten(0, (n, steps))
+    if isinstance(value, dict):
+        return {k: _split(v, n, steps) for k, v in value.items()}
+    if isinstance(value, list) and len(value) == n * steps:
+        return [value[i * steps:(i + 1) * steps] for i in range(n)]
+    return value
+
+
+def windowed(batch: CARLABatch, steps: int) -> CARLABatch:
+    """A decoded batch of B * steps frames -> B windows: every per-frame tensor (B, steps,
+    ...), `frame_valid` (B, steps), `valid` and `keys` those of each window's own frame, the
+    frames' keys in `frame_keys` ("" for padding); with ego2world selected, the transform
+    from each frame's ego to the window's own (`ego2current`; zeros where padding)."""
+    n = len(batch.keys) // steps
+    frame_valid = batch.valid.view(n, steps)
+    parts = {f.name: _split(getattr(batch, f.name), n, steps)
+             for f in dc_fields(batch)
+             if f.name not in ("keys", "valid", "errors", "frame_valid", "frame_keys")}
+    keys = [batch.keys[i * steps:(i + 1) * steps] for i in range(n)]
+    out = replace(batch, **parts, keys=[k[-1] for k in keys], valid=frame_valid[:, -1].clone(),
+                  frame_valid=frame_valid, frame_keys=keys)
+    for name in ("ego2world", "ego2world_rh"):
+        if name in out.fields and isinstance(out.fields[name], torch.Tensor):
+            out.fields[name.replace("2world", "2current")] = to_current(out.fields[name],
+                                                                        frame_valid)
+    return out
+
+
+def to_current(ego2world: torch.Tensor, frame_valid: torch.Tensor) -> torch.Tensor:
+    """(B, T, 4, 4) poses -> the transform from each step's ego frame to the last step's:
+    inverse(pose[-1]) @ pose[t], the inverse of a rigid transform taken as (R^T, -R^T t) so
+    a padding pose (zeros) cannot make it singular; zeros where either step is padding."""
+    now = ego2world[:, -1:]
+    rot_t = now[..., :3, :3].transpose(-1, -2)
+    inv = torch.zeros_like(now)
+    inv[..., :3, :3] = rot_t
+    inv[..., :3, 3:] = -rot_t @ now[..., :3, 3:]
+    inv[..., 3, 3] = 1
+    rel = inv @ ego2world
+    keep = frame_valid & frame_valid[:, -1:]
+    return rel * keep[..., None, None].to(rel.dtype)
