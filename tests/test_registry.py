@@ -105,7 +105,8 @@ def test_the_manifest_records_each_members_codec(pristine):
     m = manifest_of(pristine)
     assert m["members"] == {"front.png": "png", "speed.json": "json", "meta.json": "json",
                             "target_point.npy": "npy", "target_command.npy": "npy",
-                            "waypoints.npy": "npy", "waypoints_diff.npy": "npy"}
+                            "waypoints.npy": "npy", "waypoints_diff.npy": "npy",
+                            "ego2world.npy": "npy"}   # the pose: issue 27
 
 
 def test_a_manifest_without_members_still_loads_verifies_and_inspects(shards, pristine):

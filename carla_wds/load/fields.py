@@ -19,6 +19,7 @@ from ..extras import Extra
 from ..modalities.calibration import resized_intrinsic
 from ..modalities.lidar_bev import histogram_features
 from ..modalities.measurements import MEASUREMENTS, record_values
+from ..modalities.pose import repack_hint
 from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
 from ..suggest import did_you_mean
 from ..modalities import MODALITIES, Modality, modality, per_camera, row_kinds
@@ -119,7 +120,7 @@ def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     extra_ok += stacked_kinds(spec, list(per_camera())) + raw_names(spec)
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
-        hint = "".join(did_you_mean(b, names + extra_ok) for b in bad[:1])
+        hint = "".join(did_you_mean(b, names + extra_ok) or repack_hint(b) for b in bad[:1])
         raise ValueError(f"fields {bad}: not in these shards{hint}; they hold {names + extra_ok} "
                          f"besides the cameras and core labels{_part_of(spec, bad)}")
     wanted = set(fields) | ({MEASUREMENTS} if set(fields) & set(parts_of) else set())
@@ -200,6 +201,9 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
             value = value[None]
         elif kind.checked:
             value = _checked_rows(value, e, where)
+        elif hasattr(kind, "serve"):   # a kind that serves its member as named fields (pose)
+            out.update(kind.serve(value, e, where))
+            continue
         if e.classes:   # the project's classes and/or the saved ids (load/classes.py)
             out.update(served(e, value, opts.raw_ids, opts.raw_only, where))
             continue
@@ -224,7 +228,9 @@ def _checked_rows(value: Any, e: Extra, where: str) -> np.ndarray:
 def row_fields(spec: SampleSpec) -> tuple[str, ...]:
     """The extra fields of `spec` whose kind the modality table collates as rows."""
     rows = row_kinds()
-    return tuple(e.name for e in spec.extras if e.modality in rows)
+    # a kind may serve one member as several row fields (tracks: tracks and tracks_valid)
+    return tuple(n for e in spec.extras if e.modality in rows
+                 for n in getattr(modality(e.modality), "served_names", lambda x: (x.name,))(e))
 
 
 def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...],
@@ -241,7 +247,7 @@ def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...],
         if isinstance(first, dict):
             out[name] = {k: np.stack([(r[name][k] if r else np.zeros_like(v)) for r in rows])
                          for k, v in first.items()}
-        elif isinstance(first, np.ndarray) and (first.ndim == 2 and name in row_names
+        elif isinstance(first, np.ndarray) and (first.ndim >= 2 and name in row_names
                                                  or _varies(rows, name)):
             out[name], out[f"{name}_len"] = _pad(rows, name, first)
         elif isinstance(first, (np.ndarray, np.generic)):   # 0-d values too (camera_set)

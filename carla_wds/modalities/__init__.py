@@ -22,6 +22,7 @@ kind is `register_modality(Modality(...), codecs)`, from a file here or from out
 | instance     | instance                                | fields[name]             | fixed   |
 | expert       | - (npy)                                 | fields[name]             | fixed   |
 | calibration  | - (record values)                       | intrinsics, cam2ego      | fixed   |
+| pose         | - (npy, float64 4x4)                    | fields[name] (+ _rh)     | fixed   |
 
 Per-camera kinds (depth, semantics, instance) stack one member per camera into (n_cam, ...).
 docs/batch.md is the full table, generated from MODALITIES (load/places.py; a test checks it).
@@ -32,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..codecbase import Codec, SchemaError, register
-from . import bev, boxes, calibration, depth, image, lidar, measurements, other, semantics
+from . import bev, boxes, calibration, depth, image, lidar, measurements, other, pose, semantics
 from .base import BATCH_MAPPING, COLLATE, RESIZE, CodecUse, Modality
 from .depth import DepthCarla24Codec, QuantizedDepthCodec, depth_metres
 from .lidar import LazCodec, PointsCodec, encode_laz, points_array, points_problem
@@ -139,6 +140,7 @@ _TABLE = (   # one row per kind: (its Modality, the codecs its file defines)
     (semantics.INSTANCE, semantics.INSTANCE_CODECS),
     (other.EXPERT, ()),
     (calibration.CALIBRATION, ()),
+    (pose.POSE_KIND, ()),
 )
 for _m, _codecs in _TABLE:
     register_modality(_m, _codecs)

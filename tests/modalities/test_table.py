@@ -94,6 +94,9 @@ OLD_KINDS = {
 }
 
 
+NEW_KINDS = ("pose",)   # issue 27 (modalities/pose.py)
+
+
 def test_the_table_gives_the_lookups_pack_and_load_kept_before():
     kinds = codec_kinds()
     assert {k: kinds[k] for k in OLD_KINDS} == OLD_KINDS
@@ -103,8 +106,9 @@ def test_the_table_gives_the_lookups_pack_and_load_kept_before():
     assert row_kinds() == ("lidar", "boxes", "radar")
     assert set(batch_attributes()) | {"camera_set"} == {
         "depth", "semantics", "bev", "lidar", "boxes", "camera_set", "intrinsics", "cam2ego"}
+    # the kinds kept before, in their order; issue 27's temporal kinds after them
     assert member_kinds() == ("rgb", "depth", "semantics", "bev", "lidar", "boxes", "json",
-                              "measurements", "radar", "instance", "expert")
+                              "measurements", "radar", "instance", "expert") + NEW_KINDS
 
 
 def test_every_kind_reaches_the_batch_one_named_way():

@@ -37,7 +37,7 @@ def test_round_trip_bytes_pixels_meta_keys(layout, request, samples_of):
     cams = CAMERA_FOLDERS[layout]
     expected_members = {f"{c}.png" for c in cams} | {
         "speed.json", "target_point.npy", "target_command.npy", "waypoints.npy",
-        "waypoints_diff.npy", "meta.json"}
+        "waypoints_diff.npy", "meta.json", "ego2world.npy"}   # the pose: issue 27
     for key, members in samples.items():
         assert "." not in key
         assert set(members) == expected_members, key

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import PackError
-from ...frames import FrameEncoder
 from ...routes import RoutePlan, check_key_collisions, raise_first_skip, select_part
 from ..base import Dataset, PackInput
+from ..poses import ArrayEncoder
 from .folders import find_routes, plan_route
 from .layout_spec import layout_spec, readers
 from .layouts import LAYOUT_DIR, Layout, load_layout
@@ -41,7 +41,7 @@ class RoutesDataset(Dataset):
         check_key_collisions(all_routes, opts.dot_replacement)
         routes = select_part(all_routes, opts.part)
         opts = replace(opts, pred_len=pred_len)
-        encoder = FrameEncoder(spec, layout.image_ext, opts.quality, opts.resize,
+        encoder = ArrayEncoder(spec, layout.image_ext, opts.quality, opts.resize,
                                opts.check_images, readers(layout, spec), opts.allow_pickle_input)
         ext = "." + layout.measurements_ext
         total = sum(n.endswith(ext) for r in routes

@@ -19,10 +19,11 @@ from ....objstore import is_objstore
 from ....schema import SchemaError, make_key
 from ...errors import PackError
 from ...labels import layout_labels, non_finite_label
+from ..poses import POSE_MEMBER, PosedTask, frame_pose
 from .layout_parts import RouteFilter, SampleRule, lookup
 from .layouts import Layout
 from .measure import read_measurement, read_source, record_values
-from ...routes import FIX_MISSING, FrameTask, RoutePlan, Skip, frame_file
+from ...routes import FIX_MISSING, RoutePlan, Skip, frame_file
 from ...sources import read_json
 
 log = logging.getLogger(__name__)
@@ -287,7 +288,22 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
             continue
         record = record_values([good[t + i] for i in range(pred_len + 1)], layout) \
             if layout.measurement_fields else None
-        plan.tasks.append(FrameTask(plan.episode, t, key_of(t), labels, images, sensors, record))
+        arrays = _arrays(good[t], layout)
+        if isinstance(arrays, str):
+            plan.skipped.append(Skip(plan.episode, t, f"{meas}/{frames[t].name}", arrays))
+            continue
+        plan.tasks.append(PosedTask(plan.episode, t, key_of(t), labels, images, sensors, record,
+                                    arrays))
+
+
+def _arrays(values: dict[str, Any], layout: Layout) -> dict[str, np.ndarray] | str:
+    """The members computed from frame t's measurement (its ego pose), or why it has none."""
+    if not layout.pose:
+        return {}
+    try:
+        return {POSE_MEMBER: frame_pose(values, layout.pose)}
+    except SchemaError as exc:   # an ego_matrix that is no rigid transform
+        return exc.reason
 
 
 def _images(t: int, like: Path, route: Path, layout: Layout, cam_files: dict

@@ -11,6 +11,7 @@ from ....extras import MEASUREMENTS, Extra
 from ....modalities import codec_kind
 from ....schema import SampleSpec
 from ...routes import Reader
+from ..poses import pose_extras
 from .layout_parts import Sensor
 from .layouts import Layout
 from .measure import record_fields
@@ -46,6 +47,8 @@ def layout_spec(layout: Layout, pred_len: int, image_format: str) -> SampleSpec:
                             "rgb", "uint8", (), "", frames.get("camera", ""), twin_of=cam))
     for s in layout.sensors:
         extras += _sensor_extras(s, frames)
+    if layout.pose:
+        extras += pose_extras(layout.pose)
     if layout.measurement_fields:
         extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements",
                             "record", (), fields=record_fields(layout, pred_len)))

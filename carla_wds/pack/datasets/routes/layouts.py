@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from ....datasets import transforms
+from ....modalities.pose import POSE_SOURCES
 from ....safeyaml import read_yaml
 from ....schema import CAMERAS
 from .layout_parts import (
@@ -55,6 +56,8 @@ class Layout:
     route_filter: RouteFilter | None = None
     transforms: tuple[str, ...] = ()
     samples: SampleRule = SampleRule()   # the project's loader's head and tail frames
+    # where each frame's ego2world comes from (modalities/pose.py POSE_SOURCES); "": no pose
+    pose: str = ""
 
     @property
     def camera_names(self) -> tuple[str, ...]:
@@ -102,7 +105,7 @@ MAX_MESSAGE = 600   # characters of a layout error; the value excerpt is the par
 FIX = f"Fix: copy a file from {LAYOUT_DIR} and edit it"
 ALLOWED = ("name", "cameras", "fields", "measurements", "image_ext", "rate_hz", "waypoints",
            "target_point", "frames", "twins", "sensors", "sources", "measurement_fields",
-           "route_filter", "transforms", "samples")
+           "route_filter", "transforms", "samples", "pose")
 
 
 def _mapping(value: object, where: str, key: str, example: str) -> dict[str, str]:
@@ -188,7 +191,20 @@ def _derived(data: dict, fields: dict[str, str], where: str) -> dict[str, Any]:
     if target not in TARGET_FROM:
         raise fail(where, "target_point.from", target, f"one of {list(TARGET_FROM)}")
     return {"rate_hz": float(rate), "horizon_s": float(horizon), "waypoints_from": source,
-            "waypoint_origin": tuple(float(v) for v in origin), "target_from": target}
+            "waypoint_origin": tuple(float(v) for v in origin), "target_from": target,
+            "pose": _pose(data.get("pose"), fields, where)}
+
+
+def _pose(value: Any, fields: dict[str, str], where: str) -> str:
+    """`pose: {from: ego_matrix|gnss_compass|world_yaw}`: how a frame's ego2world is read
+    (docs/poses.md); absent: the pack has no pose member."""
+    if value is None:
+        return ""
+    source = value.get("from") if isinstance(value, dict) and set(value) == {"from"} else None
+    if source not in POSE_SOURCES or (source == "ego_matrix" and "ego_matrix" not in fields):
+        raise fail(where, "pose", value, f"{{from: SOURCE}}, SOURCE one of {list(POSE_SOURCES)} "
+                   "(ego_matrix needs fields.ego_matrix)")
+    return source
 
 
 def _parts(data: dict, cameras: dict[str, str], where: str) -> dict[str, Any]:

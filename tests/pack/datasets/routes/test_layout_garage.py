@@ -234,11 +234,13 @@ def test_manifest_records_members_codecs_dtypes_shapes_units_frames(packed):
         "depth.png": "depth_garage8", "depth_augmented.png": "depth_garage8",
         "semantics.png": "semantics", "semantics_augmented.png": "semantics",
         "bev.png": "bev_classes", "bev_augmented.png": "bev_classes", "lidar.npy": "points",
-        "boxes.npy": "npy", "boxes_raw.json": "json", "measurements.npy": "record"}
+        "boxes.npy": "npy", "boxes_raw.json": "json", "measurements.npy": "record",
+        "ego2world.npy": "npy"}   # issue 27: the frame's pose (docs/poses.md)
     extras = {e["name"]: e for e in manifest["spec"]["extras"]}
     want = {"depth": ("float32", [], "m", None), "semantics": ("uint8", [], "class id", None),
             "bev": ("uint8", [], "class id", None), "lidar": ("float32", [None, 3], "m", None),
-            "boxes": ("float32", [None, 14], BOX_UNITS, None)}
+            "boxes": ("float32", [None, 14], BOX_UNITS, None),
+            "ego2world": ("float64", [4, 4], extras["ego2world"]["units"], None)}
     for name, (dtype, shape, units, twin_of) in want.items():
         e = extras[name]
         assert (e["dtype"], e["shape"], e["units"], e["twin_of"]) == (dtype, shape, units,
@@ -247,6 +249,8 @@ def test_manifest_records_members_codecs_dtypes_shapes_units_frames(packed):
                      ("semantics_augmented", "semantics"), ("bev_augmented", "bev")):
         assert extras[twin]["twin_of"] == of
     assert extras["lidar"]["frame"] == extras["boxes"]["frame"] == "garage"
+    assert (extras["ego2world"]["frame"], extras["ego2world_rh"]["frame"]) == (
+        "carla_world", "carla_world_rh") and "from ego_matrix" in extras["ego2world"]["units"]
     assert manifest["spec"]["frames"] == {k: "garage" for k in
                                           ("waypoints", "target_point", "route", "boxes", "lidar")}
 
