@@ -100,6 +100,10 @@ def main(verbose: bool) -> None:
               help="Future waypoints; default the layout's 2 s horizon (4 at 2 Hz, 8 at 4 Hz).")
 @click.option("--max-samples", default=1000, show_default=True, help="Samples per shard.")
 @click.option("--max-bytes", type=int, default=None, help="Bytes per shard (approximate upper bound).")
+@click.option("--route-shards", is_flag=True,
+              help="End shards where routes end: a shard holding at least half of "
+                   "--max-samples closes at the next route's start, so few routes span shards "
+                   "and history windows (history=K) still shuffle whole shards.")
 @click.option("--prefix", default="shard", show_default=True)
 @click.option("--image-format", type=click.Choice(["png", "jpg"]), default=None,
               help="Re-encode images; default copies the source bytes verbatim.")

@@ -38,9 +38,14 @@ class StepCounter:
 
     def add(self, key: str) -> None:
         here = split_key(key)
-        if here is not None and self.prev is not None and here[0] == self.prev[0]:
+        if self.same_route(key):
             self.steps[here[1] - self.prev[1]] += 1
         self.prev = here
+
+    def same_route(self, key: str) -> bool:
+        """Does `key` go on with the route of the sample counted last?"""
+        here = split_key(key)
+        return here is not None and self.prev is not None and here[0] == self.prev[0]
 
     def take(self) -> dict[str, int]:
         """This shard's counts (JSON keys are strings), and a fresh count for the next."""

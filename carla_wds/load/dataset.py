@@ -177,8 +177,12 @@ def _history(manifest: Manifest, history: int, stride: int,
                          "routes begin in its shards, which history windows need. Fix: "
                          "re-pack it with this version, or load with history=0")
     step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
-    return history, stride, {"frame_step": step,
-                             "chains": tuple(tuple(c) for c in chains(shards))}
+    runs = tuple(tuple(c) for c in chains(shards))
+    if len(runs) < len(shards) / 2:   # the shuffle mixes runs, not shards
+        log.warning("%s: %d of %d shards go on with a route of the shard before, so an epoch "
+                    "shuffles %d runs of linked shards; pack with --route-shards to mix more",
+                    manifest.where, len(shards) - len(runs), len(shards), len(runs))
+    return history, stride, {"frame_step": step, "chains": runs}
 
 
 class CARLAWebData:

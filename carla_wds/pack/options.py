@@ -25,6 +25,9 @@ class PackOptions:
     pred_len: int | None = None            # None: the layout's horizon_s x rate_hz
     max_samples: int = 1000
     max_bytes: int | None = None
+    # close a shard at a route's start once it holds max_samples // 2 (history windows: the
+    # loader keeps shards a route links adjacent, so fewer links shuffle better; sequence.py)
+    route_shards: bool = False
     prefix: str = "shard"
     image_format: str | None = None        # None: keep the source format, bytes copied verbatim
     quality: int = 95

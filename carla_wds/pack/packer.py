@@ -105,7 +105,7 @@ def _pack_into(target: Output, src: PackInput, opts: PackOptions) -> dict[str, A
     if not done:
         target.start_journal(opts)
     sink = ShardSink(target.out, opts.prefix, opts.max_samples, opts.max_bytes, done, opts.fsync,
-                     target.publisher)
+                     target.publisher, opts.route_shards)
     sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
     # Frames the committed shards skipped (bad images in skip mode) are not seen again.

@@ -158,12 +158,12 @@ class ShardSink:
 
     def __init__(self, out_dir: Path, prefix: str, max_samples: int, max_bytes: int | None,
                  done: list[JournalEntry] | None = None, fsync: bool = True,
-                 publisher: Publisher | None = None) -> None:
+                 publisher: Publisher | None = None, route_shards: bool = False) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, got {max_samples}")
         self.out_dir, self.prefix = Path(out_dir), prefix
         self.max_samples, self.max_bytes = max_samples, max_bytes
-        self.fsync = fsync
+        self.fsync, self.route_shards = fsync, route_shards
         self.meta: dict[str, Any] = {}   # copied into each journal entry
         done = list(done or [])
         self.records: list[ShardRecord | Future] = [e.shard for e in done]
@@ -214,7 +214,9 @@ class ShardSink:
         self._raise_if_failed()
         size = tar_size(sample) if self.max_bytes is not None else 0   # only cuts need it
         full = self._count >= self.max_samples or (
-            self.max_bytes is not None and archive_size(self._bytes + size) > self.max_bytes)
+            self.max_bytes is not None and archive_size(self._bytes + size) > self.max_bytes) or (
+            self.route_shards and self._count >= self.max_samples // 2
+            and not self._steps.same_route(sample["__key__"]))
         try:
             if self._count and full:
                 self._finish()
