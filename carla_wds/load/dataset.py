@@ -159,13 +159,33 @@ def _batches(where: str, counts: tuple[int, ...], batch_size: int, world_size: i
     return n
 
 
-def _history(manifest: Manifest, history: int, stride: int,
+def _stride(manifest: Manifest, stride: int | str) -> int | str:
+    """history_stride as samples: a whole number, or seconds written "0.5s", which must be a
+    whole number of the pack's sample steps (the layout's rate_hz and the frame step)."""
+    if not (isinstance(stride, str) and stride.endswith("s")):
+        return stride
+    rate = (manifest.doc.get("spec") or {}).get("rate_hz")
+    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
+    try:
+        samples = float(stride[:-1]) * float(rate) / step
+    except (TypeError, ValueError):
+        raise ValueError(f"history_stride={stride!r}: expected seconds such as '0.5s', in a "
+                         f"pack that records its rate_hz (this one: {rate!r})") from None
+    if samples < 1 or abs(samples - round(samples)) > 1e-6:
+        raise ValueError(f"history_stride={stride!r}: {stride[:-1]} s is {samples:g} sample "
+                         f"steps at {rate} Hz (frame step {step}); choose a whole number >= 1")
+    return int(round(samples))
+
+
+def _history(manifest: Manifest, history: int, stride: int | str,
              transform: SampleTransform | None) -> tuple[int, int, dict[str, Any]]:
     """Checked history settings, and what the workers need of the pack's sequence record."""
+    stride = _stride(manifest, stride)
     if not (isinstance(history, int) and isinstance(stride, int) and history >= 0
             and stride >= 1):
         raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
-                         "numbers, history >= 0 (earlier frames) and history_stride >= 1")
+                         "numbers, history >= 0 (earlier frames) and history_stride >= 1 "
+                         "(samples), or history_stride in seconds such as '0.5s'")
     if not history:
         return 0, stride, {}
     if transform is not None:
@@ -203,13 +223,14 @@ class CARLAWebData:
                  limits: Limits | dict[str, int] | None = None,
                  adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
                  sample_transform: SampleTransform | None = None, history: int = 0,
-                 history_stride: int = 1, **aliases: Any) -> None:
+                 history_stride: int | str = 1, **aliases: Any) -> None:
         """`adapters`: {load adapter name: option} (adapters.ADAPTERS; else the manifest's
         choice); `**aliases`: their older keywords (`brake_override=`, `twin_p=`).
         `adapter`: a model-ready adapter (adapters.MODEL_ADAPTERS): batches are its
         codebase's dicts; its name sets cameras, image_size (else (256, 512)), fields and
         lidar_histogram. `sample_transform`: your function per sample (load/transform.py).
-        `history`: K earlier frames of the route, every `history_stride` samples (history.py)."""
+        `history`: K earlier frames of the route, every `history_stride` samples or "Xs"
+        seconds (load/history.py)."""
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises

@@ -250,3 +250,34 @@ def test_to_current_is_the_inverse_of_the_current_pose_times_each_pose():
     point = torch.tensor([1.0, 2.0, 0.5, 1.0], dtype=torch.float64)
     world = poses[0, 0] @ point
     assert torch.allclose(rel[0, 0] @ point, torch.linalg.inv(poses[0, 2]) @ world)
+
+
+def test_history_stride_in_seconds_is_a_whole_number_of_samples(shards):
+    # synth TCP routes: 2 Hz, every frame a sample
+    data = CARLAWebData(str(shards), batch_size=2, image_size=SIZE, history=2,
+                        history_stride="1s")
+    assert data.history_stride == 2
+    with pytest.raises(ValueError, match="0.75 sample"):
+        CARLAWebData(str(shards), batch_size=2, history=2, history_stride="0.375s")
+    with pytest.raises(ValueError, match="seconds such as"):
+        CARLAWebData(str(shards), batch_size=2, history=2, history_stride="fast")
+
+
+def test_ego_poses_get_a_time_axis_and_the_transform_to_the_current_frame(shards):
+    batches = windows_of(shards, batch_size=3, mode="eval", history=2,
+                         fields=["ego2world"])
+    poses = {}
+    for b in CARLAWebData(str(shards), batch_size=3, mode="eval", image_size=SIZE,
+                          fields=["ego2world"]):
+        poses.update({k: b.fields["ego2world"][i] for i, k in enumerate(b.keys) if b.valid[i]})
+    for b in batches:
+        pose, rel = b.fields["ego2world"], b.fields["ego2current"]
+        assert pose.shape == (3, 3, 4, 4) and rel.shape == (3, 3, 4, 4)
+        for i in range(3):
+            for t, k in enumerate(b.frame_keys[i]):
+                if not k:
+                    assert not rel[i, t].any()
+                    continue
+                assert torch.equal(pose[i, t], poses[k])
+                now = poses[b.frame_keys[i][-1]]
+                assert torch.allclose(rel[i, t], torch.linalg.inv(now) @ poses[k], atol=1e-9)
