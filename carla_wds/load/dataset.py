@@ -229,8 +229,7 @@ class CARLAWebData:
         `adapter`: a model-ready adapter (adapters.MODEL_ADAPTERS): batches are its
         codebase's dicts; its name sets cameras, image_size (else (256, 512)), fields and
         lidar_histogram. `sample_transform`: your function per sample (load/transform.py).
-        `history`: K earlier frames of the route, every `history_stride` samples or "Xs"
-        seconds (load/history.py)."""
+        `history`: K earlier frames, every `history_stride` samples or "Xs" (history.py)."""
         _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises
