@@ -237,6 +237,10 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
     click.echo("commands: " + ", ".join(f"{k} {v}" for k, v in s["commands"].items()))
     for name, what in s["fields"].items():   # what fields=[...] can select
         click.echo(f"field {name}: {what}")
+    if s["sequence"]:
+        q = s["sequence"]
+        click.echo(f"routes: frame step {q['frame_step']}, {q['gaps']} gaps inside routes, "
+                   f"{q['continuing_shards']} shards go on with the route before (history=K)")
     sp = s["speed"]
     click.echo(f"speed m/s: mean {sp['mean']:.2f} std {sp['std']:.2f} min {sp['min']:.2f} "
                f"max {sp['max']:.2f}, stopped {100 * sp['stopped_share']:.0f}%")

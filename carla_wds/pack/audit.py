@@ -192,5 +192,7 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
             "layout": doc.get("layout"), "cameras": list(spec.cameras),
             "pred_len": spec.pred_len, "skipped": len(doc.get("skipped", [])),
             "commands": dict(sorted(commands.items())), "fields": _fields_of(spec),
+            # routes as sequences (history windows; None for packs made before issue 27)
+            "sequence": doc.get("sequence"),
             "speed": {"mean": float(s.mean()), "std": float(s.std()), "min": float(s.min()),
                       "max": float(s.max()), "stopped_share": float((s < 0.1).mean())}}

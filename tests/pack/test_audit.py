@@ -140,6 +140,10 @@ def test_inspect_shows_samples_and_commands(packed_tcp, raw_tcp, cli, samples_of
     as_json = json.loads(cli("inspect", packed_tcp, "--json").output)
     assert as_json["samples"] == 78 and as_json["commands"] == dict(expected)
     assert as_json["layout"] == "tcp" and as_json["shards"] == 12
+    # the routes as history windows see them (issue 27): every frame a sample, no gap
+    seq = as_json["sequence"]
+    assert seq["frame_step"] == 1 and seq["gaps"] == 0 and seq["continuing_shards"] > 0
+    assert f"{seq['continuing_shards']} shards go on with the route before" in result.output
 
 
 def test_merge_refuses_mismatched_parts_and_busy_output(packed_tcp, packed_tf4, tmp_path, cli):
