@@ -37,7 +37,8 @@ def test_manifest_agrees_with_tar_contents(packed_tcp, packed_tf4):
                 names = tar.getnames()
             keys = {n.split(".", 1)[0] for n in names}
             assert len(keys) == shard["samples"]
-            assert len(names) == shard["samples"] * (len(m["cameras"]) + 6)
+            # cameras, the 6 label members and the frame's ego pose (issue 27)
+            assert len(names) == shard["samples"] * (len(m["cameras"]) + 7)
             total += len(keys)
         assert total == m["total_samples"] == m["counts"]["samples"]
         assert m["schema_version"] == 2 and m["tool_version"]
