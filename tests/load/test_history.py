@@ -281,3 +281,14 @@ def test_ego_poses_get_a_time_axis_and_the_transform_to_the_current_frame(shards
                 assert torch.equal(pose[i, t], poses[k])
                 now = poses[b.frame_keys[i][-1]]
                 assert torch.allclose(rel[i, t], torch.linalg.inv(now) @ poses[k], atol=1e-9)
+
+
+def test_sampling_with_replacement_reads_each_drawn_shards_context(shards):
+    routes = route_frames(all_keys(shards))
+    data = CARLAWebData(str(shards), batch_size=3, image_size=SIZE, history=3,
+                        batches_per_epoch=6, num_workers=2, seed=5)
+    batches = list(data)
+    assert len(batches) == 6
+    for b in batches:
+        for i, key in enumerate(b.keys):
+            assert b.frame_keys[i] == expected_window(key, routes, 3, 1)
