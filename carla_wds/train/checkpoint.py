@@ -77,6 +77,31 @@ def stored_config(state: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def refuse_other_training(path: str | Path, state: dict[str, Any], cfg: Any) -> None:
+    """CheckpointError when the run (a TrainConfig) would read the checkpoint's weights
+    otherwise than they were trained: model.prior (residuals or plain deltas), data.history
+    and data.history_stride (the past-frame branch, and which frames it learned from)."""
+    stored = stored_config(state)
+    prior = (stored.get("model") or {}).get("prior")
+    if prior is not None and prior != cfg.model.prior:
+        raise CheckpointError(path, f"its weights were trained with model.prior={prior}, this "
+                                    f"run has model.prior={cfg.model.prior}. Fix: pass "
+                                    f"model.prior={prior}, or resume=none to start afresh")
+    data = stored.get("data") or {}
+    was = _history(data.get("history", 0), data.get("history_stride", 1))  # 0, 1: before issue 27
+    now = _history(cfg.data.history, cfg.data.history_stride)
+    if was != now:
+        raise CheckpointError(path, f"its weights were trained with data.history={was[0]}, "
+                                    f"data.history_stride={was[1]}, this run has "
+                                    f"data.history={now[0]}, data.history_stride={now[1]}. Fix: "
+                                    f"pass data.history={was[0]} data.history_stride={was[1]}, "
+                                    "or resume=none to start afresh")
+
+
+def _history(history: int, stride: int) -> tuple[int, int]:
+    return history, stride if history else 1   # without history the stride means nothing
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0].rstrip(".")
 

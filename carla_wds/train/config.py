@@ -44,6 +44,9 @@ class DataConfig:
     cache_limit_bytes: int | None = setting(None, ge=1, doc="bytes the cache_dir may hold, "
                                             "least recently used shards evicted; null: no bound")
     frame_dt: float = setting(0.5, gt=0, doc="seconds between frames (0.5: 2 Hz)")
+    # issue 27: the model sees each sample's K earlier frames of its route (load/history.py)
+    history: int = setting(0, ge=0, doc="earlier frames per sample; 0: the frame alone")
+    history_stride: int = setting(1, ge=1, doc="samples between two frames of a window")
     verify: bool = False                    # check each shard's sha256 against the manifest
     on_error: str = setting("raise", choices=("raise", "skip"),
                             doc="skip: a bad sample becomes valid=False padding, counted")

@@ -12,7 +12,7 @@ from ..load import CARLABatch, CARLAWebData
 from .config import TrainConfig
 from .control import CONTROLS, controls_in_frames, expert_controls
 from .frames import label_frames, straight_ahead
-from .inputs import autocast_for, predict
+from .inputs import autocast_for, current_frame, predict
 
 _PREDICTIONS = ("", "baseline_")   # the model's, then the baseline's
 # per prediction: ADE, FDE, then one MAE per control; then the sample and control counts
@@ -40,10 +40,11 @@ def evaluate(model: torch.nn.Module, data: CARLAWebData, cfg: TrainConfig, devic
     sums = torch.zeros(_PER * len(_PREDICTIONS) + 2, dtype=torch.float64, device=device)
     autocast = autocast_for(device, cfg.bf16)
     for batch in data:
-        batch = batch.to(device)
+        window = batch.to(device)
+        batch = current_frame(window)   # with history: each window's own frame
         expert = expert_controls(batch.measurements)
         base = straight_ahead(batch.speed, data.pred_len, dt, frames[0])
-        for i, pred in enumerate((predict(model, batch, autocast), base)):
+        for i, pred in enumerate((predict(model, window, autocast), base)):
             _add(sums, i * _PER, pred, batch, expert, frames, dt)
         sums[-2] += batch.valid.double().sum()
         if expert is not None:

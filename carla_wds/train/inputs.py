@@ -4,11 +4,17 @@ The model config picks its inputs (cameras always; `model.lidar` a LiDAR histogr
 `model.measurements` extra values from the shards' measurements record). This module asks the
 loader for those fields, checks them against the shards' manifest before anything trains, and
 turns a CARLABatch into the model's tensors, in one place for training, eval and `show`.
+
+With history windows (data.history=K) a batch's per-frame values have a time axis (B, K + 1,
+...): `predict` gives the model the whole window, and `current_frame` is the batch of each
+window's own frame, which the loss, eval's metrics and `show` read as they read any batch.
 """
 from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import fields as dc_fields
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,7 +27,15 @@ from ..schema import SampleSpec
 from .config import ConfigError, TrainConfig
 from .control import has_expert_controls
 from .frames import label_frames
-from .model import POSITION_SCALE, SPEED_SCALE, ModelConfig, ModelIO, WaypointModel, build_model
+from .model import (
+    POSITION_SCALE,
+    SPEED_SCALE,
+    ModelConfig,
+    ModelIO,
+    Past,
+    WaypointModel,
+    build_model,
+)
 
 # Extra measurement inputs are scaled by their declared units, as speed and positions are,
 # so every input the MLP sees is O(1).
@@ -67,7 +81,8 @@ def model_io(cfg: TrainConfig, spec: SampleSpec) -> ModelIO:
     channels = len(lidar_preset(cfg.model.lidar).channels) if cfg.model.lidar else 0
     return ModelIO(frame=label_frames(dict(spec.frames))[0], frame_dt=cfg.data.frame_dt,
                    extra_dim=sum(math.prod(f.shape) for f in chosen), lidar_channels=channels,
-                   extra_scales=tuple(_UNIT_SCALE.get(f.units, 1.0) for f in chosen))
+                   extra_scales=tuple(_UNIT_SCALE.get(f.units, 1.0) for f in chosen),
+                   history=cfg.data.history)
 
 
 def model_for(cfg: TrainConfig, data: CARLAWebData) -> WaypointModel:
@@ -89,10 +104,51 @@ def extra_inputs(model: WaypointModel, batch: CARLABatch) -> Tensor | None:
                       for m, scale in zip(names, model.io.extra_scales)], dim=1)
 
 
+def _last_step(value: Any, b: int, steps: int) -> Any:
+    if isinstance(value, Tensor) and value.dim() >= 2 and value.shape[:2] == (b, steps):
+        return value[:, -1]
+    if isinstance(value, dict):
+        return {k: _last_step(v, b, steps) for k, v in value.items()}
+    if isinstance(value, list) and len(value) == b and all(
+            isinstance(v, list) and len(v) == steps for v in value):
+        return [v[-1] for v in value]
+    return value
+
+
+def current_frame(batch: CARLABatch) -> CARLABatch:
+    """A windowed batch (B, K + 1, ...) -> the batch of each window's own (last) frame, as a
+    history=0 loader serves it; a batch without windows as it is."""
+    if batch.frame_valid is None:
+        return batch
+    b, steps = batch.frame_valid.shape
+    keep = ("keys", "valid", "errors", "frame_valid", "frame_keys")
+    return replace(batch, frame_valid=None, frame_keys=None,
+                   **{f.name: _last_step(getattr(batch, f.name), b, steps)
+                      for f in dc_fields(batch) if f.name not in keep})
+
+
+def _images_and_past(raw: WaypointModel, batch: CARLABatch) -> tuple[Tensor, Past | None]:
+    """The current frames' normalised images, and the earlier K frames of each window when
+    the model has history (each frame normalised once)."""
+    if not raw.io.history:
+        return current_frame(batch).normalized_images(), None
+    if batch.frame_valid is None or batch.frame_valid.shape[1] != raw.io.history + 1:
+        got = 0 if batch.frame_valid is None else batch.frame_valid.shape[1] - 1
+        raise ValueError(f"this model was trained with data.history={raw.io.history}, the batch "
+                         f"has history {got}. Fix: load with CARLAWebData(history="
+                         f"{raw.io.history}), as the checkpoint's config says")
+    images = batch.normalized_images()
+    return images[:, -1], Past(images=images[:, :-1], speed=batch.speed[:, :-1],
+                               valid=batch.frame_valid[:, :-1])
+
+
 def predict(model: WaypointModel | torch.nn.Module, batch: CARLABatch,
             autocast: Any = None) -> Tensor:
-    """The model's waypoints for a batch (model may be the DDP wrapper)."""
+    """The model's waypoints for a batch (model may be the DDP wrapper); a windowed batch
+    gives a model with history its past frames."""
     raw: WaypointModel = getattr(model, "module", model)
+    images, past = _images_and_past(raw, batch)
+    batch = current_frame(batch)
     b = batch.speed.shape[0]
     lidar = None
     if raw.io.lidar_channels:
@@ -101,8 +157,8 @@ def predict(model: WaypointModel | torch.nn.Module, batch: CARLABatch,
             lidar = torch.zeros(b, raw.io.lidar_channels, 8, 8, device=batch.speed.device)
     extra = extra_inputs(raw, batch)
     with autocast or nullcontext():
-        return model(batch.normalized_images(), batch.speed, batch.target_point, batch.command,
-                     lidar=lidar, extra=extra)
+        return model(images, batch.speed, batch.target_point, batch.command,
+                     lidar=lidar, extra=extra, **({"past": past} if past is not None else {}))
 
 
 def autocast_for(device: str, bf16: bool):
@@ -112,5 +168,5 @@ def autocast_for(device: str, bf16: bool):
     return nullcontext()
 
 
-__all__ = ["autocast_for", "check_inputs", "loader_options", "model_for", "model_io",
-           "predict", "record_fields"]
+__all__ = ["autocast_for", "check_inputs", "current_frame", "loader_options", "model_for",
+           "model_io", "predict", "record_fields"]

@@ -40,15 +40,15 @@ from .checkpoint import (
     CheckpointError,
     find_resume,
     load_checkpoint,
+    refuse_other_training,
     save_checkpoint,
-    stored_config,
     trim_metrics,
 )
 from .config import TrainConfig, check_runtime, load_config, shipped_configs, to_dict
 from .control import controller_source
 from .errors import USER_ERRORS, one_line
 from .evaluate import evaluate
-from .inputs import autocast_for, check_inputs, loader_options, model_for, predict
+from .inputs import autocast_for, check_inputs, current_frame, loader_options, model_for, predict
 from .runlock import hold_run_dir
 
 # Errors about the user's config, data or run directory: one line, never a traceback. The
@@ -96,7 +96,8 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
                   seed=cfg.seed, image_size=tuple(d.image_size),
                   cameras=d.cameras, cache_dir=d.cache_dir,
                   cache_limit_bytes=d.cache_limit_bytes, rank=rank, world_size=world,
-                  pin_memory=pin, verify=d.verify, on_error=d.on_error, remote=remote)
+                  pin_memory=pin, verify=d.verify, on_error=d.on_error, remote=remote,
+                  history=d.history, history_stride=d.history_stride)
     # the specs first: the model's inputs are checked in the config's words, and where the val
     # shards carry the expert's controls, eval decodes them too
     specs = {path: read_manifest(path, remote) for path in (d.train, d.val)}
@@ -160,11 +161,7 @@ def restore(run: Run) -> None:
             raise FileNotFoundError(f"eval_only=true needs a checkpoint: none at "
                                     f"{run.cfg.run_dir}/{CHECKPOINT}. Pass resume=PATH")
         return
-    stored = (stored_config(ckpt).get("model") or {}).get("prior")
-    if stored is not None and stored != run.cfg.model.prior:
-        raise CheckpointError(path, f"its weights were trained with model.prior={stored}, this "
-                                    f"run has model.prior={run.cfg.model.prior}. Fix: pass "
-                                    f"model.prior={stored}, or resume=none to start afresh")
+    refuse_other_training(path, ckpt, run.cfg)
     run.raw_model.load_state_dict(ckpt["model"])
     run.step = ckpt["step"]
     if run.cfg.eval_only:   # weights only: any world size may evaluate them
@@ -236,8 +233,9 @@ def train_one_epoch(run: Run) -> None:
         for batch in run.train:
             wait += time.perf_counter() - t0
             batch = batch.to(run.device)
-            loss = masked_l1(predict(run.model, batch, run.autocast()), batch.waypoints,
-                             batch.valid)
+            # a windowed batch's labels are those of each window's own (last) frame
+            loss = masked_l1(predict(run.model, batch, run.autocast()),
+                             current_frame(batch).waypoints, batch.valid)
             run.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.optim.grad_clip)

@@ -12,6 +12,10 @@ training only has to learn the corrections; `prior: none` is TCP's original form
 Optional inputs, off by default: a LiDAR BEV histogram through a small CNN whose features join
 the cameras', and extra measurement values joining speed, target point and command.
 
+With history windows (data.history=K > 0, issue 27) the model also sees each sample's K earlier
+frames (`Past`): see WaypointModel.pool_past. At history=0 the model, its parameters and its
+outputs are exactly those of the single-frame model.
+
 Waypoints are in the frame of the shards' labels (TCP's: x lateral, forward -y; garage's:
 x forward), which the prior needs to know which way is ahead.
 """
@@ -22,6 +26,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -179,11 +184,19 @@ class ModelIO:
     extra_dim: int = 0
     lidar_channels: int = 0
     extra_scales: tuple[float, ...] = ()   # one divisor per model.measurements name
+    history: int = 0                       # data.history: earlier frames per sample
 
     def __post_init__(self) -> None:
         canonical(self.frame)
-        if self.frame_dt <= 0 or self.extra_dim < 0 or self.lidar_channels < 0:
+        if self.frame_dt <= 0 or min(self.extra_dim, self.lidar_channels, self.history) < 0:
             raise ValueError(f"bad model inputs: {self}")
+
+
+class Past(NamedTuple):
+    """A window's earlier frames, oldest first (CARLAWebData(history=K), load/history.py)."""
+    images: Tensor   # (B, K, n_cameras, 3, H, W) float, normalised as the current frame's
+    speed: Tensor    # (B, K) m/s
+    valid: Tensor    # (B, K) bool, the batch's frame_valid: False for padding steps
 
 
 def _check_sizes(cfg: ModelConfig, n_cameras: int, pred_len: int) -> None:
@@ -237,6 +250,9 @@ class WaypointModel(nn.Module):
             nn.Linear(_JOIN_HIDDEN, cfg.feature_dim),
             nn.ReLU(inplace=True),
         )
+        if self.io.history:   # only then: a history=0 model keeps its parameters as they were
+            self.past_frames = nn.Linear(n_cameras * enc_dim + 1, cfg.feature_dim)
+            self.step_embedding = nn.Parameter(torch.zeros(self.io.history, cfg.feature_dim))
         self.decoder = nn.GRUCell(input_size=4, hidden_size=cfg.feature_dim)
         self.output = nn.Linear(cfg.feature_dim, 2)
         if cfg.prior != "none":
@@ -268,6 +284,22 @@ class WaypointModel(nn.Module):
             raise ValueError(f"extra measurements must be ({b}, {e}), got "
                              f"{None if extra is None else tuple(extra.shape)}")
 
+    def _check_past(self, images: Tensor, past: Past | None) -> None:
+        b, k = images.shape[0], self.io.history
+        want = (f"past=Past(images ({b}, {k}, {self.n_cameras}, 3, H, W), speed ({b}, {k}), "
+                f"valid ({b}, {k}))")
+        if past is None and k:
+            raise ValueError(f"this model was built with history={k} (data.history): pass {want}")
+        if past is not None and not k:
+            raise ValueError("this model was built with history=0 (data.history=0), but got "
+                             "past frames. Fix: build it with ModelIO(history=K), or pass past=None")
+        if past is not None and (past.images.shape[:3] != (b, k, self.n_cameras)
+                                 or past.images.shape[3:] != images.shape[2:]
+                                 or past.speed.shape != (b, k) or past.valid.shape != (b, k)):
+            raise ValueError(f"past frames must be {want} with the current frame's H, W; got "
+                             f"images {tuple(past.images.shape)}, speed "
+                             f"{tuple(past.speed.shape)}, valid {tuple(past.valid.shape)}")
+
     def encode_images(self, images: Tensor) -> Tensor:
         """(B, N, 3, H, W) -> (B, N * enc_dim); one encoder shared by all cameras."""
         b, n = images.shape[:2]
@@ -278,24 +310,59 @@ class WaypointModel(nn.Module):
             x = x.contiguous(memory_format=torch.channels_last)
         return self.encoder(x).reshape(b, n * self.encoder.out_dim)
 
+    def encode_frames(self, images: Tensor, past: Past | None) -> tuple[Tensor, Tensor | None]:
+        """The current frames' camera features (B, N * enc_dim), and the past frames' (B, K,
+        N * enc_dim), zeros at padding steps. The current and the real past frames go through
+        the shared encoder in one call; padding never does (no compute spent on it, and no
+        zero images in BatchNorm's batch statistics)."""
+        if past is None:
+            return self.encode_images(images), None
+        b = images.shape[0]
+        enc = self.encode_images(torch.cat([images, past.images[past.valid]]))
+        feats = enc.new_zeros(b, self.io.history, enc.shape[1])
+        feats[past.valid] = enc[b:]
+        return enc[:b], feats
+
+    def pool_past(self, feats: Tensor, past: Past) -> Tensor:
+        """(B, K, N * enc_dim) past features -> (B, feature_dim), added to the current frame's
+        fused features.
+
+        Each past step's camera features and speed go through one shared projection plus a
+        learned embedding of the step's age, then a mean over the window's real steps
+        (frame_valid): the embedding keeps the order a plain mean would lose, the mean gives
+        windows with few real frames (a route's first frames, a gap) the same scale as full
+        ones, and padding steps add nothing. The speed history is there because it carries
+        the acceleration the constant-velocity prior cannot see."""
+        speed = past.speed.to(feats.dtype)[..., None] / SPEED_SCALE
+        steps = torch.relu(self.past_frames(torch.cat([feats, speed], dim=-1))
+                           + self.step_embedding)
+        weight = past.valid.to(steps.dtype)[..., None]
+        return (steps * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1)
+
     def forward(self, images: Tensor, speed: Tensor, target_point: Tensor, command: Tensor,
-                lidar: Tensor | None = None, extra: Tensor | None = None) -> Tensor:
+                lidar: Tensor | None = None, extra: Tensor | None = None,
+                past: Past | None = None) -> Tensor:
         """images: (B, n_cameras, 3, H, W) float, already ImageNet-normalised; speed (B,) m/s;
         target_point (B, 2); command (B, 6) one-hot; lidar (B, C, H, W) histogram and extra
-        (B, extra_dim) scaled measurements when the model has them. Returns waypoints
-        (B, pred_len, 2) in the labels' ego frame."""
+        (B, extra_dim) scaled measurements when the model has them; past: the K earlier
+        frames when the model has history K. Returns waypoints (B, pred_len, 2) in the
+        labels' ego frame."""
         self._check_inputs(images, speed, target_point, command, lidar, extra)
+        self._check_past(images, past)
         b = images.shape[0]
         dtype = self.output.weight.dtype
         tp_in = target_point.to(dtype) / POSITION_SCALE
         meas = [speed.reshape(b, 1).to(dtype) / SPEED_SCALE, tp_in, command.to(dtype)]
-        feats = [self.encode_images(images)]
+        current, past_feats = self.encode_frames(images, past)
+        feats = [current]
         if self.lidar_encoder is not None:
             feats.append(self.lidar_encoder(lidar.to(dtype)))
         if extra is not None:
             meas.append(extra.to(dtype))
-        h = self.join(torch.cat([self.fuse(torch.cat(feats, dim=1)),
-                                 self.measurements(torch.cat(meas, dim=1))], dim=1))
+        fused = self.fuse(torch.cat(feats, dim=1))
+        if past is not None:
+            fused = fused + self.pool_past(past_feats, past)
+        h = self.join(torch.cat([fused, self.measurements(torch.cat(meas, dim=1))], dim=1))
         return self._decode(h, speed, tp_in)
 
     def _decode(self, h: Tensor, speed: Tensor, tp_in: Tensor) -> Tensor:
@@ -325,7 +392,7 @@ def build_model(cfg: ModelConfig, n_cameras: int, pred_len: int,
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(
         "built WaypointModel(backbone=%s, cameras=%d, pred_len=%d, prior=%s, lidar=%s, "
-        "extra inputs=%d): %.2fM params", cfg.backbone, n_cameras, pred_len, cfg.prior,
-        cfg.lidar, model.io.extra_dim, n_params / 1e6,
+        "extra inputs=%d, history=%d): %.2fM params", cfg.backbone, n_cameras, pred_len,
+        cfg.prior, cfg.lidar, model.io.extra_dim, model.io.history, n_params / 1e6,
     )
     return model

@@ -11,7 +11,7 @@ from ..manifest import read_manifest
 from .checkpoint import CheckpointError, load_checkpoint, stored_config
 from .config import ConfigError, TrainConfig, config_from_dict
 from .frames import label_frames, to_right_forward
-from .inputs import loader_options, model_for, predict
+from .inputs import current_frame, loader_options, model_for, predict
 from .model import WaypointModel
 
 _FIX = "Fix: pass --checkpoint the checkpoint.pt that `carla-wds train` wrote into its run_dir"
@@ -30,14 +30,16 @@ def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = No
     if checkpoint is not None:
         ckpt, cfg = _read(checkpoint)
         image_size, cameras = tuple(cfg.data.image_size), cfg.data.cameras
-        inputs = loader_options(cfg.model)
+        inputs = {**loader_options(cfg.model), "history": cfg.data.history,
+                  "history_stride": cfg.data.history_stride}
     data = _shards(shards, n, image_size, cameras, checkpoint, on_error, inputs)
     batch = next(iter(data))
     if ckpt is not None:
         model = _model(checkpoint, ckpt, cfg, data)
         with torch.no_grad():
             pred = predict(model, batch)
-    rows = bev_rows(batch, dict(data.spec.frames), pred if model is not None else None)
+    rows = bev_rows(current_frame(batch), dict(data.spec.frames),
+                    pred if model is not None else None)
     title = f"{shards}" + (f" - predictions of {checkpoint}" if checkpoint else "")
     return montage(rows, data.camera_names, out, title=title)
 
