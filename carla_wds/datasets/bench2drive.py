@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..modalities.base import CodecUse
 from ..modalities.depth import QuantizedDepthCodec
 from .base import Camera, DatasetCodec, DatasetInfo, Frame, Rig
@@ -44,6 +46,34 @@ class DepthB2D8Codec(QuantizedDepthCodec):
     expected: str = "1-channel 8-bit depth in metres"
 
 
+def can_bus_relative(window: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """UniAD/VAD's temporal-queue step on a window of can_bus vectors (K+1, 18), oldest first
+    (Bench2DriveZoo@uniad/vad 10a2e5d mmcv/datasets/B2D_e2e_dataset.py and B2D_vad_dataset.py
+    `union2one`): the first frame of a scene gets translation [0:3] and angle [17] (degrees)
+    set to 0, each later one the difference to the frame before it (its absolute values
+    minus the previous frame's). Only [0:3] and [17] depend on the previous frame; the
+    quaternion [3:7], velocity, acceleration, rotation rate and the yaw in radians [16] stay
+    absolute. `valid` (K+1,) bool: an invalid step (before the route's start, a gap) is zeroed
+    and the next valid one starts a new chain, as their new scene does. Pure numpy; the input
+    is not changed. Also takes (B, K+1, 18) with valid (B, K+1)."""
+    window = np.asarray(window, np.float64)
+    if window.ndim == 3:
+        masks = [None] * len(window) if valid is None else valid
+        return np.stack([can_bus_relative(w, v) for w, v in zip(window, masks)])
+    if window.ndim != 2 or window.shape[1] != 18:
+        raise ValueError(f"can_bus window has shape {window.shape}; expected (K+1, 18)")
+    ok = np.ones(len(window), bool) if valid is None else np.asarray(valid, bool)
+    out, prev = window.copy(), None
+    for i, row in enumerate(window):
+        if not ok[i]:
+            out[i], prev = 0.0, None
+            continue
+        base = (row[:3], row[17]) if prev is None else prev
+        out[i, :3], out[i, 17] = row[:3] - base[0], row[17] - base[1]
+        prev = (row[:3], row[17])
+    return out
+
+
 INFO = DatasetInfo(
     name="bench2drive", aliases=("b2d",), layouts=("bench2drive",),
     frames={FRAME: Frame(((0.0, 1.0), (-1.0, 0.0)))},
@@ -53,4 +83,4 @@ INFO = DatasetInfo(
     rig=RIG,
     doc="Bench2Drive@0.0.4 (CARLA 0.9.15)")
 
-__all__ = ["DepthB2D8Codec", "FRAME", "INFO", "RIG", "RIG_ROWS"]
+__all__ = ["DepthB2D8Codec", "FRAME", "INFO", "RIG", "RIG_ROWS", "can_bus_relative"]

@@ -23,6 +23,8 @@ kind is `register_modality(Modality(...), codecs)`, from a file here or from out
 | expert       | - (npy)                                 | fields[name]             | fixed   |
 | calibration  | - (record values)                       | intrinsics, cam2ego      | fixed   |
 | pose         | - (npy, float64 4x4)                    | fields[name] (+ _rh)     | fixed   |
+| can_bus      | - (npy, float64 18)                     | fields[name]             | fixed   |
+| tracks       | - (npy, (n, T, 4))                      | fields[name] (+ _valid)  | rows    |
 
 Per-camera kinds (depth, semantics, instance) stack one member per camera into (n_cam, ...).
 docs/batch.md is the full table, generated from MODALITIES (load/places.py; a test checks it).
@@ -34,6 +36,7 @@ from dataclasses import replace
 
 from ..codecbase import Codec, SchemaError, register
 from . import bev, boxes, calibration, depth, image, lidar, measurements, other, pose, semantics
+from . import tracks
 from .base import BATCH_MAPPING, COLLATE, RESIZE, CodecUse, Modality
 from .depth import DepthCarla24Codec, QuantizedDepthCodec, depth_metres
 from .lidar import LazCodec, PointsCodec, encode_laz, points_array, points_problem
@@ -141,6 +144,8 @@ _TABLE = (   # one row per kind: (its Modality, the codecs its file defines)
     (other.EXPERT, ()),
     (calibration.CALIBRATION, ()),
     (pose.POSE_KIND, ()),
+    (pose.CAN_BUS_KIND, ()),
+    (tracks.TRACKS_KIND, ()),
 )
 for _m, _codecs in _TABLE:
     register_modality(_m, _codecs)

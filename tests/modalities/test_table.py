@@ -94,7 +94,7 @@ OLD_KINDS = {
 }
 
 
-NEW_KINDS = ("pose",)   # issue 27 (modalities/pose.py)
+NEW_KINDS = ("pose", "can_bus", "tracks")   # issue 27 (modalities/pose.py, tracks.py)
 
 
 def test_the_table_gives_the_lookups_pack_and_load_kept_before():
@@ -103,7 +103,7 @@ def test_the_table_gives_the_lookups_pack_and_load_kept_before():
     assert all(codec_kind(k) == row for k, row in OLD_KINDS.items())
     # load/fields.py PER_CAMERA, ROWS, BATCH_FIELDS; extras.MODALITIES (e906302)
     assert per_camera() == {"depth": "depth", "semantic": "semantics", "instance": "instance"}
-    assert row_kinds() == ("lidar", "boxes", "radar")
+    assert row_kinds() == ("lidar", "boxes", "radar", "tracks")   # tracks: issue 27
     assert set(batch_attributes()) | {"camera_set"} == {
         "depth", "semantics", "bev", "lidar", "boxes", "camera_set", "intrinsics", "cam2ego"}
     # the kinds kept before, in their order; issue 27's temporal kinds after them

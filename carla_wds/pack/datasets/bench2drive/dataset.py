@@ -12,7 +12,8 @@ from ...routes import RoutePlan, raise_first_skip, select_part
 from ..base import Dataset, PackInput
 from .clips import find_clips, split_clips
 from .options import OPTIONS, Bench2DriveOptions
-from .plan import CLIP_LAYOUT_INFO, ClipEncoder, b2d_settings, b2d_spec, plan_clip
+from .encoder import ClipEncoder
+from .plan import CLIP_LAYOUT_INFO, b2d_settings, b2d_spec, plan_clip
 
 log = logging.getLogger(__name__)
 

@@ -20,16 +20,15 @@ from typing import Any
 import numpy as np
 
 from ....datasets.bench2drive import RIG_ROWS as B2D_RIG
-from ....codecs import CODECS, codec_named
-from ....extras import MEASUREMENTS, Extra, make_record
-from ....modalities import points_problem
-from ....schema import SampleSpec, encode_sample, make_key
+from ....codecs import codec_named
+from ....extras import MEASUREMENTS, Extra
+from ....schema import SampleSpec, make_key
 from .vocab import B2D_BOX_COLUMNS
 from . import anno as anno_of
 from . import boxes as b2d_boxes
-from .raw import npz_array, radar_array
+from . import temporal
+from .raw import npz_array, radar_array  # noqa: F401 - radar_array: read from here too
 from .clips import ClipError, ClipRef, open_clip
-from ...frames import Encoded, FrameEncoder
 from ..routes.layout_parts import SampleRule
 from ...routes import RoutePlan, Skip
 from ...sources import decode_json
@@ -64,6 +63,8 @@ class B2DSettings:
     box_visibility: str = "filter"   # prepare_B2D's FILTER_INVISINLE (visible.py)
     expert_offset: int = -1     # expert file of frame t: t - 1 (prepare_B2D) or t (TCP port)
     all_frames: bool = False    # every keyframe with a full future, not the port's range
+    # (past, future) steps of tracks.npy: UniAD's, which hold VAD's 2 past and 6 future
+    track_steps: tuple[int, int] = temporal.TRACK_STEPS
 
     @property
     def frame_name(self) -> str:
@@ -156,6 +157,7 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
                          "float32", (s.pred_len, None))]
     extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
                         (), fields=anno_of.record_fields("expert" in s.sensors, s.pred_len)))
+    extras += temporal.temporal_extras(s, frame)   # ego2world, can_bus, tracks (issue 27)
     frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": frame,
               "calibration": "b2d" if s.handedness == "right" else "carla_ue4"}
     return SampleSpec(CAMERAS, s.pred_len, image_format, extras=tuple(extras),
@@ -210,6 +212,11 @@ class _ClipPlanner:
         self.files = _by_folder(clip.names())
         self.annos: dict[int, dict | str] = {}   # frame -> anno, or why it is unusable
         self.null_speed = self.ego_as_vehicle = 0
+        self.tracks = temporal.TrackIndex(self._anno_or_none, s.box_radius)
+
+    def _anno_or_none(self, t: int) -> dict | None:
+        got = self.anno(t) if t in self.files.get("anno", {}) else None
+        return got if isinstance(got, dict) else None
 
     def anno(self, t: int) -> dict | str:
         if t not in self.annos:
@@ -326,9 +333,11 @@ class _ClipPlanner:
             record.update(expert[1])
             for member in ("expert_feature", "future_expert_feature"):
                 files[f"{member}.npy"] = ("", codec_named("npy").encode(record.pop(member)))
-        if "boxes" in self.s.sensors:
+        table = self._boxes(t, now) if "boxes" in self.s.sensors else None
+        files.update(temporal.frame_members(now, speed, t, self.s, self.tracks, table))
+        if table is not None:
             boxes = now.get("bounding_boxes")
-            files["boxes.npy"] = ("", codec_named("npy").encode(self._boxes(t, now)))
+            files["boxes.npy"] = ("", codec_named("npy").encode(table))
             files["boxes_raw.json"] = ("", codec_named("json").encode(boxes))
             self.ego_as_vehicle += anno_of.ego_entry(boxes)[1]
         self.null_speed += null_speed   # counted once the frame is sure to be a sample
@@ -351,47 +360,3 @@ class _ClipPlanner:
                for f in ([near[0], near[-1]] if len(near) > 1 else [t, near[0]])]
         span = (max(near[-1], t) - min(near[0], t)) / RATE_HZ
         return math.dist(*pts) / span if span > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class ClipEncoder(FrameEncoder):
-    """FrameEncoder for ClipTasks: every file's bytes travel in the task (no clip is opened
-    in a worker); each is checked by its codec, the radar h5 becomes a typed array, the LAZ
-    float32 points (y negated for --handedness right, as prepare_B2D.py's left2right)."""
-    mirror_y: bool = False
-
-    def encode(self, task: ClipTask) -> Encoded | Skip:   # type: ignore[override]
-        got = self.cameras(task, lambda cam: task.files[f"{cam}.jpg"])
-        if isinstance(got, Skip):
-            return got
-        images, (files, source, stored) = got
-        sample = encode_sample(self.spec, task.key, images, task.labels)
-        for e in self.spec.extras:
-            try:
-                if e.name == MEASUREMENTS:
-                    sample[e.member] = CODECS["record"].encode(make_record(e.fields, task.record))
-                    continue
-                name, data = task.files[e.member]
-                sample[e.member] = self._member(e, data, self.mirror_y)
-            except ValueError as exc:   # SchemaError too
-                where = task.files.get(e.member, (f"anno/{task.frame:05d}.json.gz",))[0]
-                return Skip(task.episode, task.frame, where or f"anno/{task.frame:05d}.json.gz",
-                            str(exc))
-        return Encoded(sample, task.episode, task.frame, files, source, stored)
-
-    @staticmethod
-    def _member(e: Extra, data: bytes, mirror_y: bool = False) -> bytes:
-        if e.name == "radar":
-            return codec_named("npy").encode(radar_array(data))
-        if e.name == "lidar":   # LAZ in, float32 xyz out
-            laz = codec_named("laz")
-            problem = laz.check(data) or points_problem(points := laz.decode(data), 3)
-            if problem:
-                raise ValueError(problem)
-            if mirror_y:
-                points = points * np.array([1, -1, 1], np.float32)
-            return codec_named("points").encode(points)
-        problem = codec_named(e.codec).check(data)
-        if problem:
-            raise ValueError(problem)
-        return data
