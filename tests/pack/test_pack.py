@@ -73,7 +73,9 @@ def test_manifest_fields(packed_tf4):
     assert m["pred_len"] == 4 and m["layout"] == "transfuser4" and m["image_format"] == "png"
     assert m["pack_args"]["max_samples"] == 7 and m["pack_args"]["layout"] == "transfuser4"
     for shard in m["shards"]:
-        assert set(shard) == {"name", "samples", "bytes", "sha256"}
+        # issue 27: where routes begin and break (sequence.py)
+        assert set(shard) == {"name", "samples", "bytes", "sha256", "first_key", "last_key",
+                              "steps"}
 
 
 # ---------------------------------------------------------------- determinism

@@ -65,7 +65,7 @@ def test_every_frame_accounted_for_clean(raw_tcp, packed_tcp, samples_of):
     assert manifest["counts"] == {"routes": 3, "frames": 90, "samples": 78, "tail_frames": 12,
                                   "skipped": 0, "nan_theta": 0, "void_command": 0,
                                   "filtered_routes": 0, "head_frames": 0,
-                                  "loader_tail_frames": 0}
+                                  "loader_tail_frames": 0, "route_gaps": 0}
 
 
 def test_every_frame_accounted_for_tf4(raw_tf4, packed_tf4, samples_of):

@@ -12,8 +12,9 @@ from carla_wds.pack import PackOptions
 from carla_wds.pack.errors import PackError
 
 # PackOptions.identity() (the manifest's pack_args, the resume journal's header) before
-# issue 25, key for key and in order (commit e906302)
-PACK_ARGS = ["layout", "pred_len", "max_samples", "max_bytes", "prefix", "image_format", "quality",
+# issue 25, key for key and in order (commit e906302), plus issue 27's route_shards
+PACK_ARGS = ["layout", "pred_len", "max_samples", "max_bytes", "route_shards", "prefix",
+             "image_format", "quality",
              "resize", "part", "on_error", "check_images", "dot_replacement", "all_frames",
              "stride", "split", "subset", "handedness", "box_radius", "sensors",
              "box_visibility", "expert_pairing"]
