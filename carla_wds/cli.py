@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 import click
 
@@ -268,8 +269,9 @@ def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--config", default=None,
-              help="A shipped config (a file name in carla_wds/train/configs, e.g. tiny) or a YAML "
-                   "file.")
+              help="A shipped config (" + ", ".join(sorted(
+                  p.stem for p in (Path(__file__).parent / "train" / "configs").glob("*.yaml")))
+              + "; the files in configs/train/) or a YAML file of your own.")
 @click.argument("overrides", nargs=-1)
 def train(config, overrides) -> None:
     """Train the waypoint model in one process (use torchrun -m carla_wds.train for DDP)."""
