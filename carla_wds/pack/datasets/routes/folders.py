@@ -20,6 +20,7 @@ from ....schema import SchemaError, make_key
 from ...errors import PackError
 from ...labels import layout_labels, non_finite_label
 from ..poses import POSE_MEMBER, PosedTask, frame_pose
+from .tracks import TRACKS_MEMBER, route_boxes, route_tracks
 from .layout_parts import RouteFilter, SampleRule, lookup
 from .layouts import Layout
 from .measure import read_measurement, read_source, record_values
@@ -251,6 +252,7 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
     cam_files = _camera_files(route, layout)
     sensor_files = _sensor_files(route, layout)
     meas = layout.measurements
+    moving = _moving(good, route, layout, sensor_files)
     for t in sorted(frames):
         if t in bad:
             plan.skipped.append(Skip(plan.episode, t, f"{meas}/{frames[t].name}", bad[t]))
@@ -288,7 +290,7 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
             continue
         record = record_values([good[t + i] for i in range(pred_len + 1)], layout) \
             if layout.measurement_fields else None
-        arrays = _arrays(good[t], layout)
+        arrays = _arrays(t, good[t], layout, moving)
         if isinstance(arrays, str):
             plan.skipped.append(Skip(plan.episode, t, f"{meas}/{frames[t].name}", arrays))
             continue
@@ -296,14 +298,38 @@ def _plan_frames(plan: RoutePlan, frames: dict[int, Path], good: dict, bad: dict
                                     arrays))
 
 
-def _arrays(values: dict[str, Any], layout: Layout) -> dict[str, np.ndarray] | str:
-    """The members computed from frame t's measurement (its ego pose), or why it has none."""
+def _arrays(t: int, values: dict[str, Any], layout: Layout, moving: tuple[dict, dict] | None
+            ) -> dict[str, np.ndarray] | str:
+    """The members computed from frame t's measurement (its ego pose) and, with the layout's
+    tracks, from the route's other frames; or why the frame has none."""
     if not layout.pose:
         return {}
     try:
-        return {POSE_MEMBER: frame_pose(values, layout.pose)}
+        out = {POSE_MEMBER: frame_pose(values, layout.pose)}
     except SchemaError as exc:   # an ego_matrix that is no rigid transform
         return exc.reason
+    tracks = route_tracks(t, *moving, layout.tracks) if moving else None
+    if tracks is not None:
+        out[TRACKS_MEMBER] = tracks
+    return out
+
+
+def _moving(good: dict[int, dict[str, Any]], route: Path, layout: Layout, sensor_files: dict
+            ) -> tuple[dict, dict] | None:
+    """For the layout's tracks: every readable frame's box table and ego pose (None: none)."""
+    if layout.tracks is None:
+        return None
+    sensor = next(s for s in layout.sensors if s.name == layout.tracks.sensor)
+    folder, _, files, _ = sensor_files[sensor.name]
+    tables = route_boxes({t: str(route / folder / n) for t, n in files.items() if t in good},
+                         sensor.read, sensor.ext.endswith(".gz"))
+    poses = {}
+    for t in tables:
+        try:
+            poses[t] = frame_pose(good[t], layout.pose)
+        except SchemaError:   # that frame is skipped for its own pose
+            continue
+    return tables, poses
 
 
 def _images(t: int, like: Path, route: Path, layout: Layout, cam_files: dict

@@ -11,7 +11,9 @@ from ....extras import MEASUREMENTS, Extra
 from ....modalities import codec_kind
 from ....schema import SampleSpec
 from ...routes import Reader
+from ....modalities.tracks import TRACKS
 from ..poses import pose_extras
+from .tracks import TRACKS_MEMBER
 from .layout_parts import Sensor
 from .layouts import Layout
 from .measure import record_fields
@@ -49,6 +51,12 @@ def layout_spec(layout: Layout, pred_len: int, image_format: str) -> SampleSpec:
         extras += _sensor_extras(s, frames)
     if layout.pose:
         extras += pose_extras(layout.pose)
+    if layout.tracks:
+        r = layout.tracks
+        extras.append(Extra(TRACKS, TRACKS_MEMBER, "npy", TRACKS, "float32",
+                            (None, r.past + r.future, 4),
+                            f"x m, y m, yaw rad, valid; steps {-r.past}..-1, 1..{r.future} x "
+                            f"{r.step} frames; rows of {r.sensor}", frames.get(r.sensor, "")))
     if layout.measurement_fields:
         extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements",
                             "record", (), fields=record_fields(layout, pred_len)))

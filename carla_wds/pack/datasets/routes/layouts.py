@@ -10,6 +10,7 @@ import yaml
 
 from ....datasets import transforms
 from ....modalities.pose import POSE_SOURCES
+from .tracks import TrackRule, parse_tracks
 from ....safeyaml import read_yaml
 from ....schema import CAMERAS
 from .layout_parts import (
@@ -58,6 +59,7 @@ class Layout:
     samples: SampleRule = SampleRule()   # the project's loader's head and tail frames
     # where each frame's ego2world comes from (modalities/pose.py POSE_SOURCES); "": no pose
     pose: str = ""
+    tracks: TrackRule | None = None   # agent tracks of a boxes sensor (tracks.py)
 
     @property
     def camera_names(self) -> tuple[str, ...]:
@@ -105,7 +107,7 @@ MAX_MESSAGE = 600   # characters of a layout error; the value excerpt is the par
 FIX = f"Fix: copy a file from {LAYOUT_DIR} and edit it"
 ALLOWED = ("name", "cameras", "fields", "measurements", "image_ext", "rate_hz", "waypoints",
            "target_point", "frames", "twins", "sensors", "sources", "measurement_fields",
-           "route_filter", "transforms", "samples", "pose")
+           "route_filter", "transforms", "samples", "pose", "tracks")
 
 
 def _mapping(value: object, where: str, key: str, example: str) -> dict[str, str]:
@@ -216,8 +218,13 @@ def _parts(data: dict, cameras: dict[str, str], where: str) -> dict[str, Any]:
     transforms = data.get("transforms") or []
     if not isinstance(transforms, list) or any(t not in TRANSFORMS for t in transforms):
         raise fail(where, "transforms", transforms, f"a list from {list(TRANSFORMS)}")
+    sensors = parse_sensors(data.get("sensors"), where)
+    if data.get("tracks") is not None and data.get("pose") is None:
+        raise fail(where, "tracks", data["tracks"], "a layout with pose: (tracks are in the "
+                   "ego frame, moved between frames by the poses)")
     return {"frames": tuple(sorted(frames.items())), "twins": tuple(sorted(twins.items())),
-            "sensors": parse_sensors(data.get("sensors"), where), "sources": sources,
+            "sensors": sensors, "sources": sources,
+            "tracks": parse_tracks(data.get("tracks"), sensors, frames, where),
             "measurement_fields": parse_fields(data.get("measurement_fields"), sources, where),
             "route_filter": parse_filter(data.get("route_filter"), where),
             "transforms": tuple(transforms),

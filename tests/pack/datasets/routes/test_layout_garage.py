@@ -235,7 +235,7 @@ def test_manifest_records_members_codecs_dtypes_shapes_units_frames(packed):
         "semantics.png": "semantics", "semantics_augmented.png": "semantics",
         "bev.png": "bev_classes", "bev_augmented.png": "bev_classes", "lidar.npy": "points",
         "boxes.npy": "npy", "boxes_raw.json": "json", "measurements.npy": "record",
-        "ego2world.npy": "npy"}   # issue 27: the frame's pose (docs/poses.md)
+        "ego2world.npy": "npy", "tracks.npy": "npy"}   # issue 27: pose, tracks (docs/poses.md)
     extras = {e["name"]: e for e in manifest["spec"]["extras"]}
     want = {"depth": ("float32", [], "m", None), "semantics": ("uint8", [], "class id", None),
             "bev": ("uint8", [], "class id", None), "lidar": ("float32", [None, 3], "m", None),
