@@ -1,0 +1,138 @@
+"""`carla-wds view SHARDS --out report.html`: one static HTML file a browser opens with no
+server and no network: every picture inlined as a data: URI, the counts also as JSON in the
+page (a script element of type application/json, for tools and tests). Written atomically."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..fileio import atomic_write_bytes
+from ..load import CARLAWebData
+from ..remote import RemoteOptions
+from ..schema import COMMAND_NAMES
+from .draw import bars_png, bev_png, speed_png
+from .samples import bev_of, cameras_of, decode, scene_fields
+from .scan import Row, ViewError, choose, counts, read_samples, scan
+
+log = logging.getLogger(__name__)
+DEFAULT_HEIGHT = 160   # camera height in the report (px), unless the pack's is smaller
+RULE = ("strata of (route, command, speed bin); next the sample of the stratum whose "
+        "route, command and speed bin were drawn least so far; ties and the sample within a "
+        "stratum by the smallest sha256 of the key: deterministic")
+_CSS = """body{font:14px sans-serif;margin:16px;background:#fafafa;color:#222}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:12px}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px}
+.card h3{font-size:12px;margin:0 0 6px;word-break:break-all}
+.cams{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}.cams figure{margin:0}
+figcaption{font-size:11px;color:#555}.cams img{height:110px}
+.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}code{font-size:12px}"""
+
+
+def _uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _img(data: bytes, mime: str, alt: str, cls: str = "") -> str:
+    extra = f' class="{cls}"' if cls else ""
+    return f'<img{extra} alt="{html.escape(alt)}" src="{_uri(data, mime)}">'
+
+
+def default_size(data: CARLAWebData) -> tuple[int, int]:
+    """(H, W): the first camera's recorded aspect at DEFAULT_HEIGHT (or its own height)."""
+    size = data.manifest.sizes_of(data.spec.cameras)[0] or (DEFAULT_HEIGHT, 2 * DEFAULT_HEIGHT)
+    h = min(DEFAULT_HEIGHT, int(size[0]))
+    return h, max(1, round(h * size[1] / size[0]))
+
+
+def _card(row: Row, cams: list[bytes], names: tuple[str, ...], bev: dict[str, Any]) -> str:
+    title = f"{row.key} · {COMMAND_NAMES[row.command]} · {row.speed:.1f} m/s"
+    figs = "".join(f"<figure>{_img(c, 'image/jpeg', n)}<figcaption>{html.escape(n)}"
+                   "</figcaption></figure>" for c, n in zip(cams, names))
+    return (f'<div class="card" data-key="{html.escape(row.key)}" data-route="'
+            f'{html.escape(row.route)}" data-command="{COMMAND_NAMES[row.command]}">'
+            f"<h3>{html.escape(title)}</h3><div class=\"cams\">{figs}"
+            f"<figure>{_img(bev_png(bev, 'bird' + chr(39) + 's-eye'), 'image/png', 'bev')}"
+            "</figure></div></div>")
+
+
+def _charts(hist: dict[str, dict[str, int]], speeds: np.ndarray) -> str:
+    pngs = [speed_png(speeds), bars_png("commands", hist["commands"]),
+            bars_png("towns", hist["towns"]), bars_png("scenarios (clip or folder name)",
+                                                       hist["scenarios"]),
+            bars_png("skipped frames by reason (manifest)", hist["skipped"], "frames")]
+    return "".join(_img(p, "image/png", "chart") for p in pngs)
+
+
+def render(title: str, head: str, cards: list[str], charts: str, doc: dict[str, Any]) -> str:
+    """The page; `doc` is embedded as JSON (script#report-data)."""
+    data = json.dumps(doc).replace("</", "<\\/")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<link rel="icon" href="data:,"><title>{html.escape(title)}</title>'
+            f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{head}"
+            f'<h2>Labels</h2><div class="charts">{charts}</div>'
+            f'<h2>Samples</h2><div class="grid">{"".join(cards)}</div>'
+            f'<script type="application/json" id="report-data">{data}</script></body></html>')
+
+
+def _head(data: CARLAWebData, rows: list[Row], chosen: list[Row]) -> str:
+    doc = data.manifest.doc
+    routes = len({r.route for r in rows})
+    return (f"<p>layout <code>{html.escape(str(doc.get('layout')))}</code>, {len(rows)} "
+            f"samples of {routes} routes in {len(data.manifest.shards)} shards, "
+            f"{len(doc.get('skipped', []))} frames skipped, cameras "
+            f"{html.escape(', '.join(data.spec.cameras))}. Bird's-eye panels: forward up, "
+            f"right to the right, in metres from the vehicle origin. {len(chosen)} samples "
+            f"shown: {html.escape(RULE)}.</p>")
+
+
+def view(shards: str | Path, out: str | Path, n: int = 12,
+         image_size: tuple[int, int] | None = None, progress: bool | None = None,
+         remote: RemoteOptions | None = None) -> Path:
+    """Write the HTML report of a pack (a folder, manifest path or URL) to `out`."""
+    if n < 1:
+        raise ViewError(f"-n {n}: the report needs at least one sample. Fix: pass -n 12")
+    probe = CARLAWebData(str(shards), batch_size=1, mode="eval", rank=0, world_size=1,
+                         remote=remote)
+    fields = scene_fields(probe.manifest.spec)
+    data = CARLAWebData(str(shards), batch_size=1, mode="eval", rank=0, world_size=1,
+                        remote=remote, fields=fields,
+                        image_size=image_size or default_size(probe))
+    manifest = data.manifest
+    show_bar = sys.stderr.isatty() if progress is None else progress
+    log.info("view: reading the labels of %d samples in %d shards of %s",
+             manifest.total_samples, len(manifest.shards), manifest.where)
+    with tqdm(total=manifest.total_samples, desc="labels", unit="sample",
+              disable=not show_bar) as bar:
+        rows = scan(manifest, remote, bar)
+    if not rows:
+        raise ViewError(f"{manifest.where}: the pack holds no sample. Fix: re-pack it")
+    chosen = choose(rows, n)
+    raws = read_samples(manifest, [r.key for r in chosen], {r.shard for r in chosen}, remote)
+    log.info("view: drawing %d samples (fields %s)", len(raws), fields or "none")
+    batch = decode(data, raws)
+    frames = dict(data.spec.frames)
+    cards, bevs, at = [], {}, {k: i for i, k in enumerate(batch.keys)}
+    for row in tqdm(chosen, desc="samples", disable=not show_bar):
+        i = at.get(row.key)
+        if i is None or not bool(batch.valid[i]):
+            log.warning("view: %s not drawn: %s", row.key, "; ".join(batch.errors)[:300])
+            continue
+        bev = bev_of(batch, i, frames)
+        bevs[row.key] = {"waypoints": np.round(bev["waypoints"], 3).tolist(),
+                         "target": np.round(bev["target"], 3).tolist()}
+        cards.append(_card(row, cameras_of(batch, i, frames), data.spec.cameras, bev))
+    hist = counts(rows, list(manifest.doc.get("skipped", [])))
+    doc = {"counts": hist, "samples": [r.key for r in chosen], "bev": bevs,
+           "fields": fields, "rule": RULE}
+    page = render(f"carla-wds view: {manifest.where}", _head(data, rows, chosen), cards,
+                  _charts(hist, np.asarray([r.speed for r in rows])), doc)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_bytes(out, page.encode("utf-8"))
