@@ -303,6 +303,25 @@ def show(shards, checkpoint, out, n) -> None:
 
 
 @main.command()
+@click.argument("shards")
+@click.option("--out", required=True, help="HTML file to write (pictures inlined: one file).")
+@click.option("-n", "n", default=12, show_default=True,
+              help="Samples to draw, chosen across routes, commands and speeds.")
+@click.option("--image-size", default=None,
+              help="HxW of the cameras in the report; default: the pack's, 160 px high.")
+@limit_option
+def view(shards, out, n, image_size) -> None:
+    """Static HTML report of a pack: samples across routes, commands and speeds (cameras,
+    boxes, bird's-eye view in the layout's axes) and histograms of the labels."""
+    from .train.errors import one_line
+    from .view import view as write_view
+    try:
+        click.echo(f"wrote {write_view(shards, out, n=n, image_size=_pair(image_size))}")
+    except (*USER_ERRORS, ValueError) as exc:
+        raise click.ClickException(one_line(exc)) from None
+
+
+@main.command()
 @click.argument("run_dir")
 @click.option("--out", default=None, help="PNG to write (default RUN_DIR/curves.png).")
 def plot(run_dir, out) -> None:
