@@ -100,8 +100,9 @@ class PoseModality(Modality):
 def repack_hint(name: Any) -> str:
     """Why a pack lacks a field that packs made since issue 27 hold, and the fix."""
     what = REPACK.get(name) if isinstance(name, str) else None
-    return (f"; {name!r} ({what}) is in packs made by this carla-wds version: re-pack the "
-            "raw data with `carla-wds pack` to add it") if what else ""
+    return (f"; {name!r} ({what}) is in packs made by this carla-wds version (docs/poses.md "
+            "lists the layouts that have it): re-pack the raw data with `carla-wds pack` to "
+            "add it") if what else ""
 
 
 POSE_KIND = PoseModality(POSE, "float64", (4, 4), "m", collate="fixed",
