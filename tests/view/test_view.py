@@ -19,7 +19,6 @@ from carla_wds.view import choose, view
 from carla_wds.view.scan import scan
 from carla_wds.manifest import read_manifest
 from tests.conftest import run_pack
-from tests.helpers import make_pack
 
 # labels (x, y) -> (right, forward) metres, per layout (docs/coordinates.md): TCP's ego frame
 # is x right, y backward (forward is -y); garage and Bench2Drive's is x forward, y right
@@ -27,18 +26,6 @@ TO_RIGHT_FORWARD = {"tcp": lambda p: np.stack([p[..., 0], -p[..., 1]], -1),
                     "garage": lambda p: np.stack([p[..., 1], p[..., 0]], -1),
                     "bench2drive": lambda p: np.stack([p[..., 1], p[..., 0]], -1)}
 COMMANDS = ("left", "right", "straight", "follow lane", "change lane left", "change lane right")
-
-
-@pytest.fixture(scope="module")
-def packs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("view")
-    out = {"tcp": make_pack(root / "tcp", "tcp"), "garage": make_pack(root / "garage", "garage")}
-    synth_dataset(root / "b2d" / "raw", "bench2drive", episodes=2, frames=30, seed=7,
-                  image_size=(160, 90), progress=False)
-    run_pack(root / "b2d" / "raw" / "archives", root / "b2d" / "shards", layout="bench2drive",
-             stride=1, max_samples=8, sensors=("lidar", "boxes"))
-    out["bench2drive"] = root / "b2d" / "shards"
-    return out
 
 
 def members(shards: Path) -> dict[str, dict[str, bytes]]:
