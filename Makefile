@@ -5,20 +5,32 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# Debian's Chromium: the browser test of `carla-wds view` (tests/view/test_view_browser.py)
+CHROMIUM ?= /usr/bin/chromium
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test wheel-check install clean
+.PHONY: demo test wheel-check install chromium clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test,lightning,fast,radar,s3]' -c constraints.txt
 	touch $@
 
-install: $(VENV)/.installed
+# Installed only where it is missing (a file target); apt's lists are refreshed only when
+# the first try cannot find the package (a fresh machine).
+$(CHROMIUM):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium || \
+	  { $(SUDO) apt-get update -q && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+chromium: $(CHROMIUM)
+
+install: $(VENV)/.installed $(CHROMIUM)
 
 demo: $(VENV)/.installed
 	$(PY) tools/demo.py --out runs/demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(CHROMIUM)
 	$(PY) -m pytest -q
 
 wheel-check: $(VENV)/.installed
