@@ -47,7 +47,7 @@ def _given_dataset_options(kw: dict) -> dict:
 
 def _pair(value: str | None, form: str = "HxW", example: str = "256x512"
           ) -> tuple[int, int] | None:
-    """'AxB' -> (A, B), for HxW and WxH options alike."""
+    """'AxB' -> (A, B): every size option is HxW (height x width), as image_size."""
     if value is None:
         return None
     try:
@@ -254,11 +254,14 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
 @click.option("--episodes", default=4, show_default=True)
 @click.option("--frames", default=40, show_default=True)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--image-size", default=None, help="WxH; default is the layout's real camera size.")
+@click.option("--image-size", default=None,
+              help="HxW (height x width, as image_size everywhere), e.g. 90x320; default: the "
+                   "layout's real camera size.")
 def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
     from .pack.synth import synth_dataset
-    size = _pair(image_size, "WxH", "400x300")   # synth takes (width, height)
+    hw = _pair(image_size, "HxW", "300x400")
+    size = None if hw is None else (hw[1], hw[0])   # synth_dataset takes (width, height)
     try:
         routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
                                image_size=size)

@@ -13,7 +13,7 @@ NUMBER = r"([0-9.]+)"
 
 def test_bench_b2d_prints_every_table(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(BENCH), "--workdir", str(tmp_path), "--clips", "2",
-                           "--frames", "24", "--image-size", "160x96", "--repeats", "1",
+                           "--frames", "24", "--image-size", "96x160", "--repeats", "1",
                            "--memory-clips", "20"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout

@@ -18,7 +18,7 @@ NUMBER = r"([0-9.]+)"
 def test_bench_layouts_prints_both_readers(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
-         "--frames", "16", "--image-size", "64x16", "--batch", "2", "--workers-list", "0",
+         "--frames", "16", "--image-size", "16x64", "--batch", "2", "--workers-list", "0",
          "--repeats", "1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout

@@ -21,7 +21,7 @@ CASES = ("local", "local again", "s3", "s3 cold cache", "s3 warm cache")
 def test_bench_s3_prints_every_row(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(BENCH), "--workdir", str(tmp_path),
                            "--episodes", "1", "--frames", "24", "--max-samples", "8",
-                           "--image-size", "180x64", "--repeats", "1"],
+                           "--image-size", "64x180", "--repeats", "1"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout

@@ -59,7 +59,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, dict[str, Path]]:
     if not raw.exists():
         subprocess.run([sys.executable, "-m", "carla_wds.cli", "synth", str(raw), "--layout",
                         "transfuser4", "--episodes", str(args.episodes), "--frames",
-                        str(args.frames), "--image-size", "400x300", "--seed", "0"], check=True, cwd=ROOT)
+                        str(args.frames), "--image-size", "300x400", "--seed", "0"], check=True, cwd=ROOT)
     shards = {}
     if args.garage:   # extras: depth, semantics, BEV (PNG headers), LiDAR points, boxes, record
         garage = work / "raw_garage"

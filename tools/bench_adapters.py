@@ -55,7 +55,7 @@ from proc_stats import cpu_seconds  # noqa: E402
 class Entry:
     """One adapter's benchmark: the routes both sides read and how their loader is built."""
     layout: str                  # `carla-wds synth/pack --layout`
-    image_size: str              # synth WxH: the codebase's camera (its loader never resizes)
+    image_size: str              # synth HxW: the codebase's camera (its loader never resizes)
     pack_args: tuple[str, ...]   # the pack options the adapter needs (its ModelAdapter.pack)
     prepare: str                 # "module:function(repo_dir, raw)": their preprocessing, untimed
     their: str                   # "module:function(repo_dir)" -> build(raw, augment) -> Dataset
@@ -64,11 +64,11 @@ class Entry:
 # one entry per adapter. b2d_tcp: not yet - longer synth clips than its golden's 28 frames put
 # the synth's `speed: null` frame among the port's samples, which their collate cannot take
 ENTRIES: dict[str, Entry] = {
-    "tcp": Entry("tcp_roach", "900x256", ("--allow-pickle-input",),
+    "tcp": Entry("tcp_roach", "256x900", ("--allow-pickle-input",),
                  "bench_adapters:tcp_prepare", "bench_adapters:tcp_loader"),
-    "garage": Entry("garage", "1024x256", (), "bench_adapters:warm",
+    "garage": Entry("garage", "256x1024", (), "bench_adapters:warm",
                     "bench_adapters:garage_loader"),
-    "transfuser2022": Entry("transfuser2022", "960x160", ("--allow-pickle-input",),
+    "transfuser2022": Entry("transfuser2022", "160x960", ("--allow-pickle-input",),
                             "bench_adapters:warm", "bench_adapters:tf2022_loader"),
 }
 

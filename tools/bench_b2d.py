@@ -215,8 +215,8 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--parts", default="loader,pack,memory")
-    p.add_argument("--image-size", default=None, help="WxH of the synthetic cameras (smoke "
-                   "tests); default B2D's 1600x900")
+    p.add_argument("--image-size", default=None, help="HxW of the synthetic cameras (smoke "
+                   "tests); default B2D's 900x1600")
     p.add_argument("--memory-clips", default="1000,14000")
     p.add_argument("--child-memory", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--child-pickle", type=int, default=None, help=argparse.SUPPRESS)
@@ -226,7 +226,8 @@ def main() -> None:
     if args.child_pickle is not None:
         print(_pickle_child(work, args.child_pickle))
         return
-    size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
+    # HxW, as every size option; synth_dataset takes (width, height)
+    size = tuple(int(v) for v in args.image_size.split("x"))[::-1] if args.image_size else None
     raw, shards = make_data(work, args.clips, args.frames, size)
     if args.child_memory is not None:
         print(_memory_child(shards, work, args.child_memory))

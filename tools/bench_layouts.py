@@ -124,7 +124,8 @@ def prepare(workdir: Path, episodes: int, frames: int, image_size: str | None) -
     from carla_wds.pack.synth import synth_dataset
     raw = workdir / "raw"
     if not raw.exists():
-        size = tuple(int(v) for v in image_size.split("x")) if image_size else None
+        # HxW, as every size option; synth_dataset takes (width, height)
+        size = tuple(int(v) for v in image_size.split("x"))[::-1] if image_size else None
         synth_dataset(raw, "garage", episodes=episodes, frames=frames, seed=0, image_size=size,
                       progress=False)
     if not (workdir / "shards" / "manifest.json").exists():
@@ -181,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="/tmp/bench_layouts")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--frames", type=int, default=60)
-    p.add_argument("--image-size", default=None, help="WxH for synth (default 1024x256)")
+    p.add_argument("--image-size", default=None, help="HxW for synth (default 256x1024)")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--epochs", type=int, default=1, help="timed epochs per cell (after 1 warm-up)")
     p.add_argument("--workers-list", default="0,1,2")

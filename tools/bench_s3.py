@@ -112,7 +112,7 @@ def child(args: argparse.Namespace) -> None:
     if args.source.startswith("s3://"):
         import s3fs  # noqa: F401
     kw = loader_kwargs(args)
-    size = tuple(int(v) for v in args.out_size.split("x"))[::-1]
+    size = tuple(int(v) for v in args.out_size.split("x"))   # HxW
     prof = cProfile.Profile() if args.profile_out else None
     t0 = time.perf_counter()
     data = CARLAWebData(args.source, batch_size=BATCH, num_workers=args.workers,
@@ -328,8 +328,8 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=6)
     p.add_argument("--frames", type=int, default=100)
     p.add_argument("--max-samples", type=int, default=80, help="samples per shard")
-    p.add_argument("--image-size", default=None, help="WxH of the synthetic camera (smoke "
-                   "tests); default tcp's 900x256")
+    p.add_argument("--image-size", default=None, help="HxW of the synthetic camera (smoke "
+                   "tests); default tcp's 256x900")
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--workers-list", default="0,2")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile epoch")
@@ -346,10 +346,11 @@ def main() -> None:
         return child(args)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
+    # HxW, as every size option; synth_dataset takes (width, height)
+    size = tuple(int(v) for v in args.image_size.split("x"))[::-1] if args.image_size else None
     shards = make_data(work, args.episodes, args.frames, args.max_samples, size)
     total = sum(s["bytes"] for s in json.loads((shards / "manifest.json").read_text())["shards"])
-    args.out_size = args.image_size or "900x256"   # decoded at the camera's own size
+    args.out_size = args.image_size or "256x900"   # decoded at the camera's own size (HxW)
     args.cache_limit = 2 * total   # room for every shard: the limit is on, never hit
     server, args.endpoint, url = start_server(shards)
     try:

@@ -144,13 +144,13 @@ for layout in $YAML_LAYOUTS; do
     step "synth + pack + verify --deep: $layout (in $PWD)"
     # some layouts ship pickled .npy (supervision, LiDAR); synth wrote these, so they are trusted
     trust="--allow-pickle-input"
-    carla-wds synth "raw/$layout" --layout "$layout" --episodes 2 --frames 20 --seed 0 --image-size 96x64
+    carla-wds synth "raw/$layout" --layout "$layout" --episodes 2 --frames 20 --seed 0 --image-size 64x96
     carla-wds pack "raw/$layout" "shards/$layout" --layout "$layout" --max-samples 8 --workers 2 $trust
     carla-wds verify --deep "shards/$layout"
     [ -f "shards/$layout/manifest.json" ] || fail "pack --layout $layout wrote no manifest.json"
 done
 step "synth + pack (from the .tar.gz clips) + verify --deep: bench2drive (in $PWD)"
-carla-wds synth raw/b2d --layout bench2drive --episodes 2 --frames 30 --seed 0 --image-size 160x90
+carla-wds synth raw/b2d --layout bench2drive --episodes 2 --frames 30 --seed 0 --image-size 90x160
 carla-wds pack raw/b2d/archives shards/b2d --layout bench2drive --max-samples 4 \
     --split raw/b2d/bench2drive_base_train_val_split.json --subset all
 carla-wds verify --deep shards/b2d

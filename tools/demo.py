@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--episodes", type=int, default=12)
     p.add_argument("--frames", type=int, default=60)
-    p.add_argument("--image-size", default="200x150", help="synthetic camera WxH")
+    p.add_argument("--image-size", default="150x200", help="synthetic camera HxW")
     args = p.parse_args()
     out = Path(args.out)
     if out.exists():

@@ -359,7 +359,7 @@ def test_modules_refuse_other_layouts_and_bad_args(tmp_path):
 @pytest.mark.parametrize("layout", ["tcp_roach", "transfuser2022"])
 def test_cli_synth(cli, tmp_path, layout):
     result = cli("synth", tmp_path / "raw", "--layout", layout, "--episodes", "1", "--frames",
-                 "2", "--image-size", "48x16")
+                 "2", "--image-size", "16x48")
     assert result.exit_code == 0, result.output
     assert "wrote 1 routes of 2 frames" in result.output
     assert len(list((tmp_path / "raw").rglob("measurements/0001.json"))) == 1

@@ -391,7 +391,7 @@ def test_synth_bench2drive_without_h5py_writes_nothing(tmp_path, cli, monkeypatc
     monkeypatch.setitem(sys.modules, "h5py", None)   # `import h5py` now raises ImportError
     out = tmp_path / "raw"
     result = cli("synth", out, "--layout", "bench2drive", "--episodes", "1", "--frames", "3",
-                 "--image-size", "64x36")
+                 "--image-size", "36x64")
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "h5py" in lines[0] and "carla-wds[radar]" in lines[0]
