@@ -28,11 +28,12 @@ RULE = ("strata of (route, command, speed bin); next the sample of the stratum w
         "route, command and speed bin were drawn least so far; ties and the sample within a "
         "stratum by the smallest sha256 of the key: deterministic")
 _CSS = """body{font:14px sans-serif;margin:16px;background:#fafafa;color:#222}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:12px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(720px,1fr));gap:12px}
+.row{display:flex;gap:6px;align-items:flex-start}.row .cams{flex:1}
 .card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px}
 .card h3{font-size:12px;margin:0 0 6px;word-break:break-all}
 .cams{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}.cams figure{margin:0}
-figcaption{font-size:11px;color:#555}.cams img{height:110px}
+figcaption{font-size:11px;color:#555}.cams img{height:80px}.bev{margin:0;flex:none}
 .charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}code{font-size:12px}"""
 
 
@@ -56,11 +57,11 @@ def _card(row: Row, cams: list[bytes], names: tuple[str, ...], bev: dict[str, An
     title = f"{row.key} · {COMMAND_NAMES[row.command]} · {row.speed:.1f} m/s"
     figs = "".join(f"<figure>{_img(c, 'image/jpeg', n)}<figcaption>{html.escape(n)}"
                    "</figcaption></figure>" for c, n in zip(cams, names))
+    panel = _img(bev_png(bev, "bird's-eye (m)"), "image/png", "bev")
     return (f'<div class="card" data-key="{html.escape(row.key)}" data-route="'
             f'{html.escape(row.route)}" data-command="{COMMAND_NAMES[row.command]}">'
-            f"<h3>{html.escape(title)}</h3><div class=\"cams\">{figs}"
-            f"<figure>{_img(bev_png(bev, 'bird' + chr(39) + 's-eye'), 'image/png', 'bev')}"
-            "</figure></div></div>")
+            f'<h3>{html.escape(title)}</h3><div class="row"><div class="cams">{figs}</div>'
+            f'<figure class="bev">{panel}</figure></div></div>')
 
 
 def _charts(hist: dict[str, dict[str, int]], speeds: np.ndarray) -> str:
