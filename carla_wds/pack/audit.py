@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from ..manifest import (
     Manifest,
@@ -78,7 +78,7 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True,
     sizes = manifest.sizes_of(spec.cameras)
     problems = _sequence_problems(manifest, remote)
     total = 0
-    for shard in tqdm(manifest.shards, desc="verify", unit="shard", disable=not progress):
+    for shard in progress_bar(manifest.shards, desc="verify", unit="shard", disable=not progress):
         try:
             url = shard_url(manifest.where, shard.name)
         except ManifestError as exc:

@@ -18,7 +18,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Iterator
 
-from tqdm import tqdm
+from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from .. import __version__, limits
 from ..objstore import is_objstore
@@ -67,7 +67,7 @@ def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.Simpl
                        f"took {start[0]}")
 
 
-def _file_plans(seen: queue.SimpleQueue, report: PackReport, bar: tqdm) -> None:
+def _file_plans(seen: queue.SimpleQueue, report: PackReport, bar: Any) -> None:
     """On the main thread: move the plans the feeder has handed over into the report."""
     while not seen.empty():
         plan, done_already = seen.get()
@@ -138,7 +138,7 @@ def _pack_into(target: Output, src: PackInput, opts: PackOptions) -> dict[str, A
 def _run(src: PackInput, opts: PackOptions, sink: ShardSink, report: PackReport,
          sizes: ImageSizes, start: tuple[int, str]) -> None:
     plans = (src.plan(e) for e in src.episodes)
-    bar = tqdm(desc="pack", unit="frame", total=src.total, disable=not opts.progress)
+    bar = progress_bar(desc="pack", unit="frame", total=src.total, disable=not opts.progress)
     seen: queue.SimpleQueue = queue.SimpleQueue()
     pool = _pool(opts, src.encoder)
     # A pool's feeder thread reads tasks as fast as it can; clip tasks carry their files'

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
+from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from .. import dist, limits
 from ..fileio import atomic_write_json
@@ -226,7 +226,7 @@ def _log_window(run: Run, window: list[torch.Tensor], wait: float, started: floa
 def train_one_epoch(run: Run) -> None:
     run.model.train()
     run.train.set_epoch(run.epoch, global_step=run.epoch * len(run.train))
-    with tqdm(total=len(run.train), initial=run.train.consumed, disable=not run.main,
+    with progress_bar(total=len(run.train), initial=run.train.consumed, disable=not run.main,
               desc=f"epoch {run.epoch}", unit="batch") as bar:   # closed before an error prints
         window, wait, t0 = [], 0.0, time.perf_counter()
         started = t0

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from tqdm import tqdm
+from ...progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from ...datasets.bench2drive import RIG
 from ...datasets.bench2drive import RIG_ROWS as B2D_RIG
@@ -329,7 +329,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
     out = Path(out_dir)
     clips = [out / "v1" / clip_name(ep) for ep in range(int(episodes))]
     refuse_busy(clips)
-    for ep, clip in enumerate(tqdm(clips, desc="synth bench2drive", unit="clip",
+    for ep, clip in enumerate(progress_bar(clips, desc="synth bench2drive", unit="clip",
                                    disable=not progress)):
         writer = _ClipWriter(clip, ep, int(seed), int(frames), size)
         for t in range(int(frames)):

@@ -21,7 +21,7 @@ from typing import Callable
 
 import cv2
 import numpy as np
-from tqdm import tqdm
+from ...progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from . import world as base
 from .sensors import (  # noqa: F401 - the other writers take them from here too
@@ -122,7 +122,7 @@ def write_routes(layout: str, out_dir: str | Path, routes: list[Path],
     """Write each route with `write(route, episode)` after refusing folders that hold files;
     the routes, sorted. The one loop of every per-route synthetic writer."""
     refuse_busy(routes)
-    for ep, route in enumerate(tqdm(routes, desc=f"synth {layout}", unit="route",
+    for ep, route in enumerate(progress_bar(routes, desc=f"synth {layout}", unit="route",
                                     disable=not progress)):
         write(route, ep)
     logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,

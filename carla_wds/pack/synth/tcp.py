@@ -11,7 +11,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from tqdm import tqdm
+from ...progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from . import world
 
@@ -86,7 +86,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
     if busy:
         raise FileExistsError(f"route folders already hold files: {busy[:3]}; "
                               "choose an empty out_dir or remove them")
-    for ep, route in enumerate(tqdm(routes, desc=f"synth {layout}", unit="route",
+    for ep, route in enumerate(progress_bar(routes, desc=f"synth {layout}", unit="route",
                                     disable=not progress)):
         _write_episode(route, layout, ep, int(seed), int(frames), size)
     logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,
