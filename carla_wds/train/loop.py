@@ -28,12 +28,12 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from torch.nn.parallel import DistributedDataParallel
-from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 
 from .. import dist, limits
 from ..fileio import atomic_write_json
 from ..load import CARLAWebData, RemoteOptions
 from ..manifest import read_manifest
+from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..rng import derive_seed, rng_state, seed_everything, set_rng_state
 from .checkpoint import (
     CHECKPOINT,
@@ -100,7 +100,8 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
                   history=d.history, history_stride=d.history_stride)
     # the specs first: the model's inputs are checked in the config's words, and where the val
     # shards carry the expert's controls, eval decodes them too
-    specs = {path: read_manifest(path, remote) for path in (d.train, d.val)}
+    specs = {path: _manifest(key, path, remote)
+             for key, path in (("data.train", d.train), ("data.val", d.val))}
     for path, manifest in specs.items():
         check_inputs(cfg.model, manifest.spec, manifest.where)
     train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
@@ -109,6 +110,16 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common,
                        **loader_options(cfg.model, specs[d.val].spec))
     return train, val
+
+
+def _manifest(key: str, path: str, remote: RemoteOptions):
+    """The manifest a data key names; a missing one is one line naming the key to set."""
+    try:
+        return read_manifest(path, remote)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{key}={path}: {exc}. Fix: pack your data there "
+                                f"(carla-wds pack RAW {path} --layout ...) or set {key}=PATH"
+                                ) from None
 
 
 def lr_lambda(cfg: TrainConfig, total_steps: int):
