@@ -76,6 +76,22 @@ class CARLABatch:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def __repr__(self) -> str:
+        """One line per field set: its shape and dtype, not its values (print(batch))."""
+        def show(value: Any) -> str:
+            if isinstance(value, torch.Tensor):
+                return f"{tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+            if isinstance(value, dict):
+                return "{" + ", ".join(f"{k}: {show(v)}" for k, v in value.items()) + "}"
+            return f"list of {len(value)}" if isinstance(value, list) else repr(value)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        rows = [f"  {name}: {show(v)}" for name, v in values.items()
+                if name not in ("keys", "errors") and v is not None and not (
+                    isinstance(v, dict) and not v)]
+        head = (f"CARLABatch of {len(self)} ({int(self.valid.sum())} valid), keys "
+                f"{self.keys[:2]}{' ...' if len(self) > 2 else ''}, {len(self.errors)} errors")
+        return "\n".join([head, *rows])
+
     @property
     def extras(self) -> dict[str, torch.Tensor | list[Any]] | None:
         """Deprecated alias of `fields` (None when it is empty), kept for one release."""
