@@ -4,9 +4,9 @@ checked while streaming), and the deterministic, stratified choice of samples to
 
 The choice: samples fall into strata of (route, command, speed bin); the report greedily takes
 the next sample of the stratum whose route, command and speed bin were drawn least so far (so
-a few samples already span every command and route; a stratum's second sample comes only when
-every stratum ties), ties broken by the smallest sha256 of the key, and within a stratum in
-order of the sha256 of its keys. Nothing is random: the same pack gives the same report.
+a few samples already span every command and route), ties going to the stratum that has
+waited longest (at first: by the sha256 of the sample keys), and within a stratum in order of
+the sha256 of its keys. Nothing is random: the same pack gives the same report.
 """
 from __future__ import annotations
 
@@ -83,10 +83,11 @@ def _row(spec: Any, raw: dict[str, Any], shard: int, where: str) -> Row:
                float(speed))
 
 
-def _raws(manifest: Manifest, shard: int, remote: RemoteOptions | None) -> Iterator[dict]:
+def _raws(manifest: Manifest, shard: int, remote: RemoteOptions | None,
+          verify: bool = False) -> Iterator[dict]:
     s = manifest.shards[shard]
     ref = ShardRef(manifest.shard_urls()[shard], s.samples, s.bytes, s.sha256)
-    stream = open_shard(ref.url, None, ref.sha256, ref.bytes, remote=remote)
+    stream = open_shard(ref.url, None, ref.sha256, ref.bytes, verify=verify, remote=remote)
     try:
         yield from samples_of(stream, ref)
     finally:
@@ -94,17 +95,22 @@ def _raws(manifest: Manifest, shard: int, remote: RemoteOptions | None) -> Itera
 
 
 def _unreadable(manifest: Manifest, shard: int, exc: Exception) -> ViewError:
-    return ViewError(f"{manifest.shard_urls()[shard]}: cannot read it ({exc}). Fix: run "
+    text = str(exc).rstrip(".")
+    if "Fix:" in text:   # the reader's own message names the shard and its fix
+        return ViewError(text)
+    return ViewError(f"{manifest.shard_urls()[shard]}: cannot read it ({text}). Fix: run "
                      "`carla-wds verify` on the pack and re-pack the shard it names")
 
 
 def scan(manifest: Manifest, remote: RemoteOptions | None = None,
          progress: Any = None) -> list[Row]:
-    """Every sample's Row, in pack order; `progress` (a tqdm) is advanced per sample."""
+    """Every sample's Row, in pack order; `progress` (a tqdm) is advanced per sample. Each
+    shard is hashed against the manifest before it is read (the report describes a pack as
+    it was packed, or names the shard that is not)."""
     rows: list[Row] = []
     for i in range(len(manifest.shards)):
         try:
-            for raw in _raws(manifest, i, remote):
+            for raw in _raws(manifest, i, remote, verify=True):
                 rows.append(_row(manifest.spec, raw, i, f"{manifest.shard_urls()[i]}:"
                                  f"{raw['__key__']}"))
                 if progress is not None:

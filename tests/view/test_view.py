@@ -133,3 +133,17 @@ def test_cli_writes_the_report_and_refuses_in_one_line(cli, packs, tmp_path):
     bad = cli("view", str(tmp_path / "nothing"), "--out", str(tmp_path / "x.html"))
     assert bad.exit_code != 0 and len(bad.output.strip().splitlines()) == 1, bad.output
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_damaged_shard_is_one_line_naming_it_and_the_fix(cli, packs, tmp_path, copy_tree):
+    shards = copy_tree(packs["tcp"], "damaged")
+    shard = sorted(shards.glob("*.tar"))[1]
+    data = bytearray(shard.read_bytes())
+    data[700:710] = b"XXXXXXXXXX"   # inside the first member's bytes: the sha256 differs
+    shard.write_bytes(bytes(data))
+    out = tmp_path / "r.html"
+    result = cli("view", str(shards), "--out", str(out))
+    assert result.exit_code != 0
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and shard.name in lines[0] and "Fix: re-" in lines[0], lines
+    assert not out.exists()
