@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from ..fileio import atomic_write_bytes
 from ..load import CARLAWebData
+from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..remote import RemoteOptions
 from ..schema import COMMAND_NAMES
 from .draw import bars_png, bev_png, speed_png
@@ -110,7 +110,7 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
     show_bar = sys.stderr.isatty() if progress is None else progress
     log.info("view: reading the labels of %d samples in %d shards of %s",
              manifest.total_samples, len(manifest.shards), manifest.where)
-    with tqdm(total=manifest.total_samples, desc="labels", unit="sample",
+    with progress_bar(total=manifest.total_samples, desc="labels", unit="sample",
               disable=not show_bar) as bar:
         rows = scan(manifest, remote, bar)
     if not rows:
@@ -121,7 +121,7 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
     batch = decode(data, raws)
     frames = dict(data.spec.frames)
     cards, bevs, at = [], {}, {k: i for i, k in enumerate(batch.keys)}
-    for row in tqdm(chosen, desc="samples", disable=not show_bar):
+    for row in progress_bar(chosen, desc="samples", disable=not show_bar):
         i = at.get(row.key)
         if i is None or not bool(batch.valid[i]):
             log.warning("view: %s not drawn: %s", row.key, "; ".join(batch.errors)[:300])
