@@ -13,7 +13,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[test,lightning,fast,radar,s3]' -c constraints.txt
+	$(VENV)/bin/pip install -q -e '.[test,lightning,fast,radar,s3,docs]' -c constraints.txt
 	touch $@
 
 # Installed only where it is missing (a file target); apt's lists are refreshed only when

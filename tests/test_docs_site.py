@@ -1,0 +1,97 @@
+"""The documentation site builds with `mkdocs build --strict` (mkdocs.yml): a broken link, a
+missing page in the nav, or an API reference (mkdocstrings `::: name`, mkdocs-click) that no
+longer resolves fails the suite, not only a later docs deploy."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _need_mkdocs() -> None:
+    # never a skip: CI must build the site (make install installs the docs extra)
+    try:
+        import mkdocs  # noqa: F401
+        import mkdocstrings  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"{exc}: the docs extra is missing. Fix: make install "
+                    "(pip install -e '.[docs]' -c constraints.txt)")
+
+
+def _build(out: Path) -> subprocess.CompletedProcess:
+    _need_mkdocs()
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
+                           str(ROOT / "mkdocs.yml"), "-d", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = _build(out)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def _text(page: Path) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", page.read_text()).split())
+
+
+def test_every_doc_page_is_built_and_in_the_nav(site: Path) -> None:
+    pages = sorted(p.relative_to(ROOT / "docs") for p in (ROOT / "docs").rglob("*.md"))
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in pages:
+        assert str(page) in nav, f"docs/{page} is not in mkdocs.yml's nav"
+        built = site / page.with_suffix("") / "index.html" if page.name != "index.md" \
+            else site / page.parent / "index.html"
+        assert built.is_file(), f"docs/{page} was not built ({built})"
+
+
+def test_api_reference_is_generated_from_the_code(site: Path) -> None:
+    ref = site / "reference"
+    web = _text(ref / "carla_web_data" / "index.html")
+    assert "CARLAWebData" in web and "batch_size" in web and "state_dict" in web
+    assert "waypoints" in _text(ref / "carla_batch" / "index.html")
+    assert "max_samples" in _text(ref / "pack_options" / "index.html")
+    cli = _text(ref / "cli" / "index.html")
+    for command in ("carla-wds pack", "carla-wds verify", "carla-wds inspect", "carla-wds train",
+                    "carla-wds view", "--layout"):
+        assert command in cli, f"the CLI page lacks {command!r}"
+    manifest = _text(ref / "manifest" / "index.html")
+    for field in ("first_key", "steps", "sequence", "validate_manifest", "sample_rule"):
+        assert field in manifest, f"the manifest page lacks {field!r}"
+
+
+def test_the_layouts_page_lists_every_built_in_layout(site: Path) -> None:
+    from carla_wds.pack.datasets import builtin_layouts
+    from carla_wds.pack.datasets.routes.layouts import LAYOUT_DIR
+    page = _text(site / "reference" / "layouts" / "index.html")
+    for name in builtin_layouts():
+        assert f"--layout {name}" in page or name in page, f"layout {name} is not on the page"
+        yaml_file = LAYOUT_DIR / f"{name}.yaml"
+        if yaml_file.is_file():   # the shipped YAML, verbatim (its first comment line)
+            first = yaml_file.read_text().splitlines()[0].lstrip("# ").split(":")[0]
+            assert first in page, f"{yaml_file.name} is not shown on the layouts page"
+
+
+def test_a_broken_reference_fails_the_build(tmp_path: Path) -> None:
+    """The strict build is what catches it: a page naming an object that does not exist."""
+    _need_mkdocs()
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# x\n\n::: carla_wds.no_such_module.Nothing\n\n"
+                                   "[gone](no_such_page.md)\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        "site_name: t\ndocs_dir: docs\nplugins:\n  - mkdocstrings\n")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d",
+                           str(tmp_path / "site")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode != 0
