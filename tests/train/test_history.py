@@ -124,3 +124,22 @@ def test_resume_with_another_history_is_refused(data, tmp_path):  # noqa: F811
                                                   r"resume=none"):
             run_training(load_config(TINY, overrides(data, run_dir, epochs=2, **changed)))
     run_training(load_config(TINY, overrides(data, run_dir, epochs=2, **{"data.history": 1})))
+
+
+def test_history_model_under_channels_last_bf16_autocast():
+    """The GPU path's settings (channels_last, bf16 autocast) on the CPU: the past features
+    (bf16 from the encoder) and the fp32 step embedding mix without a dtype error, and the
+    result stays close to fp32's."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(backbone="tiny", feature_dim=32, prior="none"), 2, 4,
+                        ModelIO(history=2)).to(memory_format=torch.channels_last)
+    batch, past = make_batch(3, 2), _past(3, 2, 2)
+    with torch.no_grad():
+        ref = model.eval()(*batch, past=past)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(*batch, past=past)
+    assert out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert torch.allclose(out, ref, atol=0.1 + 0.05 * ref.abs().max().item())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model.train()(*batch, past=past).float().square().mean().backward()
+    assert model.step_embedding.grad is not None
