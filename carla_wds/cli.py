@@ -111,7 +111,10 @@ def main(verbose: bool) -> None:
 @click.option("--quality", default=95, show_default=True, help="JPEG quality.")
 @click.option("--resize", default=None, help="HxW: resize images before encoding.")
 @click.option("--workers", default=1, show_default=True)
-@click.option("--part", default=None, help="i/N: pack part i of N (for many machines).")
+@click.option("--part", default=None, help="i/N: pack part i of N (for many machines); with "
+              "--plan: i, or auto (SLURM_ARRAY_TASK_ID).")
+@click.option("--plan", default=None, help="A plan.json from `carla-wds plan`: pack its part "
+              "--part into OUTPUT_DIR/parts/<i>/, resuming it if it was interrupted.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True)
 @click.option("--check-images", is_flag=True, help="Fully decode every image.")
 @click.option("--dot-replacement", default=None, help="Map dots in route names to this string.")
@@ -140,18 +143,22 @@ def main(verbose: bool) -> None:
               help="Archived episodes (clips): bytes of one held in memory; the rest goes to "
                    "one temporary file.")
 @limit_option
-def pack(input_dir, output_dir, resize, part, **kw) -> None:
+def pack(input_dir, output_dir, resize, part, plan, **kw) -> None:
     """Pack raw CARLA route folders (or Bench2Drive clips and their .tar.gz) into WebDataset
     shards plus manifest.json. OUTPUT_DIR is a folder or an s3:// prefix (credentials and
     endpoint from the AWS environment: AWS_PROFILE or AWS_ACCESS_KEY_ID/..., AWS_ENDPOINT_URL)."""
+    from .cli_cluster import run_plan_part
     from .pack.packer import PackOptions
     from .pack.packer import pack as run_pack
-    opts = PackOptions(resize=_pair(resize), part=_part(part),
+    opts = PackOptions(resize=_pair(resize), part=None if plan else _part(part),
                        dataset_options=_given_dataset_options(kw), **kw)
     try:
-        manifest = run_pack(input_dir, output_dir, opts)
+        manifest = run_plan_part(input_dir, output_dir, plan, part, opts) if plan else \
+            run_pack(input_dir, output_dir, opts)
     except (*USER_ERRORS, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
+    if manifest is None:   # a plan's part that was complete already
+        return
     c = manifest["counts"]
     click.echo(f"{c['samples']} samples in {len(manifest['shards'])} shards; {c['frames']} frames "
                f"found, {c['tail_frames']} route tails, {c['head_frames']} + "
@@ -165,21 +172,32 @@ def pack(input_dir, output_dir, resize, part, **kw) -> None:
 
 @main.command()
 @click.argument("part_dirs", nargs=-1, required=True)
-@click.option("--out", "out_dir", required=True,
+@click.option("--out", "out_dir", default=None,
               help="Empty folder or s3:// prefix for the merged pack.")
+@click.option("--in-place", is_flag=True,
+              help="PART_DIRS is one OUT of `carla-wds plan`: write OUT/manifest.json naming "
+                   "the parts' shards where they are (nothing copied), each checked.")
+@click.option("--deep", is_flag=True, help="--in-place: check each shard's sha256 too.")
 @click.option("--prefix", default="shard", show_default=True)
 @click.option("--read-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0.1),
               help="s3:// parts or output: seconds a read may wait for bytes.")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="s3:// parts or output: further attempts per object after a failure.")
-def merge(part_dirs, out_dir, prefix, read_timeout, retries) -> None:
+def merge(part_dirs, out_dir, in_place, deep, prefix, read_timeout, retries) -> None:
     """Combine `pack --part i/N` outputs (folders or s3:// prefixes) into one folder or s3://
-    prefix and manifest; shards are copied server-side within a store, and each is checked."""
+    prefix and manifest; shards are copied server-side within a store, and each is checked.
+    With --in-place, the parts of a plan's OUT get one manifest and no shard is copied."""
+    from .cli_cluster import run_merge_in_place
     from .pack.audit import merge as run_merge
     from .remote import RemoteOptions
+    remote = RemoteOptions(read_timeout=read_timeout, retries=retries)
     try:
-        m = run_merge(list(part_dirs), out_dir, prefix,
-                      RemoteOptions(read_timeout=read_timeout, retries=retries))
+        if in_place:
+            run_merge_in_place(part_dirs, out_dir, deep, remote)
+            return
+        if out_dir is None:
+            raise click.UsageError("merge needs --out (or --in-place OUT)")
+        m = run_merge(list(part_dirs), out_dir, prefix, remote)
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"merged {len(part_dirs)} parts: {m['total_samples']} samples, "
@@ -334,6 +352,15 @@ def plot(run_dir, out) -> None:
         click.echo(f"wrote {plot_run(run_dir, out)}")
     except (FileNotFoundError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _add_cluster_commands() -> None:
+    from .cli_cluster import pack_status, plan_command
+    main.add_command(plan_command(_dataset_options, _given_dataset_options))
+    main.add_command(pack_status)
+
+
+_add_cluster_commands()
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
     if other:
         raise ManifestError(f"merge reads local and object-store (s3://) parts only, got "
                             f"{other[0]}. Fix: download the part first")
-    _check_parts(manifests)
+    check_parts(manifests)
     dest.begin()
     try:
         return _merge_into(dest, manifests, prefix)
@@ -51,12 +51,22 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
 
 
 def _merge_into(dest: Any, manifests: list[tuple[dict, str]], prefix: str) -> dict:
-    shards, skipped, counts = [], [], {}
+    shards = []
     for m, where in manifests:
         for shard in m["shards"]:
             name = shard_name(prefix, len(shards))
             dest.put_shard(shard_url(where, shard["name"]), name, shard, where)
             shards.append({**shard, "name": name})
+    merged = merged_doc(manifests, shards)
+    dest.put_manifest(merged)
+    return merged
+
+
+def merged_doc(manifests: list[tuple[dict, str]], shards: list[dict]) -> dict:
+    """The merged manifest of parts (in order) whose shards are now `shards` (renamed or, for
+    an in-place merge, named where they are): counts summed, skips kept, sequence redone."""
+    skipped, counts = [], {}
+    for m, _ in manifests:
         skipped += m.get("skipped", [])
         for k, v in m.get("counts", {}).items():
             counts[k] = counts.get(k, 0) + v
@@ -64,13 +74,14 @@ def _merge_into(dest: Any, manifests: list[tuple[dict, str]], prefix: str) -> di
     merged = {**first, "shards": shards, "skipped": skipped, "counts": counts,
               "total_samples": sum(s["samples"] for s in shards),
               "sequence": sequence_doc(shards),
+              # each part lists the clips its own filter left out: the merge lists them all
+              "filtered_routes": [f for m, _ in manifests for f in m.get("filtered_routes", [])],
               "merged_from": [where for _, where in manifests]}
     merged["pack_args"] = {**first.get("pack_args", {}), "part": None}
-    dest.put_manifest(merged)
     return merged
 
 
-def _check_parts(manifests: list[tuple[dict, str]]) -> None:
+def check_parts(manifests: list[tuple[dict, str]]) -> None:
     """Parts must come from one pack command (same options) and be exactly parts 0..N-1."""
     first = manifests[0][0]
     for m, where in manifests[1:]:

@@ -34,6 +34,10 @@ class PackOptions:
     resize: tuple[int, int] | None = None  # (H, W)
     workers: int = 1
     part: tuple[int, int] | None = None    # (i, N): this machine packs part i of N
+    # the episodes (names) of a plan's part (pack/plan_parts.py): when set, `part` is only the
+    # (i, P) the manifest records and these are packed, in discovery order. Not in identity():
+    # the plan's fingerprint is checked before a pack starts (plan_parts.check_input)
+    select: tuple[str, ...] | None = None
     on_error: str = "fail"
     check_images: bool = False
     dot_replacement: str | None = None
@@ -67,7 +71,7 @@ class PackOptions:
 
     def identity(self) -> dict[str, Any]:
         """The options that change the output bytes; a resume must match them exactly."""
-        skip = {"workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
+        skip = {"select", "workers", "resume", "overwrite", "progress", "fsync", "allow_pickle_input",
                 "spool_bytes", "stage", "storage_options", "read_timeout", "retries"}
         out = {k: v for k, v in asdict(self).items() if k not in skip | {"dataset_options"}}
         # the built-in datasets' options and the layout's own, at their defaults unless given:

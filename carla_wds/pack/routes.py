@@ -111,7 +111,13 @@ def check_key_collisions(routes: list[str], dot_replacement: str | None) -> None
         seen[key] = route
 
 
-def select_part(routes: list[str], part: tuple[int, int] | None) -> list[str]:
+def select_part(routes: list, part: tuple[int, int] | None,
+                select: tuple[str, ...] | None = None) -> list:
+    """The episodes this pack takes: a plan's part by name (`select`: routes are names, clips
+    have .name), else part i of N as a contiguous slice, else all."""
+    if select is not None:
+        keep = set(select)
+        return [r for r in routes if (r if isinstance(r, str) else r.name) in keep]
     if part is None:
         return routes
     i, n = part

@@ -47,7 +47,7 @@ class Bench2Drive(Dataset):
                                 "Fix: point INPUT_DIR at the folder holding every clip, or "
                                 "pack with --on-error skip to list them in the manifest and "
                                 "go on")
-        clips = select_part(clips, opts.part)
+        clips = select_part(clips, opts.part, opts.select)
         encoder = ClipEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
                               mirror_y=settings.handedness == "right")
         return PackInput(CLIP_LAYOUT_INFO(settings), spec, clips,

@@ -39,7 +39,7 @@ class RoutesDataset(Dataset):
         spec = layout_spec(layout, pred_len, opts.image_format or layout.image_ext)
         all_routes = find_routes(input_dir, layout)
         check_key_collisions(all_routes, opts.dot_replacement)
-        routes = select_part(all_routes, opts.part)
+        routes = select_part(all_routes, opts.part, opts.select)
         opts = replace(opts, pred_len=pred_len)
         encoder = ArrayEncoder(spec, layout.image_ext, opts.quality, opts.resize,
                                opts.check_images, readers(layout, spec), opts.allow_pickle_input)
