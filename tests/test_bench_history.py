@@ -22,13 +22,15 @@ def test_bench_history_prints_windows_and_clips(tmp_path: Path) -> None:
          "--clip-batch", "2", "--shard-samples", "8", "--workers-list", "0,1",
          "--repeats", "1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # workers | h0 | h3 | h3 frames | per frame | per sample | h0 RSS | h3 RSS
+    # workers | h0 | h3 | h3 frames | per frame | after the first batch | per sample | RSS x 2
     rows = re.findall(rf"^\| ([01]) \| {NUM} \| {NUM} \| ({NUM}) \| {RATIO} \| {RATIO} \| "
+                      rf"{RATIO} \| "
                       r"(\d+) \| (\d+) \|$", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["0", "1"], proc.stdout
     assert all(float(r[1].split()[0]) > 0 and int(r[3]) > 0 for r in rows), proc.stdout
-    # clips: workers | samples/s | frames/s | per frame | frames per clip | RSS
-    clips = re.findall(rf"^\| ([01]) \| {NUM} \| {NUM} \| {RATIO} \| ([0-9.]+) \| (\d+) \|$",
+    # clips: workers | samples/s | frames/s | per frame | after the first | frames/clip | RSS
+    clips = re.findall(rf"^\| ([01]) \| {NUM} \| {NUM} \| {RATIO} \| {RATIO} \| ([0-9.]+) \| "
+                       r"(\d+) \|$",
                        proc.stdout, re.M)
     assert [c[0] for c in clips] == ["0", "1"], proc.stdout
     # a 32-frame clip over 40-frame routes: more than one real frame, at most 32
