@@ -69,6 +69,26 @@ def test_api_reference_is_generated_from_the_code(site: Path) -> None:
         assert field in manifest, f"the manifest page lacks {field!r}"
 
 
+def test_every_loader_argument_has_a_row() -> None:
+    """docs/reference/carla_web_data.md's table names every argument of CARLAWebData."""
+    import inspect
+    from carla_wds import CARLAWebData
+    table = (ROOT / "docs" / "reference" / "carla_web_data.md").read_text()
+    params = [p for p in inspect.signature(CARLAWebData.__init__).parameters
+              if p not in ("self", "aliases")]
+    missing = [p for p in params if f"`{p}`" not in table]
+    assert not missing, f"CARLAWebData arguments with no row in the reference table: {missing}"
+
+
+def test_every_pack_option_has_a_row() -> None:
+    """docs/reference/pack_options.md's table names every field of PackOptions."""
+    from dataclasses import fields
+    from carla_wds.pack import PackOptions
+    table = (ROOT / "docs" / "reference" / "pack_options.md").read_text()
+    missing = [f.name for f in fields(PackOptions) if f"`{f.name}`" not in table]
+    assert not missing, f"PackOptions fields with no row in the reference table: {missing}"
+
+
 def test_the_layouts_page_lists_every_built_in_layout(site: Path) -> None:
     from carla_wds.pack.datasets import builtin_layouts
     from carla_wds.pack.datasets.routes.layouts import LAYOUT_DIR
