@@ -30,11 +30,12 @@ from typing import Any
 
 from ..fileio import atomic_write_bytes
 from ..manifest import MANIFEST
-from ..objstore import is_objstore, join
+from ..objstore import is_objstore
 from ..objwrite import StoreWriter
+from ..remote import RemoteOptions
 from .errors import PackError
 from .options import PackOptions
-from .plan_parts import check_input, discover, part_dir, read_plan
+from .plan_parts import check_input, discover, part_dir, read_plan, under
 from .shards import JOURNAL
 
 log = logging.getLogger(__name__)
@@ -64,16 +65,17 @@ def resolve_part(text: str | None, parts: int, env: dict[str, str] | None = None
 
 
 def _marker(out: str, i: int, parts: int) -> str:
-    return join(out, part_dir(i, parts) + ".failed") if is_objstore(out) else \
+    return under(out, part_dir(i, parts) + ".failed") if is_objstore(out) else \
         str(Path(out) / (part_dir(i, parts) + ".failed"))
 
 
-def _set_marker(out: str, i: int, parts: int, error: str | None) -> None:
+def _set_marker(out: str, i: int, parts: int, error: str | None,
+                remote: RemoteOptions | None = None) -> None:
     """Write (error) or remove (None) part i's failure marker."""
     where = _marker(out, i, parts)
     rel = part_dir(i, parts) + ".failed"
     if is_objstore(out):
-        store = StoreWriter(out, None, "OUT")
+        store = StoreWriter(out, remote, "OUT")
         if error is None:
             store.remove([rel])
         else:
@@ -96,33 +98,33 @@ def pack_part(input_dir: str, out: str, plan_path: str, part: str | None,
     """Pack the plan's part into OUT/parts/<i>/; (i, manifest), or (i, None) when that part
     was complete already. On a failure the part's marker records the error line."""
     from .packer import pack   # the packer imports the datasets; keep `plan` light
-    plan = read_plan(plan_path, opts)
+    plan = read_plan(plan_path, opts.remote())
     i = resolve_part(part, plan["parts"])
     if opts.layout != plan["layout"] or (opts.dataset_options or {}) != plan["dataset_options"]:
         raise PackError(f"--plan {plan_path} was made for --layout {plan['layout']} with "
                         f"{plan['dataset_options'] or 'no dataset options'}, not --layout "
                         f"{opts.layout} with {opts.dataset_options or 'none'}. Fix: pack with "
                         "the plan's layout and options, or plan again")
-    target = join(out, part_dir(i, plan["parts"])) if is_objstore(out) else \
+    target = under(out, part_dir(i, plan["parts"])) if is_objstore(out) else \
         str(Path(out) / part_dir(i, plan["parts"]))
-    if _done(out, i, plan["parts"]):
+    if _done(out, i, plan["parts"], opts.remote()):
         log.info("part %d is complete (%s/%s); nothing to do", i, target, MANIFEST)
         return i, None
     names = check_input(plan, input_dir, discover(input_dir, opts), i, opts)
-    _set_marker(out, i, plan["parts"], None)
+    _set_marker(out, i, plan["parts"], None, opts.remote())
     opts = replace(opts, part=(i, plan["parts"]), select=tuple(names),
                    resume=not opts.overwrite)
     try:
         return i, pack(input_dir, target, opts)
     except Exception as exc:
         _set_marker(out, i, plan["parts"], str(exc).splitlines()[0] if str(exc) else
-                    type(exc).__name__)
+                    type(exc).__name__, opts.remote())
         raise
 
 
-def _done(out: str, i: int, parts: int) -> bool:
+def _done(out: str, i: int, parts: int, remote: RemoteOptions) -> bool:
     if is_objstore(out):
-        return f"{part_dir(i, parts)}/{MANIFEST}" in StoreWriter(out, None, "OUT").listing()
+        return f"{part_dir(i, parts)}/{MANIFEST}" in StoreWriter(out, remote, "OUT").listing()
     return (Path(out) / part_dir(i, parts) / MANIFEST).is_file()
 
 

@@ -16,12 +16,12 @@ from typing import Any
 from ..fileio import atomic_write_json, sha256_file
 from ..manifest import MANIFEST, read_manifest
 from ..manifest_schema import ManifestError
-from ..objstore import is_objstore, join
+from ..objstore import is_objstore
 from ..objwrite import StoreWriter, json_bytes
 from ..remote import RemoteOptions
 from .cluster import array_spec
 from .merge import check_parts, merged_doc
-from .plan_parts import part_dir, read_plan
+from .plan_parts import part_dir, read_plan, under
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def merge_in_place(out: str, deep: bool = False, remote: RemoteOptions | None = 
     """Write OUT/manifest.json over the part shards of OUT's plan; returns the document."""
     out = str(out)
     store = StoreWriter(out, remote, "merge output") if is_objstore(out) else None
-    plan = read_plan(out)
+    plan = read_plan(out, remote)
     parts = plan["parts"]
     rels = [part_dir(i, parts) for i in range(parts)]
     held = store.listing() if store else None
@@ -41,7 +41,7 @@ def merge_in_place(out: str, deep: bool = False, remote: RemoteOptions | None = 
                             f"manifest (not done), e.g. {rels[missing[0]]}. Fix: pack them "
                             f"(sbatch --array={array_spec(missing)} ...; carla-wds pack-status "
                             f"{out} lists them), then merge again")
-    manifests = [(m.doc, m.where) for m in (read_manifest(join(out, r) if store else
+    manifests = [(m.doc, m.where) for m in (read_manifest(under(out, r) if store else
                                                           str(Path(out) / r), remote)
                                             for r in rels)]
     check_parts(manifests)

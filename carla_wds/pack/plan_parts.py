@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_bytes
-from ..objstore import is_objstore, join, read_object
+from ..objstore import is_objstore, read_object
 from ..objwrite import StoreWriter
+from ..remote import RemoteOptions
 from .datasets import dataset_for
 from .errors import PackError
 from .options import PackOptions
@@ -39,6 +40,11 @@ MAX_PLAN_BYTES = 1 << 28   # 13,638 clips x ~100 bytes is ~2 MB; far above any r
 def episode_name(episode: Any) -> str:
     """The name a plan lists an episode under: a route folder's relative path, a clip's name."""
     return episode if isinstance(episode, str) else str(episode.name)
+
+
+def under(prefix: str, rel: str) -> str:
+    """rel under a folder or an s3:// prefix (objstore.join takes a manifest's URL instead)."""
+    return f"{prefix.rstrip('/')}/{rel}"
 
 
 def part_dir(i: int, parts: int) -> str:
@@ -124,17 +130,17 @@ def write_plan(out: str, doc: dict[str, Any]) -> str:
     data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
     if is_objstore(out):
         StoreWriter(out, None, "plan output").put_bytes(PLAN, data)
-        return join(out, PLAN)
+        return under(out, PLAN)
     Path(out).mkdir(parents=True, exist_ok=True)
     return str(atomic_write_bytes(Path(out) / PLAN, data))
 
 
-def read_plan(where: str, opts: PackOptions | None = None) -> dict[str, Any]:
+def read_plan(where: str, remote: RemoteOptions | None = None) -> dict[str, Any]:
     """A plan.json (or the folder holding one), checked for the fields the tools use."""
-    path = where if where.endswith(".json") else (join(where, PLAN) if is_objstore(where)
+    path = where if where.endswith(".json") else (under(where, PLAN) if is_objstore(where)
                                                    else str(Path(where) / PLAN))
     try:
-        raw = read_object(path, MAX_PLAN_BYTES, opts.remote() if opts else None) \
+        raw = read_object(path, MAX_PLAN_BYTES, remote) \
             if is_objstore(path) else Path(path).read_bytes()
         doc = json.loads(raw)
     except FileNotFoundError:
