@@ -30,7 +30,6 @@ from ..limits import using as using_limits
 from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
-from ..sequence import chains, has_keys
 from ..shardcache import check_limit
 from ..shardread import ShardRef, is_remote
 from .batch import CARLABatch, field_layout, with_padding_fields
@@ -38,15 +37,18 @@ from .classes import class_options
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
                        resolve_load_adapters)
 from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
-from .history import windowed
+from .history import history_settings, windowed
 from .plan import batches_per_rank
+from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
 from .workers import Epoch, Workers
 
 log = logging.getLogger(__name__)
 DEFAULT_IMAGE_SIZE = (256, 512)
-STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "world_size", "num_workers",
-                "batches_per_epoch", "history", "history_stride")
+# a state's fields that must equal the loader's (world_size and num_workers may change:
+# load/reshape.py plans the rest of the epoch for the new split)
+STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "batches_per_epoch", "history",
+                "history_stride")
 STATE_DEFAULTS = {"history": 0, "history_stride": 1}   # states saved before issue 27
 
 
@@ -159,52 +161,6 @@ def _batches(where: str, counts: tuple[int, ...], batch_size: int, world_size: i
     return n
 
 
-def _stride(manifest: Manifest, stride: int | str) -> int | str:
-    """history_stride as samples: a whole number, or seconds written "0.5s", which must be a
-    whole number of the pack's sample steps (the layout's rate_hz and the frame step)."""
-    if not (isinstance(stride, str) and stride.endswith("s")):
-        return stride
-    rate = (manifest.doc.get("spec") or {}).get("rate_hz")
-    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
-    try:
-        samples = float(stride[:-1]) * float(rate) / step
-    except (TypeError, ValueError):
-        raise ValueError(f"history_stride={stride!r}: expected seconds such as '0.5s', in a "
-                         f"pack that records its rate_hz (this one: {rate!r})") from None
-    if samples < 1 or abs(samples - round(samples)) > 1e-6:
-        raise ValueError(f"history_stride={stride!r}: {stride[:-1]} s is {samples:g} sample "
-                         f"steps at {rate} Hz (frame step {step}); choose a whole number >= 1")
-    return int(round(samples))
-
-
-def _history(manifest: Manifest, history: int, stride: int | str,
-             transform: SampleTransform | None) -> tuple[int, int, dict[str, Any]]:
-    """Checked history settings, and what the workers need of the pack's sequence record."""
-    stride = _stride(manifest, stride)
-    if not (isinstance(history, int) and isinstance(stride, int) and history >= 0
-            and stride >= 1):
-        raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
-                         "numbers, history >= 0 (earlier frames) and history_stride >= 1 "
-                         "(samples), or history_stride in seconds such as '0.5s'")
-    if not history:
-        return 0, stride, {}
-    if transform is not None:
-        raise ValueError("history windows are not yet served through adapter= or "
-                         "sample_transform=. Fix: load with history=0, or without them")
-    shards = manifest.doc["shards"]
-    if not has_keys(shards):
-        raise ValueError(f"{manifest.where}: this pack was made before carla-wds recorded where "
-                         "routes begin in its shards, which history windows need. Fix: "
-                         "re-pack it with this version, or load with history=0")
-    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
-    runs = tuple(tuple(c) for c in chains(shards))
-    if len(runs) < len(shards) / 2:   # the shuffle mixes runs, not shards
-        log.warning("%s: %d of %d shards go on with a route of the shard before, so an epoch "
-                    "shuffles %d runs of linked shards; pack with --route-shards to mix more",
-                    manifest.where, len(shards) - len(runs), len(shards), len(runs))
-    return history, stride, {"frame_step": step, "chains": runs}
-
-
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
@@ -258,16 +214,22 @@ class CARLAWebData:
         self.batches_per_epoch, self.pin_memory = batches_per_epoch, pin_memory
         self.prefetch_factor = prefetch_factor
         self._set_shards(shard_urls, cache_limit_bytes)
-        self.history, self.history_stride, self._sequence = _history(
+        self.history, self.history_stride, self._sequence = history_settings(
             self.manifest, history, history_stride, self.sample_transform)
         self._len = _batches(self.where, self.counts, batch_size, self.world_size, mode,
                              batches_per_epoch)
-        self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
+        self._start_position()
         self._field_layout: dict | None = None   # shapes of the selected fields, once seen
-        self.stats = {"skipped_samples": 0, "batches": 0, "batches_outside_ring": 0}
+        self.stats = dict(skipped_samples=0, batches=0, batches_outside_ring=0)
         self._workers = Workers(num_workers, prefetch_factor=prefetch_factor,
                                 pin_memory=pin_memory, persistent=persistent_workers,
                                 stats=self.stats)
+
+    def _start_position(self) -> None:
+        self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
+        # a resume from another split (reshape.py), and its epoch's rest in batches
+        self._reshape: Reshape | None = None
+        self._reshape_len = 0
 
     def _read(self, source: str, remote: RemoteOptions | None) -> None:
         with using_limits(self.limits):   # the recorded sizes are held to these limits too
@@ -286,7 +248,8 @@ class CARLAWebData:
                                                      sort_keys=True).encode()).hexdigest()
 
     def __len__(self) -> int:
-        return self._len
+        """Batches per rank in this epoch: the rest of it after a resume in another split."""
+        return self._len if self._reshape is None else self._reshape_len
 
     @property
     def camera_names(self) -> list[str]:
@@ -308,17 +271,18 @@ class CARLAWebData:
         resume position loaded with load_state_dict.
         """
         if epoch != self.epoch:
-            self.consumed = 0
+            self.consumed, self._reshape = 0, None
         self.epoch = epoch
         self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
 
     def __iter__(self) -> Iterator[CARLABatch | dict[str, Any]]:
-        if self.consumed >= self._len or self.mode == "eval":
-            # A finished epoch restarts, like DistributedSampler; eval always runs whole, so an
-            # interrupted pass (Lightning's sanity check) never hides samples from the next.
-            self.consumed = 0
+        if self.consumed >= len(self) or self.mode == "eval":
+            # A finished epoch restarts, like DistributedSampler (whole, in this split); eval
+            # always runs whole, so an interrupted pass (Lightning's sanity check) never hides
+            # samples from the next.
+            self.consumed, self._reshape = 0, None
         # closing: a caller's early stop reaches the pass now, not when it is collected
-        with closing(self._workers.run(self._epoch(), self._len - self.consumed)) as batches:
+        with closing(self._workers.run(self._epoch(), len(self) - self.consumed)) as batches:
             for batch in batches:
                 if isinstance(batch, ModelBatch):   # a sample_transform's dict
                     self.consumed += 1
@@ -352,7 +316,8 @@ class CARLAWebData:
                      on_error=self.on_error, field_opts=self.field_opts,
                      cache_limit_bytes=self.cache_limit_bytes, limits=self.limits,
                      sample_transform=self.sample_transform, history=self.history,
-                     history_stride=self.history_stride, **self._sequence)
+                     history_stride=self.history_stride, reshape=self._reshape,
+                     **self._sequence)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those
@@ -366,7 +331,9 @@ class CARLAWebData:
                 "num_workers": self.num_workers, "batches_per_epoch": self.batches_per_epoch,
                 "history": self.history, "history_stride": self.history_stride,
                 "epoch": self.epoch, "consumed": self.consumed,
-                "step_at_epoch_start": self.step_at_epoch_start}
+                "step_at_epoch_start": self.step_at_epoch_start,
+                "shuffle_buffer": self.shuffle_buffer,
+                "reshape": self._reshape.doc() if self._reshape else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         mine = self.state_dict()
@@ -376,6 +343,30 @@ class CARLAWebData:
                                  f"was saved, but is {mine[name]!r} now. Use the same {name}")
         self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
         self.step_at_epoch_start = int(state["step_at_epoch_start"])
+        self._reshape = Reshape(**state["reshape"]) if state.get("reshape") else None
+        split = (state.get("world_size"), state.get("num_workers"))
+        if split != (self.world_size, self.num_workers) and self.mode == "train":
+            self._resplit(state, split)   # (eval passes always run whole)
+        if self._reshape is not None:
+            self._reshape_len = batches_after(list(self.counts), self._reshape, self.batch_size,
+                                              self.world_size, self.seed, self.epoch)
+
+    def _resplit(self, state: dict[str, Any], split: tuple) -> None:
+        """The state was saved with other ranks or workers: plan the rest of its epoch for
+        this split (load/reshape.py); the consumed batches are then those of the old one."""
+        why = ("it was saved inside an epoch already resumed in another split"
+               if self._reshape else "history windows" if self.history else
+               "sampling with replacement (batches_per_epoch)" if self.batches_per_epoch
+               else None)
+        if why:
+            raise ValueError(f"cannot resume: (world_size, num_workers) was {split} when the "
+                             f"state was saved, but is {(self.world_size, self.num_workers)} "
+                             f"now, and the rest of an epoch is re-planned for a new split "
+                             f"only in train mode without {why}. Use the same world_size "
+                             "and num_workers")
+        self._reshape = Reshape(int(split[0]), int(split[1]), self.consumed,
+                                int(state.get("shuffle_buffer", self.shuffle_buffer)))
+        self.consumed = 0
 
     def config(self) -> dict[str, Any]:
         return {"source": self.where, "batch_size": self.batch_size, "mode": self.mode,

@@ -22,16 +22,19 @@ too, even where those frames exist, so a window never spans a gap.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import fields as dc_fields
 from dataclasses import replace
 from typing import Any, Iterable, Iterator
 
 import torch
 
+from ..manifest import Manifest
 from ..schema import SchemaError
-from ..sequence import split_key
+from ..sequence import chains, has_keys, split_key
 from .batch import CARLABatch
 
+log = logging.getLogger(__name__)
 Raw = dict[str, Any]
 WINDOW = "__window__"   # a window: its frames' raw samples, oldest first (None: padding)
 
@@ -136,3 +139,49 @@ def to_current(ego2world: torch.Tensor, frame_valid: torch.Tensor) -> torch.Tens
     rel = inv @ ego2world
     keep = frame_valid & frame_valid[:, -1:]
     return rel * keep[..., None, None].to(rel.dtype)
+
+
+def _stride(manifest: Manifest, stride: int | str) -> int | str:
+    """history_stride as samples: a whole number, or seconds written "0.5s", which must be a
+    whole number of the pack's sample steps (the layout's rate_hz and the frame step)."""
+    if not (isinstance(stride, str) and stride.endswith("s")):
+        return stride
+    rate = (manifest.doc.get("spec") or {}).get("rate_hz")
+    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
+    try:
+        samples = float(stride[:-1]) * float(rate) / step
+    except (TypeError, ValueError):
+        raise ValueError(f"history_stride={stride!r}: expected seconds such as '0.5s', in a "
+                         f"pack that records its rate_hz (this one: {rate!r})") from None
+    if samples < 1 or abs(samples - round(samples)) > 1e-6:
+        raise ValueError(f"history_stride={stride!r}: {stride[:-1]} s is {samples:g} sample "
+                         f"steps at {rate} Hz (frame step {step}); choose a whole number >= 1")
+    return int(round(samples))
+
+
+def history_settings(manifest: Manifest, history: int, stride: int | str,
+                     transform: Any) -> tuple[int, int, dict[str, Any]]:
+    """Checked history settings, and what the workers need of the pack's sequence record."""
+    stride = _stride(manifest, stride)
+    if not (isinstance(history, int) and isinstance(stride, int) and history >= 0
+            and stride >= 1):
+        raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
+                         "numbers, history >= 0 (earlier frames) and history_stride >= 1 "
+                         "(samples), or history_stride in seconds such as '0.5s'")
+    if not history:
+        return 0, stride, {}
+    if transform is not None:
+        raise ValueError("history windows are not yet served through adapter= or "
+                         "sample_transform=. Fix: load with history=0, or without them")
+    shards = manifest.doc["shards"]
+    if not has_keys(shards):
+        raise ValueError(f"{manifest.where}: this pack was made before carla-wds recorded where "
+                         "routes begin in its shards, which history windows need. Fix: "
+                         "re-pack it with this version, or load with history=0")
+    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
+    runs = tuple(tuple(c) for c in chains(shards))
+    if len(runs) < len(shards) / 2:   # the shuffle mixes runs, not shards
+        log.warning("%s: %d of %d shards go on with a route of the shard before, so an epoch "
+                    "shuffles %d runs of linked shards; pack with --route-shards to mix more",
+                    manifest.where, len(shards) - len(runs), len(shards), len(runs))
+    return history, stride, {"frame_step": step, "chains": runs}

@@ -42,6 +42,7 @@ from .augment import ramp
 from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_reads
+from .reshape import Reshape, plan_reshaped
 from .ring import BatchRing, RingItem
 from .transform import ModelBatch, SampleTransform, Transformer
 
@@ -85,6 +86,7 @@ class Epoch:
     history_stride: int = 1
     frame_step: int = 1
     chains: tuple[tuple[int, ...], ...] | None = None
+    reshape: Reshape | None = None   # resumed from another split: the rest of the epoch
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
 
@@ -125,11 +127,12 @@ class EpochStream(IterableDataset):
         info = get_worker_info()
         counts = [s.samples for s in e.shards]
         chains, context = [list(c) for c in e.chains or ()] or None, e.history * e.history_stride
-        plan = plan_worker(counts, rank=e.rank, world_size=e.world_size,
-                           worker=info.id if info else 0, num_workers=e.num_workers,
-                           batch_size=e.batch_size, mode=e.mode, seed=e.seed, epoch=e.epoch,
-                           resume_batches=e.resume_batches, batches_per_epoch=e.batches_per_epoch,
-                           chains=chains, context=context)
+        where = dict(rank=e.rank, world_size=e.world_size, worker=info.id if info else 0,
+                     num_workers=e.num_workers, batch_size=e.batch_size, seed=e.seed,
+                     epoch=e.epoch, resume_batches=e.resume_batches)
+        plan = plan_reshaped(counts, e.reshape, **where) if e.reshape else plan_worker(
+            counts, mode=e.mode, batches_per_epoch=e.batches_per_epoch, chains=chains,
+            context=context, **where)
         w = plan.logical_worker
         reads = plan.reads()
         if plan.resampled:   # endless whole shards, cut by `take` below
