@@ -128,3 +128,17 @@ def _step_of(line: str) -> float:
         return json.loads(line)["step"]
     except (json.JSONDecodeError, KeyError, TypeError):
         return math.inf   # a line cut short by a kill: dropped
+
+
+def load_weights(model: Any, path: str | Path, weights: dict[str, Any], run_dir: str | Path
+                 ) -> None:
+    """A checkpoint's weights into `model` (a torch module); a model of another shape (a
+    config changed in an existing run_dir) is one line naming the way out, not torch's 40."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
+        raise CheckpointError(path, f"its model does not fit this run's model ({first}): "
+                                    "the config's model.* changed since it was written. Fix: "
+                                    "pass another run_dir for the new model, or resume=none "
+                                    f"to start afresh in {run_dir}") from None

@@ -40,6 +40,7 @@ from .checkpoint import (
     CheckpointError,
     find_resume,
     load_checkpoint,
+    load_weights,
     refuse_other_training,
     save_checkpoint,
     trim_metrics,
@@ -173,7 +174,7 @@ def restore(run: Run) -> None:
                                     f"{run.cfg.run_dir}/{CHECKPOINT}. Pass resume=PATH")
         return
     refuse_other_training(path, ckpt, run.cfg)
-    _load_weights(run, path, ckpt["model"])
+    load_weights(run.raw_model, path, ckpt["model"], run.cfg.run_dir)
     run.step = ckpt["step"]
     if run.cfg.eval_only:   # weights only: any world size may evaluate them
         return
@@ -188,19 +189,6 @@ def restore(run: Run) -> None:
         trim_metrics(Path(run.cfg.run_dir) / "metrics.jsonl", run.step)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", path, run.step, run.epoch,
                  run.train.consumed % len(run.train))
-
-
-def _load_weights(run: Run, path: Path, weights: dict[str, Any]) -> None:
-    """The checkpoint's weights into this run's model; a model of another shape (a config
-    changed in an existing run_dir) is one line naming the way out, not torch's 40."""
-    try:
-        run.raw_model.load_state_dict(weights)
-    except RuntimeError as exc:
-        first = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
-        raise CheckpointError(path, f"its model does not fit this run's model ({first}): "
-                                    "the config's model.* changed since it was written. Fix: "
-                                    "pass another run_dir for the new model, or resume=none "
-                                    f"to start afresh in {run.cfg.run_dir}") from None
 
 
 def _load_for_resume(cfg: TrainConfig, path: Path) -> dict[str, Any]:
