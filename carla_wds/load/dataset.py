@@ -364,6 +364,10 @@ class CARLAWebData:
                              f"now, and the rest of an epoch is re-planned for a new split "
                              f"only in train mode without {why}. Use the same world_size "
                              "and num_workers")
+        if self.consumed >= batches_per_rank(list(self.counts), self.batch_size,
+                                             int(split[0]), "train"):
+            self.consumed = self._len   # that epoch was whole: nothing of it is left
+            return
         self._reshape = Reshape(int(split[0]), int(split[1]), self.consumed,
                                 int(state.get("shuffle_buffer", self.shuffle_buffer)))
         self.consumed = 0

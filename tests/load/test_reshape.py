@@ -109,3 +109,13 @@ def test_torchrun_resumes_with_another_number_of_ranks(shards, tmp_path, old, ne
     assert len({p["len"] for p in parts}) == 1
     assert len(set(served + rest)) == len(served + rest)
     assert 0 <= len(all_keys(shards)) - len(served) - len(rest) < 3 * new
+
+
+def test_a_state_saved_at_an_epochs_end_stays_at_its_end(shards):
+    data = loaders(shards, 2, 1)[0]
+    list(data)
+    state = data.state_dict()
+    resumed = loaders(shards, 1, 2, state=state)[0]
+    assert resumed.consumed == len(resumed)   # the epoch is over, in any split
+    resumed.set_epoch(3)
+    assert len(resumed) == len(loaders(shards, 1, 2)[0])
