@@ -126,8 +126,17 @@ def make_plan(input_dir: str, opts: PackOptions, parts: int) -> dict[str, Any]:
 
 
 def write_plan(out: str, doc: dict[str, Any]) -> str:
-    """OUT/plan.json, a local file written atomically or an object; returns where."""
+    """OUT/plan.json, a local file written atomically or an object; returns where. An OUT that
+    holds another plan is refused: its parts were (or are being) packed from that one."""
     data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    try:
+        held = read_plan(out)
+    except PackError:
+        held = None   # none yet (or not a plan: written over, as a fresh OUT would be)
+    if held is not None and held != json.loads(data):
+        raise PackError(f"{under(out, PLAN)} holds another plan ({held['parts']} parts of input "
+                        f"fingerprint {held['fingerprint'][:12]}); its parts may be packed "
+                        f"already. Fix: plan into a fresh OUT, or remove {out} first")
     if is_objstore(out):
         StoreWriter(out, None, "plan output").put_bytes(PLAN, data)
         return under(out, PLAN)

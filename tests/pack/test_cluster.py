@@ -200,3 +200,14 @@ def test_pack_status_lists_each_state_and_the_array_string_exactly(raw, tmp_path
 def test_array_spec_runs():
     assert array_spec([3, 17, 40, 41, 42]) == "3,17,40-42"
     assert array_spec([5, 1, 2, 3, 5]) == "1-3,5" and array_spec([]) == ""
+
+
+def test_planning_again_over_another_plan_is_refused_and_the_same_plan_is_kept(raw_tcp, tmp_path):
+    raw, out = skewed_raw(raw_tcp, tmp_path / "raw", copies=1), tmp_path / "out"
+    run("plan", raw, out, "--layout", "tcp", "--parts", "2", check=True)
+    first = (out / "plan.json").read_bytes()
+    run("plan", raw, out, "--layout", "tcp", "--parts", "2", check=True)   # the same: fine
+    other = run("plan", raw, out, "--layout", "tcp", "--parts", "3")
+    assert other.returncode == 1 and len(error_lines(other)) == 1
+    assert f"{out}/plan.json holds another plan" in other.stderr and "Fix: " in other.stderr
+    assert (out / "plan.json").read_bytes() == first
