@@ -27,7 +27,7 @@ from typing import Any
 from ..fileio import atomic_write_bytes
 from ..objstore import is_objstore, read_object
 from ..objwrite import StoreWriter
-from ..remote import RemoteOptions
+from ..remote import RemoteError, RemoteOptions
 from .datasets import dataset_for
 from .errors import PackError
 from .options import PackOptions
@@ -149,12 +149,13 @@ def read_plan(where: str, remote: RemoteOptions | None = None) -> dict[str, Any]
     path = where if where.endswith(".json") else (under(where, PLAN) if is_objstore(where)
                                                    else str(Path(where) / PLAN))
     try:
-        raw = read_object(path, MAX_PLAN_BYTES, remote) \
+        raw = read_object(path, MAX_PLAN_BYTES, remote, "plan") \
             if is_objstore(path) else Path(path).read_bytes()
         doc = json.loads(raw)
-    except FileNotFoundError:
-        raise PackError(f"no plan at {path}. Fix: write one first: carla-wds plan INPUT_DIR "
-                        "OUT --layout L --parts P") from None
+    except (FileNotFoundError, RemoteError) as exc:
+        cause = f" ({exc})" if isinstance(exc, RemoteError) else ""
+        raise PackError(f"no plan at {path}{cause}. Fix: write one first: carla-wds plan "
+                        "INPUT_DIR OUT --layout L --parts P") from None
     except ValueError as exc:
         raise PackError(f"{path} is not a plan carla-wds writes ({exc}). Fix: write it again "
                         "with carla-wds plan") from None

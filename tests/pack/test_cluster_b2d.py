@@ -47,3 +47,24 @@ def test_a_plan_of_stored_clips_takes_sizes_from_the_listing_and_packs_from_the_
               out / "plan.json", "--part", "0", env=aws)
     assert bad.returncode == 1 and "was made for --layout bench2drive with no dataset " \
         "options" in bad.stderr
+
+
+def test_a_plan_packed_into_an_s3_prefix_reports_status_and_merges_there(
+        raw_tcp, s3_endpoint, tmp_path, samples_of):
+    from ..s3server import keys
+    prefix = fresh_prefix("planned")
+    url, aws = f"s3://{BUCKET}/{prefix}", {**env(s3_endpoint),
+                                            "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    run("plan", raw_tcp, url, "--layout", "tcp", "--parts", "2", env=aws, check=True)
+    status = run("pack-status", url, env=aws, check=True).stdout.splitlines()
+    assert status == ["0 done, 0 running, 0 failed, 2 missing of 2 parts", "--array=0-1"]
+    run("pack", raw_tcp, url, "--plan", f"{url}/plan.json", "--part", "1", "--max-samples", "7",
+        env=aws, check=True)
+    status = run("pack-status", url, env=aws, check=True).stdout.splitlines()
+    assert status == ["1 done, 0 running, 0 failed, 1 missing of 2 parts", "--array=0"]
+    run("pack", raw_tcp, url, "--plan", f"{url}/plan.json", "--part", "0", "--max-samples", "7",
+        env=aws, check=True)
+    assert run("merge", "--in-place", url, "--deep", env=aws).returncode == 0
+    held = sorted(k[len(prefix) + 1:] for k in keys(s3_endpoint, prefix + "/"))
+    assert held[:2] == ["manifest.json", "parts/00000/manifest.json"] and "plan.json" in held
+    assert run("verify", url, env=aws).returncode == 0
