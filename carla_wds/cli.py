@@ -260,6 +260,8 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
         q = s["sequence"]
         click.echo(f"routes: frame step {q['frame_step']}, {q['gaps']} gaps inside routes, "
                    f"{q['continuing_shards']} shards go on with the route before (history=K)")
+    for name, sizes in (s["buckets"] or {}).items():   # what a mix can weight or filter
+        click.echo(f"bucket {name}: " + ", ".join(f"{v} {n}" for v, n in sizes.items()))
     sp = s["speed"]
     click.echo(f"speed m/s: mean {sp['mean']:.2f} std {sp['std']:.2f} min {sp['min']:.2f} "
                f"max {sp['max']:.2f}, stopped {100 * sp['stopped_share']:.0f}%")

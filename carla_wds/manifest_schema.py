@@ -122,6 +122,12 @@ def _check_shard(s: Any, field: str, where: str) -> None:
     _check(isinstance(steps, dict) and len(steps) <= 4096 and all(
         isinstance(k, str) and k.lstrip("-").isdigit() and _int(v) for k, v in steps.items()),
         where, f"{field}.steps", steps, "an object {frame step: count >= 0}")
+    buckets = s.get("buckets", {})
+    _check(isinstance(buckets, dict) and len(buckets) <= 64 and all(
+        isinstance(runs, list) and all(isinstance(r, list) and len(r) == 2
+                                       and isinstance(r[0], str) and _int(r[1]) for r in runs)
+        for runs in buckets.values()), where, f"{field}.buckets", "(runs)",
+        "an object {bucket: [[value, count >= 0], ...]}")
 
 
 def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:

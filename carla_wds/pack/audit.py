@@ -194,5 +194,6 @@ def summary(directory: str | Path, remote: RemoteOptions | None = None) -> dict[
             "commands": dict(sorted(commands.items())), "fields": _fields_of(spec),
             # routes as sequences (history windows; None for packs made before issue 27)
             "sequence": doc.get("sequence"),
+            "buckets": (doc.get("buckets") or {}).get("sizes"),   # issue 29: pack/buckets.py
             "speed": {"mean": float(s.mean()), "std": float(s.std()), "min": float(s.min()),
                       "max": float(s.max()), "stopped_share": float((s < 0.1).mean())}}

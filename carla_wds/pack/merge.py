@@ -22,6 +22,7 @@ from ..objwrite import StoreWriter, fetch_checked, json_bytes
 from ..remote import RemoteError, RemoteOptions
 from ..schema import SchemaError
 from ..sequence import sequence_doc
+from .buckets import bucket_doc
 from .shards import shard_name
 
 
@@ -73,7 +74,7 @@ def merged_doc(manifests: list[tuple[dict, str]], shards: list[dict]) -> dict:
     first = manifests[0][0]
     merged = {**first, "shards": shards, "skipped": skipped, "counts": counts,
               "total_samples": sum(s["samples"] for s in shards),
-              "sequence": sequence_doc(shards),
+              "sequence": sequence_doc(shards), "buckets": bucket_doc(shards),
               # each part lists the clips its own filter left out: the merge lists them all
               "filtered_routes": [f for m, _ in manifests for f in m.get("filtered_routes", [])],
               "merged_from": [where for _, where in manifests]}

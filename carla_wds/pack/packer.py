@@ -25,6 +25,7 @@ from ..objstore import is_objstore
 from .datasets import PackInput, dataset_for
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .options import PackOptions
+from .buckets import BucketCounter
 from .output import LocalOutput, Output
 from .report import PackReport, build_manifest, nothing_packed
 from .routes import FrameTask, PackError, RoutePlan, Skip
@@ -108,6 +109,9 @@ def _pack_into(target: Output, src: PackInput, opts: PackOptions) -> dict[str, A
                      target.publisher, opts.route_shards)
     sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
+    # the bucket values go on from where the committed shards left the route (buckets.py)
+    sink.buckets = BucketCounter(src.layout.rate_hz,
+                                 done[-1].meta.get("buckets_state") if done else None)
     # Frames the committed shards skipped (bad images in skip mode) are not seen again.
     report = PackReport(skipped=[Skip(**r) for e in done for r in e.skipped])
     start = (done[-1].tasks, done[-1].last_key) if done else (0, "")

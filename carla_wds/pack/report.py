@@ -7,6 +7,7 @@ from typing import Any
 
 from ..schema import SCHEMA_VERSION, SampleSpec
 from ..sequence import sequence_doc
+from .buckets import bucket_doc
 from .errors import PackError
 from .routes import RoutePlan, Skip
 
@@ -105,6 +106,7 @@ def build_manifest(spec: SampleSpec, layout, records, report: PackReport, opts, 
         "shards": [r.__dict__ for r in records], "counts": counts,
         # routes as sequences (sequence.py): what history windows need to know of the shards
         "sequence": sequence_doc([r.__dict__ for r in records]),
+        "buckets": bucket_doc([r.__dict__ for r in records]),
         "skipped": [s.record() for s in skipped], "pack_args": opts.identity(),
         # None (as in packs made before sizes were recorded) rather than a partial mapping
         "image_sizes": {c: list(image_sizes[c]) for c in spec.cameras}

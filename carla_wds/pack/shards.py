@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from ..fileio import HashingWriter, fsync_dir
 from ..remote import RemoteError
 from ..sequence import StepCounter
+from .buckets import BucketCounter
 from .routes import PackError
 
 TAR_BLOCK = 512
@@ -107,6 +108,8 @@ class ShardRecord:
     first_key: str = ""
     last_key: str = ""
     steps: dict[str, int] = field(default_factory=dict)
+    # each sample's bucket values, run-length encoded (pack/buckets.py; issue 29)
+    buckets: dict[str, list] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,6 +168,7 @@ class ShardSink:
         self.max_samples, self.max_bytes = max_samples, max_bytes
         self.fsync, self.route_shards = fsync, route_shards
         self.meta: dict[str, Any] = {}   # copied into each journal entry
+        self.buckets: BucketCounter | None = None   # set by the packer (pack/buckets.py)
         done = list(done or [])
         self.records: list[ShardRecord | Future] = [e.shard for e in done]
         self._tasks = self._through = done[-1].tasks if done else 0   # through: last sample's
@@ -231,6 +235,8 @@ class ShardSink:
         self._tasks += 1
         self._through, self._last_key = self._tasks, sample["__key__"]
         self._steps.add(sample["__key__"])
+        if self.buckets is not None:
+            self.buckets.add(sample)
         self._shard_skips += self._pending
         self._pending = []
 
@@ -259,8 +265,11 @@ class ShardSink:
         self._hasher.write_parts([bytes(end + -(self._hasher.size + end) % TAR_RECORD)])
         entry = JournalEntry(ShardRecord(shard_name(self.prefix, len(self.records)),
                                          self._count, 0, "", self._first_key, self._last_key,
-                                         self._steps.take()),
-                             self._through, self._last_key, self._shard_skips, dict(self.meta))
+                                         self._steps.take(),
+                                         self.buckets.take() if self.buckets else {}),
+                             self._through, self._last_key, self._shard_skips,
+                             {**self.meta, **({"buckets_state": self.buckets.state()}
+                                              if self.buckets else {})})
         if self._slots is not None:
             self._slots.acquire()   # released once a shard ahead is published (or failed)
         self.records.append(self._committer.submit(self._commit, self._file, self._hasher,

@@ -75,7 +75,7 @@ def test_manifest_fields(packed_tf4):
     for shard in m["shards"]:
         # issue 27: where routes begin and break (sequence.py)
         assert set(shard) == {"name", "samples", "bytes", "sha256", "first_key", "last_key",
-                              "steps"}
+                              "steps", "buckets"}   # issue 29: pack/buckets.py
 
 
 # ---------------------------------------------------------------- determinism
