@@ -45,7 +45,7 @@ BINS: dict[str, tuple[tuple[float, ...], tuple[str, ...]]] = {
 NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario")
 START_MOVING, START_WINDOW = 0.5, 2.0   # m/s, s
 _TOWN = re.compile(r"Town\d+\w*?(?=_|/|$)", re.IGNORECASE)
-_B2D = re.compile(r"^([A-Za-z]+)_Town\d+")
+_CLIP_NAME = re.compile(r"^([A-Za-z]+)_Town\d+")
 _SCENARIO = re.compile(r"Scenario\d+", re.IGNORECASE)
 
 
@@ -58,7 +58,7 @@ def binned(name: str, value: float | None) -> str:
 
 def town_and_scenario(route: str) -> tuple[str, str]:
     town = _TOWN.search(route)
-    clip = _B2D.match(route.rsplit("/", 1)[-1])
+    clip = _CLIP_NAME.match(route.rsplit("/", 1)[-1])
     scenario = clip.group(1) if clip else (_SCENARIO.search(route) or [None])[0]
     return (town.group(0).capitalize() if town else "unknown"), scenario or "none"
 
