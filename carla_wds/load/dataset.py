@@ -30,8 +30,7 @@ from ..limits import using as using_limits
 from ..manifest import Manifest, read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..schema import SampleSpec
-from ..shardcache import check_limit
-from ..shardread import ShardRef, is_remote
+from ..shardread import ShardRef
 from .batch import CARLABatch, field_layout, with_padding_fields
 from .classes import class_options
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
@@ -39,6 +38,8 @@ from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapte
 from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
 from .history import history_settings, windowed
 from .plan import batches_per_rank
+from . import settings
+from .mix import MixPlanner, mix_spec, same_samples
 from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
 from .workers import Epoch, Workers
@@ -48,20 +49,8 @@ DEFAULT_IMAGE_SIZE = (256, 512)
 # a state's fields that must equal the loader's (world_size and num_workers may change:
 # load/reshape.py plans the rest of the epoch for the new split)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "batches_per_epoch", "history",
-                "history_stride")
-STATE_DEFAULTS = {"history": 0, "history_stride": 1}   # states saved before issue 27
-
-
-def _shard_urls(manifest: Manifest, given: list[str] | None) -> tuple[str, ...]:
-    """Names from the manifest, held to its folder (manifest.NAME_RULE); or the caller's own
-    list, which may use any scheme the caller chooses, pipe: included."""
-    if given is None:
-        return manifest.shard_urls()
-    if len(given) != len(manifest.shards) or not all(isinstance(u, str) for u in given):
-        raise ValueError(f"shard_urls: {len(given)} entries, but {manifest.where} lists "
-                         f"{len(manifest.shards)} shards; give one URL per shard, in manifest "
-                         "order")
-    return tuple(given)
+                "history_stride", "mix")
+STATE_DEFAULTS = {"history": 0, "history_stride": 1, "mix": None}   # older states lack them
 
 
 def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
@@ -104,35 +93,6 @@ def _model(name: str | None, transform: SampleTransform | None, manifest: Manife
     return model, model, settings, resolve_load_adapters(model, options, augment)
 
 
-def _check_args(mode: str, on_error: str, batch_size: int, num_workers: int,
-                batches_per_epoch: int | None) -> None:
-    if mode not in ("train", "eval"):
-        raise ValueError(f"mode {mode!r}; expected 'train' or 'eval'")
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error {on_error!r}; expected 'raise' or 'skip'")
-    if batch_size < 1 or num_workers < 0:
-        raise ValueError(f"batch_size {batch_size} must be >= 1, num_workers {num_workers} >= 0")
-    if batches_per_epoch is not None and mode != "train":
-        raise ValueError("batches_per_epoch (sampling with replacement) is for mode='train'")
-
-
-def _cache_limit(limit: int | None, cache_dir: str | None, shards: tuple[ShardRef, ...]
-                 ) -> int | None:
-    """The cache's bound, checked before any worker starts: a shard larger than it could
-    never be cached, which is a setting to fix, not a surprise mid-epoch."""
-    limit = check_limit(limit)
-    if limit is not None and cache_dir is None:
-        raise ValueError(f"cache_limit_bytes {limit} bounds the shard cache, but cache_dir is "
-                         "None. Fix: pass cache_dir= too, or leave cache_limit_bytes out")
-    big = next((s for s in shards if limit is not None and is_remote(s.url)
-                and (s.bytes or 0) > limit), None)
-    if big is not None:
-        raise ValueError(f"shard {big.url}: {big.bytes} bytes, more than cache_limit_bytes "
-                         f"{limit}. Fix: raise cache_limit_bytes to at least a few shards "
-                         "(one per reading worker and rank, and one more)")
-    return limit
-
-
 def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | None
                     ) -> dict[str, object]:
     """FieldOptions keywords for the names that select parts of other members: calibration
@@ -143,28 +103,10 @@ def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | No
             "row_fields": row_fields(spec)}
 
 
-def _extra_sizes(manifest: Manifest) -> tuple[tuple[str, tuple[int, int]], ...]:
-    """The pack's recorded (H, W) of each extra image member (none in older packs)."""
-    recorded = manifest.doc.get("extra_sizes") or {}
-    return tuple(sorted((m, tuple(hw)) for m, hw in recorded.items() if hw))
-
-
-def _batches(where: str, counts: tuple[int, ...], batch_size: int, world_size: int, mode: str,
-             batches_per_epoch: int | None) -> int:
-    """Batches per rank per epoch; none at all is an error naming the fix."""
-    n = batches_per_rank(list(counts), batch_size, world_size, mode, batches_per_epoch)
-    if n < 1:
-        raise ValueError(
-            f"{where}: {sum(counts)} samples give no full batch of {batch_size} on "
-            f"each of {world_size} ranks. Fix: lower batch_size, use fewer ranks, or "
-            "pack more data")
-    return n
-
-
 class CARLAWebData:
     """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
 
-    def __init__(self, source: str, *, batch_size: int, mode: str = "train",
+    def __init__(self, source: str | None = None, *, batch_size: int, mode: str = "train",
                  num_workers: int = 0, seed: int = 0,
                  image_size: tuple[int, int] | None = None,
                  cameras: list[str] | None = None, augment: bool = False,
@@ -179,20 +121,20 @@ class CARLAWebData:
                  limits: Limits | dict[str, int] | None = None,
                  adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
                  sample_transform: SampleTransform | None = None, history: int = 0,
-                 history_stride: int | str = 1, **aliases: Any) -> None:
+                 history_stride: int | str = 1, mix: Any = None, **aliases: Any) -> None:
         """`adapters`: {load adapter name: option} (adapters.ADAPTERS; else the manifest's
         choice); `**aliases`: their older keywords (`brake_override=`, `twin_p=`).
         `adapter`: a model-ready adapter (adapters.MODEL_ADAPTERS): batches are its
         codebase's dicts; its name sets cameras, image_size (else (256, 512)), fields and
         lidar_histogram. `sample_transform`: your function per sample (load/transform.py).
         `history`: K earlier frames, every `history_stride` samples or "Xs" (history.py)."""
-        _check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
+        settings.check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises
         # some of this process's active ones
         self.limits = limits if isinstance(limits, Limits) else \
             active_limits().with_overrides(limits or {})
-        self._read(source, with_storage(remote, storage_options))   # s3:// options in remote
+        self._read(source, with_storage(remote, storage_options), mix)   # s3:// options too
         self.adapter, self.sample_transform, given, options = _model(
             adapter, sample_transform, self.manifest, options,
             {"cameras": cameras, "image_size": image_size, "fields": fields,
@@ -205,7 +147,7 @@ class CARLAWebData:
         self.field_opts = replace(
             _field_options(spec, options, lidar_histogram, self.fields),
             **_decode_options(spec, self.manifest.spec, fields),
-            exact_resize=bool(exact_resize), extra_sizes=_extra_sizes(self.manifest))
+            exact_resize=bool(exact_resize), extra_sizes=settings.extra_sizes(self.manifest))
         self.rank, self.world_size = rank_world(rank, world_size)
         self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
         self.image_size, self.verify = tuple(given["image_size"]), verify
@@ -216,8 +158,8 @@ class CARLAWebData:
         self._set_shards(shard_urls, cache_limit_bytes)
         self.history, self.history_stride, self._sequence = history_settings(
             self.manifest, history, history_stride, self.sample_transform)
-        self._len = _batches(self.where, self.counts, batch_size, self.world_size, mode,
-                             batches_per_epoch)
+        self._len = settings.batches(self.where, self._epoch_counts(), batch_size,
+                                     self.world_size, mode, batches_per_epoch)
         self._start_position()
         self._field_layout: dict | None = None   # shapes of the selected fields, once seen
         self.stats = dict(skipped_samples=0, batches=0, batches_outside_ring=0)
@@ -231,21 +173,46 @@ class CARLAWebData:
         self._reshape: Reshape | None = None
         self._reshape_len = 0
 
-    def _read(self, source: str, remote: RemoteOptions | None) -> None:
+    def _epoch_counts(self) -> tuple[int, ...]:
+        """What an epoch draws from: the shards' samples, or a mix's drawn total (train)."""
+        if self._mixer is None or self.mode != "train":
+            return self.counts
+        if self.history or self.batches_per_epoch:
+            raise ValueError("mix= plans its own epoch: history windows and batches_per_epoch "
+                             "are not offered with it yet. Fix: drop one of them")
+        return (sum(self._mixer.sizes(0)),)
+
+    def _read(self, source: str | None, remote: RemoteOptions | None, mix: Any) -> None:
+        """The pack's manifest, or a mix's packs' (load/mix.py), which must hold alike samples."""
+        if (source is None) == (mix is None):
+            raise ValueError("give a source (a pack folder, manifest path or URL) or mix= (a "
+                             "mix spec over packs), one of the two")
+        self.mix = mix_spec(mix) if mix is not None else None
         with using_limits(self.limits):   # the recorded sizes are held to these limits too
-            self.manifest = read_manifest(source, remote)
+            self._manifests = [read_manifest(s, remote)
+                               for s in (self.mix.sources() if self.mix else [source])]
+        self.manifest = self._manifests[0]
+        same_samples(self._manifests)
         self.where, self.remote = self.manifest.where, remote
 
     def _set_shards(self, shard_urls: list[str] | None, cache_limit_bytes: int | None) -> None:
-        shards = self.manifest.shards
+        """Every shard of the pack (of a mix's packs, one after the other)."""
+        if shard_urls is not None and len(self._manifests) > 1:
+            raise ValueError("shard_urls= names one pack's shards; a mix reads its packs' own")
+        shards = [s for m in self._manifests for s in m.shards]
         self.counts = tuple(s.samples for s in shards)
-        self.urls = _shard_urls(self.manifest, shard_urls)
+        own = tuple(u for m in self._manifests for u in m.shard_urls())
+        self.urls = own if shard_urls is None else settings.shard_urls(self.manifest, shard_urls)
         self.shards = tuple(ShardRef(u, s.samples, s.bytes, s.sha256)
                             for u, s in zip(self.urls, shards))
-        self.cache_limit_bytes = _cache_limit(cache_limit_bytes, self.cache_dir, self.shards)
+        self.cache_limit_bytes = settings.cache_limit(cache_limit_bytes, self.cache_dir,
+                                                      self.shards)
         # of the shard list as written, so that states saved by earlier versions still resume
-        self.manifest_id = hashlib.sha256(json.dumps(self.manifest.doc["shards"],
+        docs = [m.doc["shards"] for m in self._manifests]
+        self.manifest_id = hashlib.sha256(json.dumps(docs[0] if len(docs) == 1 else docs,
                                                      sort_keys=True).encode()).hexdigest()
+        self._mixer = MixPlanner.of(self.mix, {m_src: m.doc["shards"] for m_src, m in zip(
+            self.mix.sources(), self._manifests)}) if self.mix else None
 
     def __len__(self) -> int:
         """Batches per rank in this epoch: the rest of it after a resume in another split."""
@@ -316,7 +283,8 @@ class CARLAWebData:
                      on_error=self.on_error, field_opts=self.field_opts,
                      cache_limit_bytes=self.cache_limit_bytes, limits=self.limits,
                      sample_transform=self.sample_transform, history=self.history,
-                     history_stride=self.history_stride, reshape=self._reshape,
+                     history_stride=self.history_stride,
+                     planner=self._reshape or (self._mixer if self.mode == "train" else None),
                      **self._sequence)
 
     def close(self) -> None:
@@ -330,8 +298,8 @@ class CARLAWebData:
                 "batch_size": self.batch_size, "world_size": self.world_size,
                 "num_workers": self.num_workers, "batches_per_epoch": self.batches_per_epoch,
                 "history": self.history, "history_stride": self.history_stride,
-                "epoch": self.epoch, "consumed": self.consumed,
-                "step_at_epoch_start": self.step_at_epoch_start,
+                "mix": self.mix.identity() if self.mix else None, "epoch": self.epoch,
+                "consumed": self.consumed, "step_at_epoch_start": self.step_at_epoch_start,
                 "shuffle_buffer": self.shuffle_buffer,
                 "reshape": self._reshape.doc() if self._reshape else None}
 
@@ -356,6 +324,7 @@ class CARLAWebData:
         this split (load/reshape.py); the consumed batches are then those of the old one."""
         why = ("it was saved inside an epoch already resumed in another split"
                if self._reshape else "history windows" if self.history else
+               "a mix" if self.mix else
                "sampling with replacement (batches_per_epoch)" if self.batches_per_epoch
                else None)
         if why:

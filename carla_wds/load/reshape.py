@@ -33,6 +33,9 @@ class Reshape:
     consumed: int          # batches each of its ranks had consumed
     shuffle_buffer: int
 
+    def worker_plan(self, counts: list[int], **where: int) -> WorkerPlan:
+        return plan_reshaped(counts, self, **where)
+
     def doc(self) -> dict[str, int]:
         return {"world_size": self.world_size, "num_workers": self.num_workers,
                 "consumed": self.consumed, "shuffle_buffer": self.shuffle_buffer}

@@ -25,7 +25,7 @@ import multiprocessing
 import time
 from dataclasses import dataclass, replace
 from multiprocessing.process import BaseProcess
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -42,7 +42,6 @@ from .augment import ramp
 from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_reads
-from .reshape import Reshape, plan_reshaped
 from .ring import BatchRing, RingItem
 from .transform import ModelBatch, SampleTransform, Transformer
 
@@ -86,7 +85,9 @@ class Epoch:
     history_stride: int = 1
     frame_step: int = 1
     chains: tuple[tuple[int, ...], ...] | None = None
-    reshape: Reshape | None = None   # resumed from another split: the rest of the epoch
+    # a plan of its own for the epoch (a mix, mix.py; the rest of an epoch resumed in another
+    # split, reshape.py): its worker_plan(counts, **where) replaces plan.plan_worker
+    planner: Any = None
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
 
@@ -130,7 +131,7 @@ class EpochStream(IterableDataset):
         where = dict(rank=e.rank, world_size=e.world_size, worker=info.id if info else 0,
                      num_workers=e.num_workers, batch_size=e.batch_size, seed=e.seed,
                      epoch=e.epoch, resume_batches=e.resume_batches)
-        plan = plan_reshaped(counts, e.reshape, **where) if e.reshape else plan_worker(
+        plan = e.planner.worker_plan(counts, **where) if e.planner else plan_worker(
             counts, mode=e.mode, batches_per_epoch=e.batches_per_epoch, chains=chains,
             context=context, **where)
         w = plan.logical_worker

@@ -1,0 +1,250 @@
+"""Mixing (issue 29): an epoch drawn from entries over packs, by weight, repeat or count.
+
+    mix = {"epoch_size": 4000,          # optional: the samples `weight` entries share
+           "entries": [
+               {"source": "shards/train", "where": {"start": ["from_stop"]}, "weight": 0.3},
+               {"source": "shards/train", "weight": 0.7},
+               {"source": "shards/extra", "repeat": 2},       # every sample, twice
+               {"source": "shards/rare", "count": 500}],       # exactly 500 samples
+           "schedule": [{"from_epoch": 5, "weights": [0.5, 0.5]}]}   # optional curriculum
+    data = CARLAWebData(mix=mix, batch_size=32)    # or a YAML file's path
+
+The epoch is a precomputed plan, a pure function of (seed, epoch, spec, manifests): each
+entry's candidate samples are those of its source that match `where` (bucket values recorded
+at pack time, pack/buckets.py: every listed key must match one of its listed values);
+`repeat: r` takes them r times, `count: n` and `weight: w` (n = w / sum of weights x
+epoch_size, rounded by largest remainders so the shares add up exactly) take whole copies
+and then a seeded draw without replacement for the rest. The drawn samples are read in the
+epoch's shard order (so reads stay sequential), cut into equal whole-batch ranges per rank
+and worker as any epoch is, and shuffled by the usual buffer. So `len()` is exact, every rank
+gets equal batches, and resume is (plan, position) as always. Eval ignores weights: every
+sample of the mix's sources once.
+
+Sources must hold the same cameras, members and codecs (else one line names the
+difference); padding other fields across sources is not offered.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..rng import derive_seed, numpy_rng
+from ..safeyaml import read_yaml
+from .plan import WorkerPlan, batches_per_rank, consumed_batches, shard_order, worker_batches
+from .reshape import _segments
+
+ENTRY_KEYS = ("source", "where", "weight", "repeat", "count")
+SPEC_KEYS = ("entries", "epoch_size", "schedule")
+
+
+class MixError(ValueError):
+    """A mix spec that cannot be planned; one line naming the entry and the fix."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    source: str
+    where: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    weight: float | None = None
+    repeat: int | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class MixSpec:
+    entries: tuple[Entry, ...]
+    epoch_size: int | None = None
+    schedule: tuple[tuple[int, tuple[float, ...]], ...] = ()   # (from_epoch, weights)
+
+    def sources(self) -> list[str]:
+        return list(dict.fromkeys(e.source for e in self.entries))
+
+    def identity(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+    def weights(self, epoch: int) -> list[float | None]:
+        now = [e.weight for e in self.entries]
+        for start, weights in self.schedule:
+            if epoch >= start:
+                now = [w if e.weight is not None else None
+                       for e, w in zip(self.entries, weights)]
+        return now
+
+
+def _unknown(given: Mapping, valid: tuple[str, ...], where: str) -> None:
+    bad = sorted(set(given) - set(valid))
+    if bad:
+        raise MixError(f"{where}: unknown keys {bad}; valid keys are {list(valid)}")
+
+
+def _entry(doc: Any, i: int) -> Entry:
+    where = f"mix entries[{i}]"
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("source"), str):
+        raise MixError(f"{where}: expected a mapping with a source (a pack folder or "
+                       f"manifest), got {doc!r}")
+    _unknown(doc, ENTRY_KEYS, where)
+    ways = [k for k in ("weight", "repeat", "count") if doc.get(k) is not None]
+    if len(ways) != 1:
+        raise MixError(f"{where}: give exactly one of weight, repeat, count (got {ways})")
+    value = doc[ways[0]]
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+          and (ways[0] == "weight" or float(value).is_integer()))
+    if not ok:
+        raise MixError(f"{where}: {ways[0]}={value!r}; expected a number > 0"
+                       + ("" if ways[0] == "weight" else ", whole"))
+    filt = doc.get("where") or {}
+    if not isinstance(filt, Mapping) or not all(
+            isinstance(v, (list, str)) for v in filt.values()):
+        raise MixError(f"{where}: where={filt!r}; expected {{bucket: [values]}}")
+    cond = tuple(sorted((str(k), tuple(sorted([v] if isinstance(v, str) else map(str, v))))
+                        for k, v in filt.items()))
+    number = float(value) if ways[0] == "weight" else int(value)
+    return Entry(doc["source"], cond, **{ways[0]: number})
+
+
+def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
+    """A MixSpec from itself, a mapping, or a YAML file's path; bad keys and values are
+    one-line errors listing the valid ones."""
+    if isinstance(spec, MixSpec):
+        return spec
+    if isinstance(spec, (str, Path)):
+        spec = read_yaml(spec, "mix spec")
+    if not isinstance(spec, Mapping):
+        raise MixError(f"mix: expected a mapping with entries, got {spec!r}")
+    _unknown(spec, SPEC_KEYS, "mix")
+    entries = tuple(_entry(d, i) for i, d in enumerate(spec.get("entries") or []))
+    if not entries:
+        raise MixError("mix: no entries; give entries: [{source: ..., weight: ...}, ...]")
+    size = spec.get("epoch_size")
+    if size is not None and not (isinstance(size, int) and size > 0):
+        raise MixError(f"mix epoch_size={size!r}; expected a whole number > 0")
+    schedule = []
+    for i, step in enumerate(spec.get("schedule") or []):
+        if not (isinstance(step, Mapping) and isinstance(step.get("from_epoch"), int)
+                and isinstance(step.get("weights"), list)
+                and len(step["weights"]) == len(entries)):
+            raise MixError(f"mix schedule[{i}]: expected {{from_epoch: N, weights: [one per "
+                           f"entry, {len(entries)}]}}, got {step!r}")
+        schedule.append((step["from_epoch"], tuple(float(w) for w in step["weights"])))
+    return MixSpec(entries, size, tuple(sorted(schedule)))
+
+
+def same_samples(manifests: list[Any]) -> None:
+    """Packs mixed in one loader must hold alike samples: cameras, members, codecs, sizes."""
+    first = manifests[0]
+    for m in manifests[1:]:
+        for name in ("cameras", "pred_len", "image_format", "members", "extras", "frames"):
+            a, b = getattr(first.spec, name), getattr(m.spec, name)
+            if a != b:
+                raise MixError(f"mix: {m.where} holds other samples than {first.where}: its "
+                               f"{name} is {b!r}, not {a!r}. Mix packs of one layout, packed "
+                               "with the same options (padding other fields is not offered)")
+        if m.image_sizes != first.image_sizes:
+            raise MixError(f"mix: {m.where} stores images of {m.image_sizes}, {first.where} of "
+                           f"{first.image_sizes}; pack them at one size (--resize HxW)")
+
+
+def _labels(shards: list[Mapping[str, Any]], name: str, where: str) -> np.ndarray:
+    """One bucket's value per sample of a pack, in pack order (from its shards' runs)."""
+    values: list[str] = []
+    for shard in shards:
+        runs = (shard.get("buckets") or {}).get(name)
+        if runs is None:
+            raise MixError(f"{where}: its shard {shard.get('name')} records no bucket "
+                           f"{name!r} (packs made before issue 29 record none). Fix: re-pack "
+                           "it, or drop the entry's where")
+        values += [v for v, n in runs for _ in range(n)]
+    return np.asarray(values, dtype=object)
+
+
+def _largest_remainder(shares: list[float], total: int) -> list[int]:
+    raw = [s * total for s in shares]
+    out = [int(np.floor(r)) for r in raw]
+    by_rest = sorted(range(len(raw)), key=lambda i: (-(raw[i] - out[i]), i))
+    for i in by_rest[:total - sum(out)]:
+        out[i] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class MixPlanner:
+    """The spec with each entry's candidate samples (positions in the concatenation of its
+    sources' shards, in manifest order): what a worker needs to plan any epoch."""
+    spec: MixSpec
+    candidates: tuple[np.ndarray, ...]
+
+    @classmethod
+    def of(cls, spec: MixSpec, shard_docs: dict[str, list[Mapping[str, Any]]]) -> "MixPlanner":
+        """`shard_docs`: each source's manifest shard records, in the loader's source order."""
+        start, starts = 0, {}
+        for source, shards in shard_docs.items():
+            starts[source] = start
+            start += sum(int(s["samples"]) for s in shards)
+        cands = []
+        for i, e in enumerate(spec.entries):
+            shards = shard_docs[e.source]
+            keep = np.ones(sum(int(s["samples"]) for s in shards), bool)
+            for name, values in e.where:
+                keep &= np.isin(_labels(shards, name, f"mix entries[{i}] ({e.source})"),
+                                list(values))
+            if not keep.any():
+                raise MixError(f"mix entries[{i}]: no sample of {e.source} matches where="
+                               f"{dict(e.where)}. Fix: check the values `carla-wds inspect` "
+                               "lists for its buckets")
+            cands.append(np.flatnonzero(keep) + starts[e.source])
+        return cls(spec, tuple(cands))
+
+    def sizes(self, epoch: int) -> list[int]:
+        """Samples each entry gives in `epoch`."""
+        weights = self.spec.weights(epoch)
+        weighted = [i for i, w in enumerate(weights) if w is not None]
+        total = self.spec.epoch_size or sum(len(self.candidates[i]) for i in weighted)
+        shares = _largest_remainder([weights[i] / sum(weights[j] for j in weighted)
+                                     for i in weighted], total) if weighted else []
+        out = []
+        for i, e in enumerate(self.spec.entries):
+            if e.repeat is not None:
+                out.append(e.repeat * len(self.candidates[i]))
+            elif e.count is not None:
+                out.append(e.count)
+            else:
+                out.append(shares[weighted.index(i)])
+        return out
+
+    def epoch_samples(self, seed: int, epoch: int) -> np.ndarray:
+        """The epoch's drawn samples (pack-order positions, repeats included), unordered."""
+        drawn = []
+        for i, n in enumerate(self.sizes(epoch)):
+            c = self.candidates[i]
+            rng = numpy_rng(derive_seed(seed, epoch, "mix", i))
+            drawn += [np.tile(c, n // len(c)), rng.choice(c, n % len(c), replace=False)]
+        return np.concatenate(drawn).astype(np.int64)
+
+    def batches(self, batch_size: int, world_size: int) -> int:
+        return batches_per_rank([sum(self.sizes(0))], batch_size, world_size, "train")
+
+    def worker_plan(self, counts: list[int], *, rank: int, world_size: int, worker: int,
+                    num_workers: int, batch_size: int, seed: int, epoch: int,
+                    resume_batches: int = 0) -> WorkerPlan:
+        """plan.plan_worker for a mixed epoch: its samples in the epoch's shard order."""
+        order = shard_order(len(counts), seed, epoch, True)
+        pack_start = np.concatenate([[0], np.cumsum(counts)])
+        stream_start = np.zeros(len(counts), np.int64)
+        stream_start[order] = np.concatenate([[0], np.cumsum([counts[s] for s in order])])[:-1]
+        samples = self.epoch_samples(seed, epoch)
+        shard = np.searchsorted(pack_start, samples, side="right") - 1
+        stream = np.sort(stream_start[shard] + samples - pack_start[shard])
+        w_count = max(1, num_workers)
+        logical = (worker + resume_batches) % w_count
+        n_batches = batches_per_rank([len(stream)], batch_size, world_size, "train")
+        per_worker = worker_batches(n_batches, w_count)
+        first = rank * n_batches * batch_size + sum(per_worker[:logical]) * batch_size
+        mine = stream[first:first + per_worker[logical] * batch_size]
+        return WorkerPlan(logical, per_worker[logical], len(mine),
+                          tuple(_segments(mine, counts, order)),
+                          consumed_batches(resume_batches, w_count)[logical])
