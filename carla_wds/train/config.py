@@ -47,6 +47,8 @@ class DataConfig:
     # issue 27: the model sees each sample's K earlier frames of its route (load/history.py)
     history: int = setting(0, ge=0, doc="earlier frames per sample; 0: the frame alone")
     history_stride: int = setting(1, ge=1, doc="samples between two frames of a window")
+    # issue 29: train on a mix of packs (a YAML mix spec, load/mix.py) instead of data.train
+    mix: str | None = setting(None, nonempty=True, doc="a mix spec YAML; null: data.train")
     verify: bool = False                    # check each shard's sha256 against the manifest
     on_error: str = setting("raise", choices=("raise", "skip"),
                             doc="skip: a bad sample becomes valid=False padding, counted")

@@ -101,11 +101,12 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
                   history=d.history, history_stride=d.history_stride)
     # the specs first: the model's inputs are checked in the config's words, and where the val
     # shards carry the expert's controls, eval decodes them too
-    specs = {path: _manifest(key, path, remote)
-             for key, path in (("data.train", d.train), ("data.val", d.val))}
+    named = [("data.val", d.val)] + ([] if d.mix else [("data.train", d.train)])
+    specs = {path: _manifest(key, path, remote) for key, path in named}
     for path, manifest in specs.items():
         check_inputs(cfg.model, manifest.spec, manifest.where)
-    train = CARLAWebData(d.train, batch_size=d.batch_size, mode="train", augment=d.augment,
+    source = dict(mix=d.mix) if d.mix else dict(source=d.train)   # a mix: its packs instead
+    train = CARLAWebData(**source, batch_size=d.batch_size, mode="train", augment=d.augment,
                          per_camera_augment=d.per_camera_augment,
                          shuffle_buffer=d.shuffle_buffer, **common, **loader_options(cfg.model))
     val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common,
