@@ -16,7 +16,7 @@ BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_loader.py"
 def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
-         "--frames", "40", "--kinds", "ours,persistent", "--workers-list", "1,2", "--formats", "jpg",
+         "--frames", "40", "--kinds", "ours,persistent,mix", "--workers-list", "1,2", "--formats", "jpg",
          "--repeats", "1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {m.group(1): float(m.group(2)) for m in
@@ -32,5 +32,9 @@ def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
     later = re.findall(r"^\| jpg \| ([12]) \| [0-9.]+ \| ([0-9.]+) \| [0-9.]+x \| [0-9.]+ \|$",
                        proc.stdout, re.M)
     assert {w for w, _ in later} == {"1", "2"} and all(float(r) > 0 for _, r in later), proc.stdout
+    # a two-entry mix against one pack (issue 29): workers | one pack | mix | ratio
+    mixed = re.findall(r"^\| jpg \| ([12]) \| [0-9.]+ \| ([0-9.]+) \| [0-9.]+x \|$",
+                       proc.stdout, re.M)
+    assert {w for w, _ in mixed} == {"1", "2"} and all(float(r) > 0 for _, r in mixed)
     manifest = (tmp_path / "shards_jpg" / "manifest.json").read_text()
     assert '"image_format": "jpg"' in manifest.replace("'", '"')

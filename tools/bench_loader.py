@@ -9,6 +9,9 @@
   (c) floor  - one process: read the tar, decode the four images and resize to uint8, nothing else
   (d) persistent - ours with persistent_workers=True, timed over epochs 2 and 3 only: a
                training run's later epochs, without the fork and the first write of ring slots
+  (e) mix    - ours through a mix (issue 29, `--kinds ...,mix`): CARLAWebData(mix=...) of two
+               entries over the same shards, split by a bucket (speed: stopped and slow
+               against the rest), weighted as their sizes, so it serves as many samples as (b)
 
 for num_workers 0, 1, 2 and for PNG and JPEG shards. When 2 workers are measured, so is the
 floor in 2 forked processes, each over half the shards: how far this machine's 2 cores scale
@@ -66,6 +69,20 @@ def ours(shards: Path, workers: int, shuffle: int, persistent: bool = False):
     from carla_wds import CARLAWebData
     return CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=SIZE,
                         shuffle_buffer=shuffle, persistent_workers=persistent)
+
+
+def ours_mix(shards: Path, workers: int, shuffle: int):
+    """(e): the pack through a two-entry mix of the same size."""
+    from carla_wds import CARLAWebData
+    sizes = json.loads((shards / "manifest.json").read_text())["buckets"]["sizes"]["speed"]
+    low = ["stopped", "slow"]
+    n_low = sum(n for v, n in sizes.items() if v in low)
+    rest = [v for v in sizes if v not in low]
+    mix = {"entries": [{"source": str(shards), "where": {"speed": low}, "weight": n_low},
+                       {"source": str(shards), "where": {"speed": rest},
+                        "weight": sum(sizes.values()) - n_low}]}
+    return CARLAWebData(mix=mix, batch_size=BATCH, num_workers=workers, image_size=SIZE,
+                        shuffle_buffer=shuffle)
 
 
 def epochs(data, numbers: tuple[int, ...] = (0,)) -> int:
@@ -132,6 +149,8 @@ def child(args: argparse.Namespace) -> None:
             n = epochs(ours(shards, args.workers, args.shuffle))
         elif args.child == "persistent":
             n = epochs(warm, (1, 2))
+        elif args.child == "mix":
+            n = epochs(ours_mix(shards, args.workers, args.shuffle))
         else:
             n = floor(shards, args.fmt, 2 if args.child == "floor2" else 1)
         seconds = time.perf_counter() - t0
@@ -142,7 +161,7 @@ def child(args: argparse.Namespace) -> None:
     # A rate is only worth reporting over the right count: the floor reads every sample, the
     # loaders exactly their full batches (ours checks len() itself, in `epochs`).
     expected = total if args.child.startswith("floor") else total // BATCH * BATCH
-    if args.child not in ("ours", "persistent") and n != expected:
+    if args.child not in ("ours", "persistent", "mix") and n != expected:
         raise SystemExit(f"{args.child}: {n} samples, expected {expected}")
     print(json.dumps({"samples": n, "seconds": seconds, "peak_rss_mb": rss.peak,
                       "main_cpu": main_cpu, "workers_cpu": workers_cpu, "steal": steal}))
@@ -269,13 +288,22 @@ def main() -> None:
     kinds = args.kinds.split(",")
     scaling: list[str] = []
     later: list[str] = []
+    mixed: list[str] = []
     for fmt in args.formats.split(","):
         runs = _format_runs(args, workdir, fmt, workers_list, kinds, seed_repeats)
         fl = _median(runs[("floor", 0)])
         _print_rates(fmt, runs, workers_list, kinds, fl)
+        if "mix" in kinds and "ours" in kinds:   # (e) against (b), cell by cell
+            for w in workers_list:
+                mix, mine = _median(runs[("mix", w)]), _median(runs[("ours", w)])
+                mixed.append(f"| {fmt} | {w} | {mine['rate']:.1f} | {mix['rate']:.1f} | "
+                             f"{mix['rate'] / mine['rate']:.2f}x |")
         later += _later_epochs(fmt, runs, workers_list, kinds, fl)
         scaling += _scaling(fmt, runs, workers_list, kinds)
     _print_later_tables(later, scaling)
+    if mixed:
+        _print_table("A two-entry mix (e) against the pack alone (b), samples/s",
+                     ["format", "workers", "one pack", "mix", "mix/one"], mixed)
 
 
 def _later_epochs(fmt: str, runs: dict, workers_list: list[int], kinds: list[str],
