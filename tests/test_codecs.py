@@ -145,6 +145,12 @@ def test_every_packed_shard_round_trips_byte_identically(fixture, request, tmp_p
                 again = encode_sample(spec, raw["__key__"], images, labels)
                 for label in LABELS:   # each label member on its own, too
                     assert again[label.member] == bytes(raw[label.member]), label.member
+                # the other members (issue 27's ego pose), each through its own codec
+                for member in sorted(set(raw) - set(again)):
+                    if not member.startswith("__"):
+                        codec = spec.codec(member)
+                        again[member] = codec.encode(codec.decode(bytes(raw[member])))
+                        assert again[member] == bytes(raw[member]), member
                 sink.add(again)
         finally:
             stream.close()
