@@ -17,8 +17,11 @@ Buckets (values are strings; a value that cannot be known is "unknown"):
 - `start`: "from_stop" when the ego moves (>= START_MOVING m/s) and was stopped (< the speed
   bins' first edge) within START_WINDOW s before, in the same route; else "other";
 - `town`: the first TownNN token of the route name; `scenario`: a Bench2Drive clip's scenario
-  (the name before _TownNN_), a `Scenario<N>` token of the route path, else "none".
-Not yet: a leading or crossing agent (it needs each dataset's boxes).
+  (the name before _TownNN_), a `Scenario<N>` token of the route path, else "none";
+- `lead`: the class of the nearest box ahead in the ego's corridor (a car or a walker with
+  0 < x < LEAD_AHEAD m and |y| < LEAD_HALF_WIDTH m in the box table's ego frame, x forward):
+  "car", "walker" or "none"; "unknown" in packs without boxes.
+Not yet: a crossing agent (it needs the agents' motion across frames).
 """
 from __future__ import annotations
 
@@ -42,8 +45,9 @@ BINS: dict[str, tuple[tuple[float, ...], tuple[str, ...]]] = {
     "yaw_rate": ((-0.3, -0.05, 0.05, 0.3), ("left_sharp", "left", "straight", "right",
                                              "right_sharp")),
 }
-NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario")
+NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario", "lead")
 START_MOVING, START_WINDOW = 0.5, 2.0   # m/s, s
+LEAD_AHEAD, LEAD_HALF_WIDTH = 30.0, 2.0   # m
 _TOWN = re.compile(r"Town\d+\w*?(?=_|/|$)", re.IGNORECASE)
 _CLIP_NAME = re.compile(r"^([A-Za-z]+)_Town\d+")
 _SCENARIO = re.compile(r"Scenario\d+", re.IGNORECASE)
@@ -70,6 +74,22 @@ def _yaw(sample: Mapping[str, Any]) -> float | None:
     import io
     pose = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
     return float(math.atan2(pose[1, 0], pose[0, 0]))
+
+
+def lead(sample: Mapping[str, Any]) -> str:
+    """The class of the nearest car or walker ahead in the ego's corridor (module doc)."""
+    data = sample.get("boxes.npy")
+    if data is None:
+        return "unknown"
+    import io
+    from ..modalities.boxes import BOX_CLASSES, BOX_COLUMNS
+    rows = np.load(io.BytesIO(bytes(data)), allow_pickle=False).reshape(-1, len(BOX_COLUMNS))
+    cls, x, y = (rows[:, BOX_COLUMNS.index(c)] for c in ("class", "x", "y"))
+    names = {BOX_CLASSES["car"]: "car", BOX_CLASSES["walker"]: "walker"}
+    ahead = np.isin(cls, list(names)) & (x > 0) & (x < LEAD_AHEAD) & (np.abs(y) < LEAD_HALF_WIDTH)
+    if not ahead.any():
+        return "none"
+    return names[int(cls[ahead][np.argmin(x[ahead])])]
 
 
 class BucketCounter:
@@ -108,7 +128,7 @@ class BucketCounter:
                   "speed": binned("speed", speed), "accel": binned("accel", accel),
                   "yaw_rate": binned("yaw_rate", turn),
                   "start": "from_stop" if speed >= START_MOVING and stopped_before else "other",
-                  "town": town, "scenario": scenario}
+                  "town": town, "scenario": scenario, "lead": lead(sample)}
         for name, value in values.items():
             runs = self.runs[name]
             if runs and runs[-1][0] == value:
@@ -137,4 +157,5 @@ def bucket_doc(shards: list[Mapping[str, Any]]) -> dict[str, Any] | None:
         return None
     return {"bins": {k: {"edges": list(e), "names": list(n)} for k, (e, n) in BINS.items()},
             "start": {"moving_m_s": START_MOVING, "window_s": START_WINDOW},
+            "lead": {"ahead_m": LEAD_AHEAD, "half_width_m": LEAD_HALF_WIDTH},
             "sizes": {k: dict(sorted(v.items())) for k, v in sizes.items()}}

@@ -58,7 +58,7 @@ def expected(pack, rate_hz):
                 "yaw_rate": binned(turn, (-0.3, -0.05, 0.05, 0.3),
                                    ("left_sharp", "left", "straight", "right", "right_sharp")),
                 "start": "from_stop" if speed >= 0.5 and was_stopped else "other",
-                "town": town, "scenario": "none"})
+                "town": town, "scenario": "none", "lead": "unknown"})   # tcp: no boxes
             history.append((frame, speed, yaw))
     return out
 
@@ -107,3 +107,24 @@ def test_a_malformed_bucket_run_is_refused(pack, tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(doc))
     with pytest.raises(ManifestError, match="buckets"):
         read_manifest(tmp_path)
+
+
+def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path):
+    pack = make_pack(tmp_path, layout="garage", episodes=2, frames=40, max_samples=50)
+    manifest = json.loads((pack / "manifest.json").read_text())
+    got = [r["lead"] for r in decoded(manifest)]
+    want = []
+    for shard in manifest["shards"]:
+        with tarfile.open(pack / shard["name"]) as tar:
+            members = {m.name: tar.extractfile(m).read() for m in tar}
+        for key in sorted({n.split(".")[0] for n in members}):
+            rows = np.load(io.BytesIO(members[f"{key}.boxes.npy"]))
+            # columns: class (0 car, 1 walker), x forward, y; a 30 m x 4 m corridor ahead
+            near = [(x, int(c)) for c, x, y in rows[:, :3] if c in (0, 1) and 0 < x < 30
+                    and abs(y) < 2]
+            want.append("none" if not near else ("car", "walker")[min(near)[1]])
+    assert got == want and set(got) - {"none"}
+    # packs without boxes: unknown
+    assert set(r["lead"] for r in decoded(json.loads(
+        (make_pack(tmp_path / "tcp", episodes=1, frames=12) / "manifest.json").read_text()))
+               ) == {"unknown"}
