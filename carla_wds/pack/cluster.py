@@ -35,7 +35,7 @@ from ..objwrite import StoreWriter
 from ..remote import RemoteOptions
 from .errors import PackError
 from .options import PackOptions
-from .plan_parts import check_input, discover, part_dir, read_plan, under
+from .plan_parts import PLAN, check_input, discover, part_dir, read_plan, under
 from .shards import JOURNAL
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ def pack_part(input_dir: str, out: str, plan_path: str, part: str | None,
     """Pack the plan's part into OUT/parts/<i>/; (i, manifest), or (i, None) when that part
     was complete already. On a failure the part's marker records the error line."""
     from .packer import pack   # the packer imports the datasets; keep `plan` light
+    _plan_in(out, plan_path)
     plan = read_plan(plan_path, opts.remote())
     i = resolve_part(part, plan["parts"])
     if opts.layout != plan["layout"] or (opts.dataset_options or {}) != plan["dataset_options"]:
@@ -120,6 +121,17 @@ def pack_part(input_dir: str, out: str, plan_path: str, part: str | None,
         _set_marker(out, i, plan["parts"], str(exc).splitlines()[0] if str(exc) else
                     type(exc).__name__, opts.remote())
         raise
+
+
+def _plan_in(out: str, plan_path: str) -> None:
+    """The plan must be OUTPUT_DIR/plan.json: pack-status and merge --in-place read it there."""
+    here = under(out, PLAN)
+    same = plan_path.rstrip("/") == here if is_objstore(out) else \
+        Path(plan_path).resolve() == Path(here).resolve()
+    if not same:
+        raise PackError(f"--plan {plan_path} is not OUTPUT_DIR's plan ({here}); pack-status "
+                        f"and merge --in-place read the plan there. Fix: pass the plan's folder "
+                        f"as OUTPUT_DIR (carla-wds pack INPUT_DIR OUT --plan OUT/{PLAN} ...)")
 
 
 def _done(out: str, i: int, parts: int, remote: RemoteOptions) -> bool:

@@ -211,3 +211,12 @@ def test_planning_again_over_another_plan_is_refused_and_the_same_plan_is_kept(r
     assert other.returncode == 1 and len(error_lines(other)) == 1
     assert f"{out}/plan.json holds another plan" in other.stderr and "Fix: " in other.stderr
     assert (out / "plan.json").read_bytes() == first
+
+
+def test_a_plan_outside_output_dir_is_refused_since_status_and_merge_read_it_there(raw, tmp_path):
+    out = tmp_path / "out"
+    run("plan", raw, out, "--layout", "tcp", "--parts", "2", check=True)
+    result = run("pack", raw, tmp_path / "elsewhere", "--plan", out / "plan.json", "--part", "0")
+    assert result.returncode == 1 and len(error_lines(result)) == 1
+    assert f"--plan {out}/plan.json is not OUTPUT_DIR's plan ({tmp_path}/elsewhere/plan.json)" \
+        in result.stderr and not (tmp_path / "elsewhere").exists()
