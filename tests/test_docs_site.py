@@ -115,3 +115,14 @@ def test_a_broken_reference_fails_the_build(tmp_path: Path) -> None:
                           text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode != 0
+
+
+def test_the_manifest_page_names_every_field_a_pack_writes(packed_tcp: Path) -> None:
+    """docs/reference/manifest.md is written by hand from the code: every key of a real
+    manifest (top level, a shard's, counts', sequence's, sample_rule's) must be on it."""
+    import json
+    page = (ROOT / "docs" / "reference" / "manifest.md").read_text()
+    m = json.loads((packed_tcp / "manifest.json").read_text())
+    keys = {*m, *m["shards"][0], *m["counts"], *m["sequence"], *m["sample_rule"]}
+    missing = sorted(k for k in keys if f"`{k}`" not in page)
+    assert not missing, f"manifest fields not described in docs/reference/manifest.md: {missing}"
