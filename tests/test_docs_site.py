@@ -64,6 +64,7 @@ def test_api_reference_is_generated_from_the_code(site: Path) -> None:
     for command in ("carla-wds pack", "carla-wds verify", "carla-wds inspect", "carla-wds train",
                     "carla-wds view", "--layout"):
         assert command in cli, f"the CLI page lacks {command!r}"
+    assert "Sentinel" not in cli, "the CLI page shows click's internal UNSET default"
     manifest = _text(ref / "manifest" / "index.html")
     for field in ("first_key", "steps", "sequence", "validate_manifest", "sample_rule"):
         assert field in manifest, f"the manifest page lacks {field!r}"

@@ -1,4 +1,5 @@
-"""MkDocs hook: writes reference/layouts.md, one section per built-in layout.
+"""MkDocs hooks: write reference/layouts.md, one section per built-in layout, and show
+click's unset flag default as False on the CLI page.
 
 Generated at build time from the package's registry (carla_wds.pack.datasets.builtin_layouts),
 so a layout added or changed there is on the page without an edit here: a YAML layout shows its
@@ -53,3 +54,11 @@ def render() -> str:
 def on_files(files: Files, config) -> Files:
     files.append(File.generated(config, PAGE, content=render()))
     return files
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    # mkdocs-click 0.9 prints a flag without a default (click >= 8.3 keeps it as an UNSET
+    # sentinel) as `Sentinel.UNSET`; a flag that is not given is False
+    if page.file.src_uri == "reference/cli.md":
+        html = html.replace("<code>Sentinel.UNSET</code>", "<code>False</code>")
+    return html
