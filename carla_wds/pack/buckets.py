@@ -82,9 +82,12 @@ def lead(sample: Mapping[str, Any]) -> str:
     if data is None:
         return "unknown"
     import io
-    from ..modalities.boxes import BOX_CLASSES, BOX_COLUMNS
-    rows = np.load(io.BytesIO(bytes(data)), allow_pickle=False).reshape(-1, len(BOX_COLUMNS))
-    cls, x, y = (rows[:, BOX_COLUMNS.index(c)] for c in ("class", "x", "y"))
+    from ..modalities.boxes import BOX_CLASSES, CORE_COLUMNS
+    # every layout's box table begins with the core columns (Bench2Drive's adds its own after)
+    rows = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
+    if rows.ndim != 2 or rows.shape[1] < len(CORE_COLUMNS):
+        return "unknown"
+    cls, x, y = (rows[:, CORE_COLUMNS.index(c)] for c in ("class", "x", "y"))
     names = {BOX_CLASSES["car"]: "car", BOX_CLASSES["walker"]: "walker"}
     ahead = np.isin(cls, list(names)) & (x > 0) & (x < LEAD_AHEAD) & (np.abs(y) < LEAD_HALF_WIDTH)
     if not ahead.any():

@@ -109,8 +109,19 @@ def test_a_malformed_bucket_run_is_refused(pack, tmp_path):
         read_manifest(tmp_path)
 
 
-def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path):
-    pack = make_pack(tmp_path, layout="garage", episodes=2, frames=40, max_samples=50)
+@pytest.mark.parametrize("layout", ["garage", "bench2drive"])
+def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
+    if layout == "garage":
+        pack = make_pack(tmp_path, layout=layout, episodes=2, frames=40, max_samples=50)
+    else:   # its synth writes clips as folders and as archives: pack the archives
+        from carla_wds.pack.packer import PackOptions
+        from carla_wds.pack.packer import pack as run_pack
+        from carla_wds.pack.synth import synth_dataset
+        synth_dataset(tmp_path / "raw", layout, episodes=2, frames=40, seed=5,
+                      image_size=(64, 36), progress=False)
+        pack = tmp_path / "shards"
+        run_pack(tmp_path / "raw" / "archives", pack,
+                 PackOptions.of(layout=layout, max_samples=50, progress=False))
     manifest = json.loads((pack / "manifest.json").read_text())
     got = [r["lead"] for r in decoded(manifest)]
     want = []
