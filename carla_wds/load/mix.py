@@ -171,7 +171,7 @@ def _largest_remainder(shares: list[float], total: int) -> list[int]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # compared by identity: its arrays have no single truth
 class MixPlanner:
     """The spec with each entry's candidate samples (positions in the concatenation of its
     sources' shards, in manifest order): what a worker needs to plan any epoch."""
