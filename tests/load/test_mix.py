@@ -152,3 +152,15 @@ def test_packs_of_other_samples_are_refused(packs, tmp_path):
     with pytest.raises(ValueError, match="one of the two"):
         CARLAWebData(str(packs[0]), mix={"entries": [{"source": str(packs[0]), "weight": 1}]},
                      batch_size=2)
+
+
+def test_persistent_workers_serve_a_mix_as_fresh_ones_do(packs):
+    spec = {"entries": [{"source": str(packs[0]), "weight": 1},
+                        {"source": str(packs[1]), "weight": 1}], "epoch_size": 32}
+    kept = loader(spec, batch_size=4, num_workers=2, persistent_workers=True)
+    fresh = loader(spec, batch_size=4, num_workers=2)
+    for epoch in range(3):
+        kept.set_epoch(epoch)
+        fresh.set_epoch(epoch)
+        assert [b.keys for b in kept] == [b.keys for b in fresh]
+    kept.close()
