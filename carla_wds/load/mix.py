@@ -130,7 +130,16 @@ def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
                 and len(step["weights"]) == len(entries)):
             raise MixError(f"mix schedule[{i}]: expected {{from_epoch: N, weights: [one per "
                            f"entry, {len(entries)}]}}, got {step!r}")
-        schedule.append((step["from_epoch"], tuple(float(w) for w in step["weights"])))
+        try:   # a weight per entry; null (or any value) for a repeat or count entry
+            weights = tuple(None if w is None else float(w) for w in step["weights"])
+        except (TypeError, ValueError):
+            raise MixError(f"mix schedule[{i}]: weights {step['weights']!r}; expected "
+                           "numbers (null for repeat and count entries)") from None
+        if any(e.weight is not None and not (weights[j] or 0) > 0
+               for j, e in enumerate(entries)):
+            raise MixError(f"mix schedule[{i}]: weights {step['weights']!r}; every weight "
+                           "entry needs a number > 0 there")
+        schedule.append((step["from_epoch"], weights))
     return MixSpec(entries, size, tuple(sorted(schedule)))
 
 

@@ -164,3 +164,12 @@ def test_persistent_workers_serve_a_mix_as_fresh_ones_do(packs):
         fresh.set_epoch(epoch)
         assert [b.keys for b in kept] == [b.keys for b in fresh]
     kept.close()
+
+
+def test_a_schedule_names_numbers_for_weight_entries_only(packs):
+    a = str(packs[0])
+    entries = [{"source": a, "weight": 1}, {"source": a, "repeat": 1}]
+    spec = mix_spec({"entries": entries, "schedule": [{"from_epoch": 1, "weights": [2, None]}]})
+    assert spec.weights(1) == [2.0, None]
+    with pytest.raises(MixError, match="needs a number > 0"):
+        mix_spec({"entries": entries, "schedule": [{"from_epoch": 1, "weights": [None, 1]}]})
