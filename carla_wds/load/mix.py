@@ -35,8 +35,8 @@ import numpy as np
 
 from ..rng import derive_seed, numpy_rng
 from ..safeyaml import read_yaml
-from .plan import WorkerPlan, batches_per_rank, consumed_batches, shard_order, worker_batches
-from .reshape import _segments
+from .plan import WorkerPlan, batches_per_rank, shard_order
+from .reshape import plan_stream
 
 ENTRY_KEYS = ("source", "where", "weight", "repeat", "count")
 SPEC_KEYS = ("entries", "epoch_size", "schedule")
@@ -248,12 +248,6 @@ class MixPlanner:
         samples = self.epoch_samples(seed, epoch)
         shard = np.searchsorted(pack_start, samples, side="right") - 1
         stream = np.sort(stream_start[shard] + samples - pack_start[shard])
-        w_count = max(1, num_workers)
-        logical = (worker + resume_batches) % w_count
-        n_batches = batches_per_rank([len(stream)], batch_size, world_size, "train")
-        per_worker = worker_batches(n_batches, w_count)
-        first = rank * n_batches * batch_size + sum(per_worker[:logical]) * batch_size
-        mine = stream[first:first + per_worker[logical] * batch_size]
-        return WorkerPlan(logical, per_worker[logical], len(mine),
-                          tuple(_segments(mine, counts, order)),
-                          consumed_batches(resume_batches, w_count)[logical])
+        return plan_stream(stream, counts, rank=rank, world_size=world_size, worker=worker,
+                           num_workers=num_workers, batch_size=batch_size, seed=seed,
+                           epoch=epoch, resume_batches=resume_batches)

@@ -98,18 +98,24 @@ def _segments(positions: np.ndarray, counts: list[int], order: list[int]) -> lis
             if b > a]
 
 
-def plan_reshaped(counts: list[int], old: Reshape, *, rank: int, world_size: int,
-                  worker: int, num_workers: int, batch_size: int, seed: int, epoch: int,
-                  resume_batches: int = 0) -> WorkerPlan:
-    """plan.plan_worker for the rest of an epoch begun in the `old` split."""
+def plan_stream(stream: np.ndarray, counts: list[int], *, rank: int, world_size: int,
+                worker: int, num_workers: int, batch_size: int, seed: int, epoch: int,
+                resume_batches: int = 0) -> WorkerPlan:
+    """plan.plan_worker's cut for an epoch given as stream positions (increasing, in the
+    epoch's shard order; repeats allowed): equal whole-batch ranges per rank and worker."""
     w_count = max(1, num_workers)
     logical = (worker + resume_batches) % w_count
-    left = remaining(counts, old, batch_size, seed, epoch)
-    n_batches = batches_per_rank([len(left)], batch_size, world_size, "train")
+    n_batches = batches_per_rank([len(stream)], batch_size, world_size, "train")
     per_worker = worker_batches(n_batches, w_count)
     first = rank * n_batches * batch_size + sum(per_worker[:logical]) * batch_size
-    mine = left[first:first + per_worker[logical] * batch_size]
+    mine = stream[first:first + per_worker[logical] * batch_size]
     order = shard_order(len(counts), seed, epoch, True)
     return WorkerPlan(logical, per_worker[logical], len(mine),
                       tuple(_segments(mine, counts, order)),
                       consumed_batches(resume_batches, w_count)[logical])
+
+
+def plan_reshaped(counts: list[int], old: Reshape, **where: int) -> WorkerPlan:
+    """plan.plan_worker for the rest of an epoch begun in the `old` split."""
+    return plan_stream(remaining(counts, old, where["batch_size"], where["seed"],
+                                 where["epoch"]), counts, **where)

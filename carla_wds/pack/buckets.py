@@ -25,6 +25,7 @@ Not yet: a crossing agent (it needs the agents' motion across frames).
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -34,6 +35,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..modalities.boxes import BOX_CLASSES, CORE_COLUMNS
 from ..schema import ROAD_OPTIONS
 from ..sequence import split_key
 
@@ -71,7 +73,6 @@ def _yaw(sample: Mapping[str, Any]) -> float | None:
     data = sample.get("ego2world.npy")
     if data is None:
         return None
-    import io
     pose = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
     return float(math.atan2(pose[1, 0], pose[0, 0]))
 
@@ -81,8 +82,6 @@ def lead(sample: Mapping[str, Any]) -> str:
     data = sample.get("boxes.npy")
     if data is None:
         return "unknown"
-    import io
-    from ..modalities.boxes import BOX_CLASSES, CORE_COLUMNS
     # every layout's box table begins with the core columns (Bench2Drive's adds its own after)
     rows = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
     if rows.ndim != 2 or rows.shape[1] < len(CORE_COLUMNS):
