@@ -244,7 +244,10 @@ def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...],
         return out
     for name in names:
         first = real[name]
-        if isinstance(first, dict):
+        # a record decodes to a dict of arrays; a JSON object (a dict of plain values) is
+        # served as a list like every JSON value
+        if isinstance(first, dict) and all(isinstance(v, (np.ndarray, np.generic))
+                                           for v in first.values()):
             out[name] = {k: np.stack([(r[name][k] if r else np.zeros_like(v)) for r in rows])
                          for k, v in first.items()}
         elif isinstance(first, np.ndarray) and (first.ndim >= 2 and name in row_names

@@ -85,3 +85,15 @@ def test_a_rows_field_has_its_len_in_every_batch_whatever_its_name():
     same = [{"lidar_top": np.zeros((3, 4), np.float32)}, {"lidar_top": np.ones((3, 4), np.float32)}]
     out = collate_fields(same, ("lidar_top",), row_fields(spec))
     assert out["lidar_top"].shape == (2, 3, 4) and out["lidar_top_len"].tolist() == [3, 3]
+
+
+def test_a_json_object_field_is_served_as_a_list_not_stacked_as_a_record():
+    """A JSON member holding an object (LEAD's metas.json) decodes to a dict of plain values:
+    served as a list per batch; only a record (a dict of arrays) is stacked by key. Failed
+    before with 'all input arrays must have the same shape'."""
+    metas = [{"speed": 1.0, "route": [[0, 1]]}, {"speed": 2.0, "route": [[0, 1], [2, 3]]}]
+    record = [{"speed": np.float32(1.0)}, {"speed": np.float32(2.0)}]
+    out = collate_fields([{"metas": m, "measurements": r} for m, r in zip(metas, record)] + [None],
+                         ("metas", "measurements"))
+    assert out["metas"] == [*metas, None]
+    assert out["measurements"]["speed"].tolist() == [1.0, 2.0, 0.0]
