@@ -1,0 +1,241 @@
+"""Overlays read in step with their base pack: `CARLAWebData(source=BASE, overlays=[OUT])`.
+
+An overlay pack (`carla-wds pack-overlay`, pack/overlay.py) has one shard per base shard with
+the same keys in the same order, so the epoch's plan, made for the base, says which overlay
+samples to read too: every read of base shard s, samples a..b, reads samples a..b of each
+overlay's shard s beside it, and each pair must have the same key. The entry (parsed JSON,
+or None where the sample has none) travels with the still-encoded sample through the shuffle
+and is put in `batch.fields[<kind>]` after decoding, a list with one value per sample (None
+for padding rows too, whose `valid` is False).
+
+`overlay_required=True` keeps only the samples that have an entry in every overlay. The
+overlay manifests' runs say which those are, so the plan is made over their counts (exact
+len()), and a read of kept samples i..j of a shard reads its samples from the i-th kept
+one's position to the j-th's, leaving out the others before they are decoded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from ..codecs import json_loads
+from ..manifest import Manifest, manifest_location, shard_url
+from ..manifest_schema import MAX_MANIFEST_BYTES
+from ..objstore import is_objstore, read_object
+from ..remote import RemoteOptions, is_http, read_url
+from ..schema import SchemaError
+from ..shardread import ShardRef
+from ..tario import ShardError
+from . import shardio
+
+OVERLAY_FORMAT = "carla-wds-overlay"   # pack/overlay.py writes it (the wings do not import)
+_FIELD = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_FIX = "Fix: run `carla-wds pack-overlay OVERLAY_DIR BASE_PACK OUT --kind ...` against this base"
+
+
+def manifest_bytes(where: str, remote: RemoteOptions | None) -> bytes:
+    """A manifest's bytes as stored (their sha256 names a base pack), bounded."""
+    if is_http(where):
+        return read_url(where, MAX_MANIFEST_BYTES, remote)
+    if is_objstore(where):
+        return read_object(where, MAX_MANIFEST_BYTES, remote)
+    with open(where, "rb") as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{where}: over {MAX_MANIFEST_BYTES} bytes; not a manifest")
+    return data
+
+
+def _runs(entry: dict, samples: int, where: str) -> np.ndarray:
+    """A shard's entry runs -> one bool per sample (has an entry)."""
+    runs = entry.get("entries")
+    ok = isinstance(runs, list) and all(
+        isinstance(r, list) and len(r) == 2 and r[0] in (0, 1) and isinstance(r[1], int)
+        and not isinstance(r[1], bool) and r[1] > 0 for r in runs)
+    if not ok or sum(r[1] for r in runs) != samples:
+        raise ValueError(f"overlay manifest {where}: shard {entry.get('name')!r} has no valid "
+                         f"'entries' runs for its {samples} samples. {_FIX}")
+    return np.repeat(np.array([r[0] for r in runs], bool), [r[1] for r in runs])
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """One overlay pack as the loader uses it."""
+    field: str
+    where: str
+    sha256: str                      # of its manifest: the loader's identity
+    shards: tuple[ShardRef, ...]
+    has: tuple[np.ndarray, ...]      # per shard, one bool per sample
+
+
+def read_overlay(source: str, base: Manifest, base_sha: str,
+                 remote: RemoteOptions | None) -> Overlay:
+    """An overlay pack's manifest, checked against its base: one ValueError line otherwise."""
+    where = manifest_location(source)
+    raw = manifest_bytes(where, remote)
+    try:
+        doc = json_loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"overlay manifest {where}: not valid JSON ({exc}). {_FIX}") from None
+    if not isinstance(doc, dict) or doc.get("format") != OVERLAY_FORMAT:
+        raise ValueError(f"overlay {where}: not an overlay pack (its manifest has no format "
+                         f"{OVERLAY_FORMAT!r}); overlays=[...] takes `carla-wds pack-overlay` "
+                         f"outputs, source= the base pack. {_FIX}")
+    built_for = (doc.get("base") or {}).get("manifest_sha256")
+    if built_for != base_sha:
+        raise ValueError(f"overlay {where} was built for another base pack (manifest sha256 "
+                         f"{str(built_for)[:12]}...), not {base.where} ({base_sha[:12]}...). "
+                         f"{_FIX} pack")
+    field, shards = doc.get("field"), doc.get("shards")
+    if not isinstance(field, str) or not _FIELD.match(field) or not isinstance(shards, list) \
+            or len(shards) != len(base.shards):
+        raise ValueError(f"overlay manifest {where}: expected a field name and one shard per "
+                         f"base shard ({len(base.shards)}). {_FIX}")
+    refs, has = [], []
+    for entry, b in zip(shards, base.shards):
+        if not isinstance(entry, dict) or entry.get("samples") != b.samples:
+            raise ValueError(f"overlay manifest {where}: shard {entry!r:.80} does not hold "
+                             f"the {b.samples} samples of base shard {b.name}. {_FIX}")
+        url = shard_url(where, entry.get("name"))
+        if "://" not in url and not Path(url).is_file():
+            raise ValueError(f"overlay shard {url} is missing. Fix: copy the overlay pack "
+                             "whole (its manifest and every shard), or re-run pack-overlay")
+        refs.append(ShardRef(url, b.samples, entry.get("bytes"), entry.get("sha256")))
+        has.append(_runs(entry, b.samples, where))
+    return Overlay(field, where, hashlib.sha256(raw).hexdigest(), tuple(refs), tuple(has))
+
+
+@dataclass(frozen=True, eq=False)   # compared by identity (it holds arrays): one per loader
+class OverlayJoin:
+    """What the workers need to read overlays in step (picklable; Epoch.overlay)."""
+    overlays: tuple[Overlay, ...]
+    base: tuple[ShardRef, ...]       # the base shards with their own sample counts
+    keep: tuple[np.ndarray, ...] | None   # overlay_required: per shard, the kept positions
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(o.field for o in self.overlays)
+
+    def counts(self) -> tuple[int, ...]:
+        """Samples per shard the plan sees: the kept ones, or all."""
+        if self.keep is None:
+            return tuple(s.samples for s in self.base)
+        return tuple(len(k) for k in self.keep)
+
+    def identity(self) -> str:
+        """What a resume state must match: the overlays and whether they filter."""
+        return hashlib.sha256(json.dumps([[o.sha256 for o in self.overlays],
+                                          self.keep is not None]).encode()).hexdigest()
+
+    def read(self, reads: Iterable[tuple[int, int, int, int]], shards: list[ShardRef],
+             on_error: str = "raise", cache_dir: str | None = None, verify: bool = False,
+             remote: RemoteOptions | None = None, cache_limit_bytes: int | None = None
+             ) -> Iterator[dict[str, Any]]:
+        """shardio.read_with_context's stage over base and overlays together: the plan's
+        reads (in kept positions when filtering; `shards` is then ignored for the base's own
+        refs) -> raw base samples, each with its entries under "__overlays__"."""
+        opts = (on_error, cache_dir, verify, remote, cache_limit_bytes)
+        for shard, lo, start, stop in reads:
+            if lo != start:
+                raise ValueError("overlays are not read with history context")
+            mask = None
+            if self.keep is not None:
+                kept = self.keep[shard][start:stop]
+                if not len(kept):
+                    continue
+                start, stop = int(kept[0]), int(kept[-1]) + 1
+                mask = np.zeros(stop - start, bool)
+                mask[kept - start] = True
+            seg = [(shard, start, stop)]
+            base = shardio.read_segments(seg, list(self.base), *opts)
+            over = [shardio.read_segments(seg, list(o.shards), *opts) for o in self.overlays]
+            for i, (raw, *entries) in enumerate(zip(base, *over)):
+                if mask is None or mask[i]:
+                    yield self._joined(raw, entries, on_error)
+
+    def _joined(self, raw: dict, entries: list[dict], on_error: str) -> dict:
+        if "__error__" in raw:
+            return raw
+        values = {}
+        for o, e in zip(self.overlays, entries):
+            if "__error__" in e:
+                return shardio.error_marker(e["__error__"])
+            if e["__key__"] != raw["__key__"]:
+                raise ShardError(f"overlay shard {e.get('__shard__')} holds sample "
+                                 f"{e['__key__']!r} where base shard {raw.get('__shard__')} "
+                                 f"holds {raw['__key__']!r}: not built for this base. {_FIX}")
+            try:
+                values[o.field] = json_loads(bytes(e[f"{o.field}.json"]))
+            except (KeyError, ValueError) as exc:
+                msg = (f"overlay shard {e.get('__shard__')} sample {e['__key__']!r}: no valid "
+                       f"{o.field}.json ({exc!s:.80}). {_FIX}")
+                if on_error == "raise":
+                    raise SchemaError(msg) from None
+                return shardio.error_marker(msg)
+        raw["__overlays__"] = values
+        return raw
+
+    def tapped(self, groups: Iterable[list]) -> tuple[Iterator[list], Callable]:
+        """(the same groups, attach): attach(batches) puts each group's entries in its batch's
+        fields, batch n being the decoded group n (stages.decode_batches)."""
+        pending: deque = deque()
+
+        def tap() -> Iterator[list]:
+            for group in groups:
+                pending.append([None if r is None else r.get("__overlays__") for r in group])
+                yield group
+
+        def attach(batches: Iterable[Any]) -> Iterator[Any]:
+            for batch in batches:
+                rows, valid = pending.popleft(), batch.valid.tolist()
+                for name in self.fields:
+                    batch.fields[name] = [row[name] if row is not None and ok else None
+                                          for row, ok in zip(rows, valid)]
+                yield batch
+        return tap(), attach
+
+
+def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin | None:
+    """CARLAWebData's overlays (its counts, shards and identity follow a filter); None
+    without. One ValueError line for what is not offered with them."""
+    if not overlays:
+        if required:
+            raise ValueError("overlay_required=True filters by overlays; give overlays=[...]")
+        return None
+    why = ("a mix" if data.mix else
+           "sample_transform/adapter" if data.sample_transform is not None else None)
+    if why:
+        raise ValueError(f"overlays=[...] are not offered with {why} yet. Fix: drop one of "
+                         "them")
+    base_sha = hashlib.sha256(manifest_bytes(data.manifest.where, data.remote)).hexdigest()
+    found = tuple(read_overlay(str(o), data.manifest, base_sha, data.remote) for o in overlays)
+    names = [o.field for o in found]
+    if len(set(names)) != len(names):
+        raise ValueError(f"overlays {list(overlays)} give the batch fields {names}: one each "
+                         "is taken. Fix: pass each kind's overlay once")
+    keep = None
+    if required:
+        keep = tuple(np.flatnonzero(np.logical_and.reduce([o.has[s] for o in found]))
+                     for s in range(len(data.shards)))
+    join = OverlayJoin(found, tuple(data.shards), keep)
+    if keep is not None:
+        data.counts = join.counts()
+        data.shards = tuple(replace(s, samples=n) for s, n in zip(data.shards, data.counts))
+        data.manifest_id = hashlib.sha256(
+            (data.manifest_id + join.identity()).encode()).hexdigest()
+    return join
+
+
+def checked(join: OverlayJoin | None, history: int) -> OverlayJoin | None:
+    """The join for a pass; history windows read context samples, which overlays do not."""
+    if join is not None and history:
+        raise ValueError("overlays=[...] are not offered with history windows yet. Fix: drop "
+                         "one of them")
+    return join

@@ -1,0 +1,97 @@
+"""What an overlay kind is (issue 30): a tree of per-frame label files that another project
+ships beside a base dataset, keyed to its frames by the file's path or its content.
+
+A kind says which files of OVERLAY_DIR are its entries (by the name's ending), how one entry
+names its base frame (the route folder's path parts, the route folder last, and the frame
+number), and what structure its JSON has. The kinds themselves live in the rooms of the
+datasets they annotate (pack/datasets/overlays.py lists them); nothing here names a dataset.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterator
+
+from .errors import PackError
+from .sources import decode_json, read_bytes
+
+# (route path parts, the route folder last; frame number), or why the entry names no frame
+Located = tuple[tuple[str, ...], int]
+Locate = Callable[[PurePosixPath, Any], "Located | str"]
+Check = Callable[[Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class OverlayKind:
+    """One kind of overlay tree (see the module docstring)."""
+    name: str
+    source: str           # the project and the file that defines this structure (docs)
+    suffixes: tuple[str, ...]   # endings of an entry's file name, e.g. (".json.gz",)
+    locate: Locate        # (path relative to OVERLAY_DIR, parsed JSON) -> Located or why not
+    check: Check          # parsed JSON -> None, or what its structure lacks
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One overlay file, read and located."""
+    file: str                  # relative to OVERLAY_DIR
+    route: tuple[str, ...]
+    frame: int
+    value: Any
+
+
+def frame_number(stem: str, file: str) -> int | str:
+    """A frame file's stem ("0042") -> 42, or why it is no frame number."""
+    return int(stem) if stem.isdigit() and len(stem) <= 9 else \
+        f"file {file}: {stem!r} is not a frame number"
+
+
+def route_and_frame(parts: tuple[str, ...], stem: str, file: str) -> Located | str:
+    """Located from a route folder's path parts and a frame file's stem."""
+    frame = frame_number(stem, file)
+    if isinstance(frame, str):
+        return frame
+    if not parts or not all(parts):
+        return f"file {file}: names no route folder"
+    return tuple(parts), frame
+
+
+def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[tuple[PurePosixPath, Path]]:
+    """(relative path, path) of every file under root whose name ends with a suffix, sorted;
+    a symlink anywhere below root is refused: an overlay's files are read where they are,
+    never through a link that may lead out of the tree."""
+    if root.is_symlink() or not root.is_dir():
+        raise PackError(f"overlay folder {root}: not a folder (a symlink is refused). Fix: "
+                        "pass the folder the overlay's archives were extracted into")
+    for top, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = Path(top) / name
+            if path.is_symlink():
+                raise PackError(f"overlay file {path}: a symlink; refused, since it may lead "
+                                "out of the overlay folder. Fix: replace it with the file itself")
+        for name in sorted(files):
+            if name.endswith(suffixes):
+                path = Path(top) / name
+                yield PurePosixPath(path.relative_to(root).as_posix()), path
+
+
+def read_entry(kind: OverlayKind, rel: PurePosixPath, path: Path) -> Entry | str:
+    """One file -> Entry (bounded read, gunzip and JSON depth: limits.py), or why it names
+    no base frame (an unmatched entry). A file that cannot be read or is not the kind's
+    JSON is a PackError naming the file and the fix."""
+    try:
+        value = decode_json(read_bytes(path), path.name.endswith(".gz"))
+    except (ValueError, OSError) as exc:   # LimitError is a ValueError
+        raise PackError(f"overlay file {path}: {exc}. Fix: re-download or re-extract it, or "
+                        "raise the limit it names (--limit NAME=N) if the file is genuine"
+                        ) from None
+    problem = kind.check(value)
+    if problem:
+        raise PackError(f"overlay file {path}: {problem} (--kind {kind.name}: "
+                        f"{kind.source}). Fix: pass the --kind this tree is")
+    located = kind.locate(rel, value)
+    if isinstance(located, str):
+        return located
+    return Entry(str(rel), located[0], located[1], value)
