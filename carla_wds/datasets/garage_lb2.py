@@ -14,7 +14,7 @@ docs/datasets/garage_lb2.md gives each fact with its source file.
   props ('static_car', 'static_trafficwarning', 'static'), road landmarks ('landmark', no
   extent), the weather ('weather') and the ego's lane context ('ego_info'), the last two
   without a position. The box table keeps garage's five classes, as the loaders that read
-  these files do (SimLingo dataset_base.py parse_bounding_boxes l.697-721 skips entries
+  these files do (SimLingo dataset_base.py parse_bounding_boxes l.696-720 skips entries
   without position or extent and gives the static ones no class); the raw JSON beside it
   (boxes_raw) keeps every entry.
 """

@@ -12,13 +12,25 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import garage_route
+from . import garage_route, simlingo_rules
 
 Formula = Callable[[Any, dict], np.ndarray]
 
 FORMULAS: dict[str, Formula] = {
     "garage_smooth_route": garage_route.smooth_route,
     "garage_smooth_route_augmented": garage_route.smooth_route_augmented,
+    "simlingo_route": simlingo_rules.route,
+    "simlingo_route_augmented": simlingo_rules.route_augmented,
+    "simlingo_route_adjusted": simlingo_rules.route_adjusted,
+    "simlingo_route_adjusted_augmented": simlingo_rules.route_adjusted_augmented,
+}
+
+# Route rules a layout's route_filter may name as keep_also: a project's own exception to the
+# score threshold, given the route's parsed results file (True: keep the route; ValueError
+# naming what the file lacks).
+RouteRule = Callable[[Any], bool]
+ROUTE_RULES: dict[str, RouteRule] = {
+    "simlingo_minor_infractions": simlingo_rules.keeps_minor_infractions,
 }
 
 

@@ -109,10 +109,29 @@ class SampleRule:
 
 @dataclass(frozen=True)
 class RouteFilter:
-    """Keep a route only if `file` holds `key` >= `min` (garage: results.json.gz)."""
+    """Keep a route only if `file` holds `key` >= `min` (garage: results.json.gz), or, with
+    `keep_also`, if that named route rule (formulas.ROUTE_RULES: a project's own exception,
+    written in its room) keeps the route the score drops."""
     file: str
     key: str
     min: float
+    keep_also: str = ""
+
+    def reason(self, results: Any) -> str:
+        """Why the route whose `file` holds `results` is left out, or "" to keep it;
+        ValueError naming the value when the file lacks what the filter reads."""
+        from .formulas import ROUTE_RULES
+        try:
+            score = lookup(results, self.key)
+        except KeyError as exc:
+            raise ValueError(f"no {exc.args[0]}; expected a JSON object with {self.key}"
+                             ) from None
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+            raise ValueError(f"{self.key} is {str(score)[:40]!r}; expected a number")
+        if score >= self.min or self.keep_also and ROUTE_RULES[self.keep_also](results):
+            return ""
+        unless = f", and rule {self.keep_also} does not keep it" if self.keep_also else ""
+        return f"{self.file}: {self.key} is {score:g} < {self.min:g}{unless}"
 
 
 def fail(where: str, key: str, value: Any, expected: str) -> LayoutError:
@@ -271,13 +290,18 @@ def parse_samples(data: Any, where: str) -> SampleRule:
 def parse_filter(data: Any, where: str) -> RouteFilter | None:
     if data is None:
         return None
-    d = _only(data, ("file", "key", "min"), where, "route_filter")
+    from .formulas import ROUTE_RULES
+    d = _only(data, ("file", "key", "min", "keep_also"), where, "route_filter")
     if not isinstance(d.get("min"), (int, float)) or isinstance(d.get("min"), bool):
         raise fail(where, "route_filter.min", d.get("min"), "a number such as 100")
     key = d.get("key")
     if not isinstance(key, str) or not _KEY.match(key):
         raise fail(where, "route_filter.key", key, "a JSON key such as scores.score_composed")
-    return RouteFilter(_str(d.get("file"), where, "route_filter.file"), key, float(d["min"]))
+    keep_also = d.get("keep_also", "")
+    if keep_also and keep_also not in ROUTE_RULES:
+        raise fail(where, "route_filter.keep_also", keep_also, f"one of {sorted(ROUTE_RULES)}")
+    return RouteFilter(_str(d.get("file"), where, "route_filter.file"), key, float(d["min"]),
+                       keep_also)
 
 
 def key_path(key: str) -> list[str | int]:
