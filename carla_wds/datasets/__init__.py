@@ -14,7 +14,7 @@ import re
 
 from ..modalities import add_codec
 from ..modalities.lidar_bev import HistogramPreset
-from . import bench2drive, garage, garage_lb2, tcp, transfuser
+from . import bench2drive, garage, garage_lb2, lead, tcp, transfuser
 from .base import (BoxParser, Camera, ControllerConfig, DatasetCodec, DatasetInfo, Frame,
                    PIDGains, Rig)
 
@@ -130,7 +130,8 @@ def rig(name: str) -> Rig:
 
 
 for _info in (tcp.INFO, transfuser.TRANSFUSER2021, transfuser.TRANSFUSER2022, garage.INFO,
-              garage_lb2.INFO, bench2drive.INFO):   # the registration line: one INFO per dataset
+              garage_lb2.INFO, bench2drive.INFO,
+              lead.INFO):   # the registration line: one INFO per dataset
     register_dataset(_info)
 
 __all__ = ["BoxParser", "Camera", "ControllerConfig", "DATASETS", "DEFAULT_CONTROLLER",
