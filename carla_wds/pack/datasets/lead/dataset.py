@@ -1,0 +1,57 @@
+"""The LEAD dataset of the pack registry (`--layout lead_carla`): finds the route folders,
+settles the cameras and folders the pack holds, and plans each route (plan.py) for the
+encoder (encoder.py). Reading the metas and boxes pickles needs --allow-pickle-input."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from ...errors import PackError
+from ...routes import RoutePlan, check_key_collisions, raise_first_skip, select_part
+from ...sources import PICKLE_FLAG
+from ..base import Dataset, PackInput
+from .encoder import LeadEncoder
+from .labels import PRED_LEN
+from .plan import inspect_routes, lead_spec, plan_lead_route
+from .routes import LeadRoute, find_routes, frame_count
+
+log = logging.getLogger(__name__)
+
+
+class Lead(Dataset):
+    """--layout lead_carla: LEAD / TransFuser v6 route folders (docs/datasets/lead.md)."""
+
+    def summary(self, manifest: Mapping[str, Any]) -> str | None:
+        c = manifest["counts"]
+        return (f"{c['filtered_routes']} routes left out by LEAD's route filter; metas and "
+                f"boxes read from pickles ({PICKLE_FLAG}), stored as JSON")
+
+    def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
+        if opts.pred_len not in (None, PRED_LEN):
+            raise PackError(f"--pred-len {opts.pred_len}: LEAD's loader serves {PRED_LEN} "
+                            f"waypoints (2 s at 4 Hz). Fix: leave --pred-len out")
+        opts = replace(opts, pred_len=PRED_LEN)
+        routes = find_routes(input_dir)
+        check_key_collisions([r.name for r in routes], opts.dot_replacement)
+        routes = select_part(routes, opts.part, opts.select)
+        layout = inspect_routes(routes, opts.allow_pickle_input)
+        spec = lead_spec(layout, opts.image_format or "jpg")
+        encoder = LeadEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
+                              allow_pickle=opts.allow_pickle_input, twin=layout.twin,
+                              optional=layout.optional)
+        total = sum(frame_count(r.path) for r in routes)
+        return PackInput(layout, spec, routes, lambda r: _checked(r, opts), encoder,
+                         total), opts
+
+
+def _checked(route: LeadRoute, opts: Any) -> RoutePlan:
+    plan = plan_lead_route(route, opts)
+    if plan.filtered:
+        log.info("route %s left out by LEAD's route filter: %s", route.name, plan.filtered)
+    raise_first_skip(plan, opts.on_error)
+    return plan
+
+
+__all__ = ["Lead"]

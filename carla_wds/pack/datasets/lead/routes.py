@@ -1,0 +1,121 @@
+"""LEAD's routes: where they are under INPUT_DIR, which its loader trains on, and which frames.
+
+From kesai-labs/lead@44891760:
+- lead/data_buckets/abstract_bucket_collection.py iter_root: the data root holds scenario
+  folders, each holding route folders; both are visited sorted. iter_route: a route has
+  len(os.listdir(route/bboxes)) frames and serves range(skip_first, num_seq - skip_last).
+- lead/training/config_training.py: skip_first = skip_last = num_way_points_prediction = 8
+  when training the planner (carla_leaderboard_mode, use_planning_decoder; l.329-345); in
+  pre-training (no planning decoder) both are 1, but then no waypoint label exists.
+- lead/data_buckets/route_filtering.py route_not_finished / route_failed (both applied by
+  the full post-train bucket collection): a route without results.json or metas/0000.pkl is
+  left out, and so is a route whose results say it failed (`route_failure` below).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import PackError
+from ...sources import read_json
+
+SKIP_FIRST = SKIP_LAST = 8   # num_way_points_prediction when the planner is trained
+RESULTS = "results.json"
+FRAME_FOLDER = "bboxes"      # the folder whose file count is the route's frame count
+_MARKERS = ("bboxes", "metas", "rgb", RESULTS)
+
+
+@dataclass(frozen=True)
+class LeadRoute:
+    """One route folder: `name` its path below INPUT_DIR ("scenario/route"), `path` the folder."""
+    name: str
+    path: Path
+
+
+def _is_route(path: Path) -> bool:
+    return any((path / m).exists() for m in _MARKERS)
+
+
+def find_routes(input_dir: str | Path) -> list[LeadRoute]:
+    """The route folders of INPUT_DIR: INPUT_DIR/<scenario>/<route> as LEAD's data root holds
+    them, also a folder of routes or one route; sorted by (scenario, route) as iter_root.
+    PackError when there are none."""
+    root = Path(input_dir)
+    if not root.is_dir():
+        raise PackError(f"INPUT_DIR {root} is not a folder. Fix: point it at LEAD's data "
+                        "folder (scenario folders holding route folders)")
+    if _is_route(root):
+        return [LeadRoute(root.name, root)]
+    found: list[LeadRoute] = []
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        if _is_route(child):
+            found.append(LeadRoute(child.name, child))
+            continue
+        found += [LeadRoute(f"{child.name}/{r.name}", r) for r in sorted(child.iterdir())
+                  if r.is_dir() and not r.is_symlink() and _is_route(r)]
+    if not found:
+        raise PackError(f"INPUT_DIR {root}: no LEAD route folders (a folder with bboxes/, "
+                        "metas/, rgb/ or results.json) in it or two levels down. Fix: point it "
+                        "at LEAD's data folder (scenario folders holding route folders), or "
+                        "unzip the routes there first")
+    return found
+
+
+def route_failure(results: Any) -> str:
+    """Why LEAD's route_failed leaves a route out ("" keeps it), from its results.json, in
+    that function's order: an infraction other than min-speed ones (or, on a Completed route,
+    min-speed and outside-lane ones), or a Failed status."""
+    try:
+        status = results["status"]
+        score = float(results["scores"]["score_composed"])
+        n = int(results["num_infractions"])
+        infractions = results["infractions"]
+        min_speed = len(infractions["min_speed_infractions"])
+        outside = len(infractions["outside_route_lanes"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return (f"{RESULTS} lacks {exc} (needs status, scores.score_composed, num_infractions, "
+                "infractions.min_speed_infractions and .outside_route_lanes)")
+    infraction = True
+    if score == 100.0:
+        infraction = False
+    if score < 100.0 and n == min_speed:
+        infraction = False
+    if status == "Completed" and n == min_speed + outside:
+        infraction = False
+    if status == "Perfect":
+        infraction = False
+    if infraction or status in ("Failed", "Failed - Agent couldn't be set up",
+                                "Failed - Simulation crashed", "Failed - Agent crashed"):
+        return f"{RESULTS}: status {status!r}, score_composed {score:g}, {n} infraction(s)"
+    return ""
+
+
+def left_out(route: Path) -> str:
+    """Why LEAD's post-train buckets leave this route out ("" keeps it)."""
+    if not (route / RESULTS).is_file():
+        return f"no {RESULTS} (the route did not finish)"
+    if not (route / "metas" / "0000.pkl").is_file():
+        return "no metas/0000.pkl"
+    try:
+        results = read_json(route / RESULTS)
+    except (ValueError, OSError) as exc:
+        return f"{RESULTS} does not read ({exc})"
+    return route_failure(results)
+
+
+def frame_count(route: Path) -> int:
+    """LEAD's num_seq: the number of entries in bboxes/ (0 without the folder)."""
+    folder = route / FRAME_FOLDER
+    return len(os.listdir(folder)) if folder.is_dir() else 0
+
+
+def sample_frames(n: int, all_frames: bool) -> range:
+    """The frames LEAD's loader serves of a route with n frames (--all-frames: every frame;
+    the plan then keeps those whose metas hold a full future)."""
+    return range(n) if all_frames else range(SKIP_FIRST, n - SKIP_LAST)
+
+
+__all__ = ["LeadRoute", "RESULTS", "SKIP_FIRST", "SKIP_LAST", "find_routes", "frame_count",
+           "left_out", "route_failure", "sample_frames"]
