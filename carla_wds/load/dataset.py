@@ -157,7 +157,7 @@ class CARLAWebData:
         self.prefetch_factor = prefetch_factor
         self._set_shards(shard_urls, cache_limit_bytes)
         self.history, self.history_stride, self._sequence = history_settings(
-            self.manifest, history, history_stride, self.sample_transform)
+            self._manifests, history, history_stride, self.sample_transform)
         self._len = settings.batches(self.where, self._epoch_counts(), batch_size,
                                      self.world_size, mode, batches_per_epoch)
         self._start_position()
@@ -177,10 +177,15 @@ class CARLAWebData:
         """What an epoch draws from: the shards' samples, or a mix's drawn total (train)."""
         if self._mixer is None or self.mode != "train":
             return self.counts
-        if self.history or self.batches_per_epoch:
-            raise ValueError("mix= plans its own epoch: history windows and batches_per_epoch "
-                             "are not offered with it yet. Fix: drop one of them")
-        return (sum(self._mixer.sizes(0)),)
+        if self.batches_per_epoch:
+            raise ValueError("mix= plans its own epoch, whose size the mix gives: "
+                             "batches_per_epoch does not apply. Fix: drop batches_per_epoch "
+                             "and set the mix's epoch_size (samples of its weight entries)")
+        return (sum(self._mixer.sizes(0, self.batch_size * self.world_size)),)
+
+    def _chains(self) -> list[list[int]] | None:
+        """The shard runs a route links (history windows), which the epoch's order keeps."""
+        return [list(c) for c in self._sequence.get("chains") or ()] or None
 
     def _read(self, source: str | None, remote: RemoteOptions | None, mix: Any) -> None:
         """The pack's manifest, or a mix's packs' (load/mix.py), which must hold alike samples."""
@@ -311,20 +316,21 @@ class CARLAWebData:
                                  f"was saved, but is {mine[name]!r} now. Use the same {name}")
         self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
         self.step_at_epoch_start = int(state["step_at_epoch_start"])
-        self._reshape = Reshape(**state["reshape"]) if state.get("reshape") else None
+        self._reshape = (Reshape(**state["reshape"], base=self._mixer)
+                         if state.get("reshape") else None)
         split = (state.get("world_size"), state.get("num_workers"))
         if split != (self.world_size, self.num_workers) and self.mode == "train":
             self._resplit(state, split)   # (eval passes always run whole)
         if self._reshape is not None:
             self._reshape_len = batches_after(list(self.counts), self._reshape, self.batch_size,
-                                              self.world_size, self.seed, self.epoch)
+                                              self.world_size, self.seed, self.epoch,
+                                              self._chains())
 
     def _resplit(self, state: dict[str, Any], split: tuple) -> None:
         """The state was saved with other ranks or workers: plan the rest of its epoch for
         this split (load/reshape.py); the consumed batches are then those of the old one."""
         why = ("it was saved inside an epoch already resumed in another split"
-               if self._reshape else "history windows" if self.history else
-               "a mix" if self.mix else
+               if self._reshape else
                "sampling with replacement (batches_per_epoch)" if self.batches_per_epoch
                else None)
         if why:
@@ -333,12 +339,14 @@ class CARLAWebData:
                              f"now, and the rest of an epoch is re-planned for a new split "
                              f"only in train mode without {why}. Use the same world_size "
                              "and num_workers")
-        if self.consumed >= batches_per_rank(list(self.counts), self.batch_size,
-                                             int(split[0]), "train"):
+        old_len = (self._mixer.batches(self.batch_size, int(split[0])) if self._mixer else
+                   batches_per_rank(list(self.counts), self.batch_size, int(split[0]), "train"))
+        if self.consumed >= old_len:
             self.consumed = self._len   # that epoch was whole: nothing of it is left
             return
         self._reshape = Reshape(int(split[0]), int(split[1]), self.consumed,
-                                int(state.get("shuffle_buffer", self.shuffle_buffer)))
+                                int(state.get("shuffle_buffer", self.shuffle_buffer)),
+                                base=self._mixer)
         self.consumed = 0
 
     def config(self) -> dict[str, Any]:

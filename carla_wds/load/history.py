@@ -78,8 +78,10 @@ def windows(samples: Iterable[Raw], history: int, every: int) -> Iterator[Raw]:
             yield {"__key__": raw["__key__"],
                    WINDOW: (*past_frames(recent, frame, history, every), raw)}
         recent[frame] = raw
-        for old in [f for f in recent if f <= frame - history * every]:
-            del recent[old]   # only what a later window of this route can still reach
+        # only what a later window of this route can still reach: this frame's own window
+        # again too (a mix that drew the frame twice reads it twice in a row)
+        for old in [f for f in recent if f < frame - history * every]:
+            del recent[old]
 
 
 # stage: groups of windows -> groups of their frames, window after window, oldest first
@@ -159,10 +161,11 @@ def _stride(manifest: Manifest, stride: int | str) -> int | str:
     return int(round(samples))
 
 
-def history_settings(manifest: Manifest, history: int, stride: int | str,
+def history_settings(manifests: list[Manifest], history: int, stride: int | str,
                      transform: Any) -> tuple[int, int, dict[str, Any]]:
-    """Checked history settings, and what the workers need of the pack's sequence record."""
-    stride = _stride(manifest, stride)
+    """Checked history settings, and what the workers need of the packs' sequence records
+    (a mix's packs one after the other: their shards' chains offset by the shards before)."""
+    stride = _stride(manifests[0], stride)
     if not (isinstance(history, int) and isinstance(stride, int) and history >= 0
             and stride >= 1):
         raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
@@ -173,15 +176,27 @@ def history_settings(manifest: Manifest, history: int, stride: int | str,
     if transform is not None:
         raise ValueError("history windows are not yet served through adapter= or "
                          "sample_transform=. Fix: load with history=0, or without them")
+    steps = {int((m.doc.get("sequence") or {}).get("frame_step") or 1) for m in manifests}
+    if len(steps) > 1:
+        raise ValueError(f"history windows over packs of frame steps {sorted(steps)}: a "
+                         "window's steps would mean other times. Fix: mix packs of one step")
+    runs: list[tuple[int, ...]] = []
+    n_shards = 0
+    for manifest in manifests:
+        runs += [tuple(n_shards + s for s in c) for c in _chains(manifest)]
+        n_shards += len(manifest.doc["shards"])
+    return history, stride, {"frame_step": steps.pop(), "chains": tuple(runs)}
+
+
+def _chains(manifest: Manifest) -> list[list[int]]:
     shards = manifest.doc["shards"]
     if not has_keys(shards):
         raise ValueError(f"{manifest.where}: this pack was made before carla-wds recorded where "
                          "routes begin in its shards, which history windows need. Fix: "
                          "re-pack it with this version, or load with history=0")
-    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
-    runs = tuple(tuple(c) for c in chains(shards))
+    runs = chains(shards)
     if len(runs) < len(shards) / 2:   # the shuffle mixes runs, not shards
         log.warning("%s: %d of %d shards go on with a route of the shard before, so an epoch "
                     "shuffles %d runs of linked shards; pack with --route-shards to mix more",
                     manifest.where, len(shards) - len(runs), len(shards), len(runs))
-    return history, stride, {"frame_step": step, "chains": runs}
+    return runs

@@ -6,7 +6,8 @@
                {"source": "shards/train", "weight": 0.7},
                {"source": "shards/extra", "repeat": 2},       # every sample, twice
                {"source": "shards/rare", "count": 500}],       # exactly 500 samples
-           "schedule": [{"from_epoch": 5, "weights": [0.5, 0.5]}]}   # optional curriculum
+           "schedule": [{"from_epoch": 5, "weights": [0.5, 0.5]}],   # optional curriculum
+           "stratify": False}   # True: every global batch holds the entries' shares (strata.py)
     data = CARLAWebData(mix=mix, batch_size=32)    # or a YAML file's path
 
 The epoch is a precomputed plan, a pure function of (seed, epoch, spec, manifests): each
@@ -17,8 +18,10 @@ epoch_size, rounded by largest remainders so the shares add up exactly) take who
 and then a seeded draw without replacement for the rest. The drawn samples are read in the
 epoch's shard order (so reads stay sequential), cut into equal whole-batch ranges per rank
 and worker as any epoch is, and shuffled by the usual buffer. So `len()` is exact, every rank
-gets equal batches, and resume is (plan, position) as always. Eval ignores weights: every
-sample of the mix's sources once.
+gets equal batches, and resume is (plan, position) as always; in another split, the rest of
+the draw (reshape.py). History windows: each drawn sample's frames before it are read in
+front of it (reshape.cut_stream). Eval ignores weights: every sample of the mix's sources
+once.
 
 Sources must hold the same cameras, members and codecs (else one line names the
 difference); padding other fields across sources is not offered.
@@ -36,10 +39,11 @@ import numpy as np
 from ..rng import derive_seed, numpy_rng
 from ..safeyaml import read_yaml
 from .plan import WorkerPlan, batches_per_rank, shard_order
-from .reshape import plan_stream
+from .reshape import cut_stream, plan_stream
+from .strata import plan_strata
 
 ENTRY_KEYS = ("source", "where", "weight", "repeat", "count")
-SPEC_KEYS = ("entries", "epoch_size", "schedule")
+SPEC_KEYS = ("entries", "epoch_size", "schedule", "stratify")
 
 
 class MixError(ValueError):
@@ -60,6 +64,7 @@ class MixSpec:
     entries: tuple[Entry, ...]
     epoch_size: int | None = None
     schedule: tuple[tuple[int, tuple[float, ...]], ...] = ()   # (from_epoch, weights)
+    stratify: bool = False   # every global batch holds each entry's share (strata.py)
 
     def sources(self) -> list[str]:
         return list(dict.fromkeys(e.source for e in self.entries))
@@ -140,7 +145,10 @@ def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
             raise MixError(f"mix schedule[{i}]: weights {step['weights']!r}; every weight "
                            "entry needs a number > 0 there")
         schedule.append((step["from_epoch"], weights))
-    return MixSpec(entries, size, tuple(sorted(schedule)))
+    stratify = spec.get("stratify", False)
+    if not isinstance(stratify, bool):
+        raise MixError(f"mix stratify={stratify!r}; expected true or false")
+    return MixSpec(entries, size, tuple(sorted(schedule)), stratify)
 
 
 def same_samples(manifests: list[Any]) -> None:
@@ -208,8 +216,25 @@ class MixPlanner:
             cands.append(np.flatnonzero(keep) + starts[e.source])
         return cls(spec, tuple(cands))
 
-    def sizes(self, epoch: int) -> list[int]:
-        """Samples each entry gives in `epoch`."""
+    def sizes(self, epoch: int, global_batch: int | None = None) -> list[int]:
+        """Samples each entry gives in `epoch`; stratified, its quota of every global batch
+        (world_size x batch_size samples) times the epoch's global batches."""
+        drawn = self._drawn_sizes(epoch)
+        if not self.spec.stratify:
+            return drawn
+        if global_batch is None:
+            raise ValueError("a stratified mix's sizes depend on the global batch")
+        total = sum(drawn)
+        quotas = self.quotas(epoch, global_batch)
+        return [total // global_batch * g for g in quotas]
+
+    def quotas(self, epoch: int, global_batch: int) -> list[int]:
+        """Stratified: each entry's samples in every global batch, its share of the epoch
+        rounded by largest remainders (they add up to the global batch)."""
+        drawn = self._drawn_sizes(epoch)
+        return _largest_remainder([n / sum(drawn) for n in drawn], global_batch)
+
+    def _drawn_sizes(self, epoch: int) -> list[int]:
         weights = self.spec.weights(epoch)
         weighted = [i for i, w in enumerate(weights) if w is not None]
         total = self.spec.epoch_size or sum(len(self.candidates[i]) for i in weighted)
@@ -225,29 +250,55 @@ class MixPlanner:
                 out.append(shares[weighted.index(i)])
         return out
 
-    def epoch_samples(self, seed: int, epoch: int) -> np.ndarray:
-        """The epoch's drawn samples (pack-order positions, repeats included), unordered."""
+    def entry_samples(self, seed: int, epoch: int, global_batch: int | None = None
+                      ) -> list[np.ndarray]:
+        """Each entry's drawn samples in `epoch` (pack-order positions, repeats included):
+        whole copies of its candidates, then a seeded draw without replacement."""
         drawn = []
-        for i, n in enumerate(self.sizes(epoch)):
+        for i, n in enumerate(self.sizes(epoch, global_batch)):
             c = self.candidates[i]
             rng = numpy_rng(derive_seed(seed, epoch, "mix", i))
-            drawn += [np.tile(c, n // len(c)), rng.choice(c, n % len(c), replace=False)]
-        return np.concatenate(drawn).astype(np.int64)
+            drawn.append(np.concatenate([np.tile(c, n // len(c)),
+                                         rng.choice(c, n % len(c), replace=False)]))
+        return [d.astype(np.int64) for d in drawn]
+
+    def epoch_samples(self, seed: int, epoch: int, global_batch: int | None = None
+                      ) -> np.ndarray:
+        """The epoch's drawn samples (pack-order positions, repeats included), unordered."""
+        return np.concatenate(self.entry_samples(seed, epoch, global_batch))
 
     def batches(self, batch_size: int, world_size: int) -> int:
-        return batches_per_rank([sum(self.sizes(0))], batch_size, world_size, "train")
+        return batches_per_rank([sum(self.sizes(0, batch_size * world_size))], batch_size,
+                                world_size, "train")
 
-    def worker_plan(self, counts: list[int], *, rank: int, world_size: int, worker: int,
-                    num_workers: int, batch_size: int, seed: int, epoch: int,
-                    resume_batches: int = 0) -> WorkerPlan:
-        """plan.plan_worker for a mixed epoch: its samples in the epoch's shard order."""
-        order = shard_order(len(counts), seed, epoch, True)
+    def stream(self, counts: list[int], seed: int, epoch: int,
+               chains: list[list[int]] | None = None, global_batch: int | None = None,
+               samples: np.ndarray | None = None) -> np.ndarray:
+        """The epoch's drawn samples (or `samples`) as positions in its shard order,
+        increasing (so reads stay sequential); a sample drawn twice is there twice."""
+        order = shard_order(len(counts), seed, epoch, True, chains)
         pack_start = np.concatenate([[0], np.cumsum(counts)])
         stream_start = np.zeros(len(counts), np.int64)
         stream_start[order] = np.concatenate([[0], np.cumsum([counts[s] for s in order])])[:-1]
-        samples = self.epoch_samples(seed, epoch)
+        if samples is None:
+            samples = self.epoch_samples(seed, epoch, global_batch)
         shard = np.searchsorted(pack_start, samples, side="right") - 1
-        stream = np.sort(stream_start[shard] + samples - pack_start[shard])
-        return plan_stream(stream, counts, rank=rank, world_size=world_size, worker=worker,
-                           num_workers=num_workers, batch_size=batch_size, seed=seed,
-                           epoch=epoch, resume_batches=resume_batches)
+        return np.sort(stream_start[shard] + samples - pack_start[shard])
+
+    def entry_streams(self, counts: list[int], seed: int, epoch: int,
+                      chains: list[list[int]] | None, global_batch: int) -> list[np.ndarray]:
+        """Stratified: each entry's drawn samples as stream positions, increasing."""
+        return [self.stream(counts, seed, epoch, chains, samples=s)
+                for s in self.entry_samples(seed, epoch, global_batch)]
+
+    def worker_plan(self, counts: list[int], *, seed: int, epoch: int,
+                    chains: list[list[int]] | None = None, context: int = 0,
+                    **where: Any) -> WorkerPlan:
+        """plan.plan_worker for a mixed epoch: its samples in the epoch's shard order."""
+        if self.spec.stratify:
+            g = where["batch_size"] * where["world_size"]
+            return plan_strata(self.entry_streams(counts, seed, epoch, chains, g), self.quotas(epoch, g), counts,
+                               cut=lambda p: cut_stream(p, counts, seed, epoch, chains, context),
+                               **where)
+        return plan_stream(self.stream(counts, seed, epoch, chains), counts, seed=seed,
+                           epoch=epoch, chains=chains, context=context, **where)

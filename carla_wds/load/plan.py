@@ -50,16 +50,35 @@ class WorkerPlan:
     # back to (oldest first), read but not served; see `context_before`
     context: tuple[Segment, ...] = ()
 
+    # per segment, the context read just before it (plan_stream's plans, whose segments
+    # are scattered samples: a mix, a resumed rest); when given, `context` is not used
+    contexts: tuple[tuple[Segment, ...], ...] = ()
+    # stratified batches (strata.py): per mix entry, (samples of it in each batch, its
+    # segments, their contexts), read as separate streams; `segments` is then empty
+    strata: tuple[tuple[int, tuple[Segment, ...], tuple[tuple[Segment, ...], ...]], ...] = ()
+
     def reads(self) -> list[Read]:
-        """The segments with the context in front, the context of the first segment's own
-        shard folded into its read, so that no shard is opened twice in a row."""
-        reads = [(s, lo, hi, hi) for s, lo, hi in self.context]
-        for shard, start, stop in self.segments:
-            if reads and reads[-1][0] == shard and reads[-1][3] == start:
-                reads[-1] = (shard, reads[-1][1], start, stop)
-            else:
-                reads.append((shard, start, start, stop))
+        """The segments with their context in front, a context or segment that goes on where
+        the read before stopped folded into it, so that no shard is opened twice in a row."""
+        reads: list[Read] = []
+        for i, (shard, start, stop) in enumerate(self.segments):
+            before = self.contexts[i] if self.contexts else self.context if i == 0 else ()
+            for s, lo, hi in before:
+                _append(reads, (s, lo, hi, hi))
+            _append(reads, (shard, start, start, stop))
         return reads
+
+
+def _append(reads: list[Read], read: Read) -> None:
+    """Add `read`, folded into the last one where it goes on in the same shard and the
+    folded read still serves one run (context, then served samples)."""
+    if reads:
+        shard, lo, first, stop = reads[-1]
+        pure_context = first == stop
+        if shard == read[0] and stop == read[1] and (pure_context or read[1] == read[2]):
+            reads[-1] = (shard, lo, read[2] if pure_context else first, read[3])
+            return
+    reads.append(read)
 
 
 def batches_per_rank(counts: list[int], batch_size: int, world_size: int, mode: str,

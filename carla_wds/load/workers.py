@@ -34,15 +34,16 @@ from .. import limits
 from ..limits import DEFAULT as DEFAULT_LIMITS
 from ..limits import Limits
 from ..remote import RemoteOptions
-from ..rng import derive_seed, numpy_rng
+from ..rng import derive_seed
 from ..schema import SampleSpec
 from ..shardread import ShardRef
-from . import history, shardio, stages
+from . import history, shardio, stages, strata
 from .augment import ramp
 from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_reads
 from .ring import BatchRing, RingItem
+from .served import served
 from .transform import ModelBatch, SampleTransform, Transformer
 
 Context = multiprocessing.context.BaseContext
@@ -131,21 +132,17 @@ class EpochStream(IterableDataset):
         where = dict(rank=e.rank, world_size=e.world_size, worker=info.id if info else 0,
                      num_workers=e.num_workers, batch_size=e.batch_size, seed=e.seed,
                      epoch=e.epoch, resume_batches=e.resume_batches)
-        plan = e.planner.worker_plan(counts, **where) if e.planner else plan_worker(
-            counts, mode=e.mode, batches_per_epoch=e.batches_per_epoch, chains=chains,
-            context=context, **where)
+        plan = e.planner.worker_plan(counts, chains=chains, context=context, **where) \
+            if e.planner else plan_worker(counts, mode=e.mode, chains=chains, context=context,
+                                          batches_per_epoch=e.batches_per_epoch, **where)
         w = plan.logical_worker
-        reads = plan.reads()
-        if plan.resampled:   # endless whole shards, cut by `take` below
-            reads = resampled_reads(counts, e.seed, e.epoch, e.rank, w, chains, context)
-        # raw samples (member bytes) of this worker, in plan order; then its windows
-        raw = shardio.read_with_context(reads, list(e.shards), e.on_error, e.cache_dir,
-                                        e.verify, e.remote, e.cache_limit_bytes)
-        if e.history:
-            raw = history.windows(raw, e.history, e.history_stride * e.frame_step)
-        if e.mode == "train":   # buffered shuffle of encoded samples
-            rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, w, "buffer"))
-            raw = stages.shuffle(raw, e.shuffle_buffer, rng)
+        if plan.strata:   # stratified batches: a stream per mix entry (strata.py)
+            raw = strata.stratified(plan, functools.partial(served, e, w), e.shuffle_buffer)
+        else:
+            reads = plan.reads()
+            if plan.resampled:   # endless whole shards, cut by `take` below
+                reads = resampled_reads(counts, e.seed, e.epoch, e.rank, w, chains, context)
+            raw = served(e, w, reads)   # member bytes, in plan order, windowed, shuffled
         raw = stages.take(raw, plan.n_real)
         # drop what was consumed before a resume, still encoded
         skipped = plan.skip_batches * e.batch_size

@@ -21,7 +21,13 @@ Buckets (values are strings; a value that cannot be known is "unknown"):
 - `lead`: the class of the nearest box ahead in the ego's corridor (a car or a walker with
   0 < x < LEAD_AHEAD m and |y| < LEAD_HALF_WIDTH m in the box table's ego frame, x forward):
   "car", "walker" or "none"; "unknown" in packs without boxes.
-Not yet: a crossing agent (it needs the agents' motion across frames).
+- `crossing`: the class of the nearest car or walker ahead (0 < x < CROSS_AHEAD m,
+  |y| < CROSS_LATERAL m) that moves (speed >= CROSS_MOVING m/s) across the ego's path: its
+  heading at least CROSS_ANGLE off the ego's, its sideways velocity towards the corridor, and
+  the corridor within CROSS_HORIZON s at that velocity (0 s when already inside): "car",
+  "walker" or "none"; "unknown" in packs without boxes. From the box table's own columns
+  (`yaw` from x towards y in the table's ego frame, `speed`), so one frame is enough; rows
+  without a speed (FILL) never count.
 """
 from __future__ import annotations
 
@@ -47,9 +53,12 @@ BINS: dict[str, tuple[tuple[float, ...], tuple[str, ...]]] = {
     "yaw_rate": ((-0.3, -0.05, 0.05, 0.3), ("left_sharp", "left", "straight", "right",
                                              "right_sharp")),
 }
-NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario", "lead")
+NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario", "lead",
+         "crossing")
 START_MOVING, START_WINDOW = 0.5, 2.0   # m/s, s
 LEAD_AHEAD, LEAD_HALF_WIDTH = 30.0, 2.0   # m
+CROSS_AHEAD, CROSS_LATERAL, CROSS_MOVING = 20.0, 15.0, 0.5   # m, m, m/s
+CROSS_ANGLE, CROSS_HORIZON = 30.0, 3.0   # degrees, s
 _TOWN = re.compile(r"Town\d+\w*?(?=_|/|$)", re.IGNORECASE)
 _CLIP_NAME = re.compile(r"^([A-Za-z]+)_Town\d+")
 _SCENARIO = re.compile(r"Scenario\d+", re.IGNORECASE)
@@ -77,21 +86,51 @@ def _yaw(sample: Mapping[str, Any]) -> float | None:
     return float(math.atan2(pose[1, 0], pose[0, 0]))
 
 
-def lead(sample: Mapping[str, Any]) -> str:
-    """The class of the nearest car or walker ahead in the ego's corridor (module doc)."""
+def _box_rows(sample: Mapping[str, Any]) -> np.ndarray | None:
+    """The sample's box table (every layout's begins with the core columns), or None."""
     data = sample.get("boxes.npy")
     if data is None:
-        return "unknown"
-    # every layout's box table begins with the core columns (Bench2Drive's adds its own after)
+        return None
     rows = np.load(io.BytesIO(bytes(data)), allow_pickle=False)
-    if rows.ndim != 2 or rows.shape[1] < len(CORE_COLUMNS):
+    return rows if rows.ndim == 2 and rows.shape[1] >= len(CORE_COLUMNS) else None
+
+
+_AGENTS = {BOX_CLASSES["car"]: "car", BOX_CLASSES["walker"]: "walker"}
+
+
+def _nearest(cls: np.ndarray, x: np.ndarray, chosen: np.ndarray) -> str:
+    if not chosen.any():
+        return "none"
+    return _AGENTS[int(cls[chosen][np.argmin(x[chosen])])]
+
+
+def lead(sample: Mapping[str, Any]) -> str:
+    """The class of the nearest car or walker ahead in the ego's corridor (module doc)."""
+    rows = _box_rows(sample)
+    if rows is None:
         return "unknown"
     cls, x, y = (rows[:, CORE_COLUMNS.index(c)] for c in ("class", "x", "y"))
-    names = {BOX_CLASSES["car"]: "car", BOX_CLASSES["walker"]: "walker"}
-    ahead = np.isin(cls, list(names)) & (x > 0) & (x < LEAD_AHEAD) & (np.abs(y) < LEAD_HALF_WIDTH)
-    if not ahead.any():
-        return "none"
-    return names[int(cls[ahead][np.argmin(x[ahead])])]
+    ahead = np.isin(cls, list(_AGENTS)) & (x > 0) & (x < LEAD_AHEAD) & (np.abs(y) < LEAD_HALF_WIDTH)
+    return _nearest(cls, x, ahead)
+
+
+def crossing(sample: Mapping[str, Any]) -> str:
+    """The class of the nearest car or walker ahead moving across the ego's path (module
+    doc)."""
+    rows = _box_rows(sample)
+    if rows is None:
+        return "unknown"
+    cls, x, y, yaw, speed = (rows[:, CORE_COLUMNS.index(c)]
+                             for c in ("class", "x", "y", "yaw", "speed"))
+    sideways = np.where(speed >= 0, speed, 0.0) * np.sin(yaw)   # velocity along y
+    to_corridor = np.maximum(np.abs(y) - LEAD_HALF_WIDTH, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = np.where(to_corridor > 0, to_corridor / np.abs(sideways), 0.0)
+    across = (np.isin(cls, list(_AGENTS)) & (x > 0) & (x < CROSS_AHEAD)
+              & (np.abs(y) < CROSS_LATERAL) & (speed >= CROSS_MOVING)
+              & (np.abs(np.sin(yaw)) >= math.sin(math.radians(CROSS_ANGLE)))
+              & ((y * sideways < 0) | (to_corridor == 0)) & (reach <= CROSS_HORIZON))
+    return _nearest(cls, x, across)
 
 
 class BucketCounter:
@@ -130,7 +169,8 @@ class BucketCounter:
                   "speed": binned("speed", speed), "accel": binned("accel", accel),
                   "yaw_rate": binned("yaw_rate", turn),
                   "start": "from_stop" if speed >= START_MOVING and stopped_before else "other",
-                  "town": town, "scenario": scenario, "lead": lead(sample)}
+                  "town": town, "scenario": scenario, "lead": lead(sample),
+                  "crossing": crossing(sample)}
         for name, value in values.items():
             runs = self.runs[name]
             if runs and runs[-1][0] == value:
@@ -160,4 +200,7 @@ def bucket_doc(shards: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     return {"bins": {k: {"edges": list(e), "names": list(n)} for k, (e, n) in BINS.items()},
             "start": {"moving_m_s": START_MOVING, "window_s": START_WINDOW},
             "lead": {"ahead_m": LEAD_AHEAD, "half_width_m": LEAD_HALF_WIDTH},
+            "crossing": {"ahead_m": CROSS_AHEAD, "lateral_m": CROSS_LATERAL,
+                         "moving_m_s": CROSS_MOVING, "angle_deg": CROSS_ANGLE,
+                         "horizon_s": CROSS_HORIZON},
             "sizes": {k: dict(sorted(v.items())) for k, v in sizes.items()}}

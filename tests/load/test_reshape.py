@@ -10,6 +10,7 @@ import pytest
 from carla_wds import CARLAWebData
 
 from ..helpers import SIZE, all_keys, make_pack, torchrun
+from .test_history import expected_window, route_frames
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "reshape_resume.py"
 
@@ -83,14 +84,29 @@ def test_the_next_epoch_is_whole_again(shards):
     assert [b.keys for b in data] == [b.keys for b in plain]
 
 
+def test_history_windows_resume_in_another_split(shards):
+    routes = route_frames(all_keys(shards))
+    served, state = [], None
+    for data in loaders(shards, 2, 1, history=2):
+        it = iter(data)
+        served += [k for b in itertools.islice(it, 2) for k in b.keys]
+        it.close()
+        state = state or data.state_dict()
+    rest = []
+    for b in loaders(shards, 1, 2, state=state, history=2)[0]:
+        for i, key in enumerate(b.keys):   # each window still the route's frames before
+            assert b.frame_keys[i] == expected_window(key, routes, 2, 1)
+        rest += b.keys
+    assert len(set(served + rest)) == len(served + rest)
+    assert 0 <= len(routes_keys(routes)) - len(served) - len(rest) < 4
+
+
+def routes_keys(routes: dict[str, set[int]]) -> list[str]:
+    return [f"{r}__{f:04d}" for r, frames in routes.items() for f in frames]
+
+
 def test_a_split_change_is_refused_where_the_rest_cannot_be_planned(shards):
     _, state = stop_after(shards, 2, 1, k=1)
-    windows = loaders(shards, 2, 1, history=1)[0]
-    it = iter(windows)
-    next(it)
-    it.close()
-    with pytest.raises(ValueError, match="history windows"):
-        loaders(shards, 1, 1, state=windows.state_dict(), history=1)
     with pytest.raises(ValueError, match="batches_per_epoch"):
         stateful = loaders(shards, 2, 1, batches_per_epoch=4)[0].state_dict()
         loaders(shards, 1, 1, state=stateful, batches_per_epoch=4)

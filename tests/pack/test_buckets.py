@@ -12,6 +12,7 @@ import pytest
 
 from carla_wds.manifest import read_manifest
 from carla_wds.manifest_schema import ManifestError
+from carla_wds.pack.buckets import crossing
 
 from ..helpers import make_pack
 
@@ -58,7 +59,8 @@ def expected(pack, rate_hz):
                 "yaw_rate": binned(turn, (-0.3, -0.05, 0.05, 0.3),
                                    ("left_sharp", "left", "straight", "right", "right_sharp")),
                 "start": "from_stop" if speed >= 0.5 and was_stopped else "other",
-                "town": town, "scenario": "none", "lead": "unknown"})   # tcp: no boxes
+                "town": town, "scenario": "none", "lead": "unknown",   # tcp: no boxes
+                "crossing": "unknown"})
             history.append((frame, speed, yaw))
     return out
 
@@ -109,19 +111,24 @@ def test_a_malformed_bucket_run_is_refused(pack, tmp_path):
         read_manifest(tmp_path)
 
 
+def boxes_pack(tmp_path, layout: str):
+    """A small pack of a layout with boxes (2 routes or clips of 40 frames)."""
+    if layout == "garage":
+        return make_pack(tmp_path, layout=layout, episodes=2, frames=40, max_samples=50)
+    # its synth writes clips as folders and as archives: pack the archives
+    from carla_wds.pack.packer import PackOptions
+    from carla_wds.pack.packer import pack as run_pack
+    from carla_wds.pack.synth import synth_dataset
+    synth_dataset(tmp_path / "raw", layout, episodes=2, frames=40, seed=5,
+                  image_size=(36, 64), progress=False)
+    run_pack(tmp_path / "raw" / "archives", tmp_path / "shards",
+             PackOptions.of(layout=layout, max_samples=50, progress=False))
+    return tmp_path / "shards"
+
+
 @pytest.mark.parametrize("layout", ["garage", "bench2drive"])
 def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
-    if layout == "garage":
-        pack = make_pack(tmp_path, layout=layout, episodes=2, frames=40, max_samples=50)
-    else:   # its synth writes clips as folders and as archives: pack the archives
-        from carla_wds.pack.packer import PackOptions
-        from carla_wds.pack.packer import pack as run_pack
-        from carla_wds.pack.synth import synth_dataset
-        synth_dataset(tmp_path / "raw", layout, episodes=2, frames=40, seed=5,
-                      image_size=(64, 36), progress=False)
-        pack = tmp_path / "shards"
-        run_pack(tmp_path / "raw" / "archives", pack,
-                 PackOptions.of(layout=layout, max_samples=50, progress=False))
+    pack = boxes_pack(tmp_path, layout)
     manifest = json.loads((pack / "manifest.json").read_text())
     got = [r["lead"] for r in decoded(manifest)]
     want = []
@@ -139,3 +146,62 @@ def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
     assert set(r["lead"] for r in decoded(json.loads(
         (make_pack(tmp_path / "tcp", episodes=1, frames=12) / "manifest.json").read_text()))
                ) == {"unknown"}
+
+
+def crossing_by_formula(rows: np.ndarray) -> str:
+    """Written apart from pack/buckets.py: columns class, x, y, ..., yaw (7), speed (8)."""
+    best = None
+    for row in rows:
+        c, x, y, yaw, v = int(row[0]), row[1], row[2], row[7], row[8]
+        if c not in (0, 1) or not (0 < x < 20 and abs(y) < 15) or v < 0.5:
+            continue
+        vy = v * math.sin(yaw)
+        if abs(math.sin(yaw)) < 0.5:   # within 30 degrees of the ego's heading: not across
+            continue
+        gap = max(abs(y) - 2.0, 0.0)
+        if gap > 0 and (y * vy >= 0 or gap / abs(vy) > 3.0):
+            continue   # moving away from the corridor, or reaching it later than 3 s
+        if best is None or x < best[0]:
+            best = (x, ("car", "walker")[c])
+    return "none" if best is None else best[1]
+
+
+def table(*rows) -> dict:
+    """A sample holding a real box table: (class, x, y, yaw, speed) per row."""
+    out = np.full((len(rows), 14), -1.0, np.float32)
+    for i, (c, x, y, yaw, v) in enumerate(rows):
+        out[i, [0, 1, 2, 7, 8]] = c, x, y, yaw, v
+    buf = io.BytesIO()
+    np.save(buf, out)
+    return {"boxes.npy": buf.getvalue()}
+
+
+@pytest.mark.parametrize("rows,want", [
+    ([(1, 10, 6, -math.pi / 2, 1.5)], "walker"),            # walks towards the path, 2.7 s
+    ([(1, 10, 6, math.pi / 2, 1.5)], "none"),               # walks away from it
+    ([(1, 10, 6, -math.pi / 2, 1.0)], "none"),              # reaches it in 4 s: too late
+    ([(0, 15, -8, 1.2, 5.0), (1, 12, 1, 0.0, 3.0)], "car"),  # a car across from the left;
+    ([(0, 15, -8, 0.2, 5.0)], "none"),                      # the walker ahead goes along
+    ([(0, 25, -3, 1.5, 5.0)], "none"),                      # beyond 20 m
+    ([(0, 5, 0.5, 1.5, 0.2)], "none"),                      # standing still
+    ([(0, 5, 0.5, 1.5, -1.0)], "none"),                     # no speed recorded
+])
+def test_the_crossing_bucket_on_known_tables(rows, want):
+    sample = table(*rows)
+    assert crossing(sample) == want == crossing_by_formula(np.load(io.BytesIO(
+        sample["boxes.npy"])))
+    assert crossing({}) == "unknown"
+
+
+@pytest.mark.parametrize("layout", ["garage", "bench2drive"])
+def test_the_crossing_bucket_of_packed_samples_follows_the_formula(tmp_path, layout):
+    pack = boxes_pack(tmp_path, layout)
+    manifest = json.loads((pack / "manifest.json").read_text())
+    want = []
+    for shard in manifest["shards"]:
+        with tarfile.open(pack / shard["name"]) as tar:
+            members = {m.name: tar.extractfile(m).read() for m in tar}
+        for key in sorted({n.split(".")[0] for n in members}):
+            want.append(crossing_by_formula(np.load(io.BytesIO(members[f"{key}.boxes.npy"]))))
+    assert [r["crossing"] for r in decoded(manifest)] == want
+    assert manifest["buckets"]["crossing"]["horizon_s"] == 3.0
