@@ -1,10 +1,11 @@
 """Clips of a clip-based dataset (Bench2Drive), from extracted folders or straight from the
 distributed `.tar.gz` archives, and the official train/val split.
 
-An archive is read once, as a stream (`tarfile` mode "r|" over _Gunzip: no seek, nothing
-extracted; every gzip member's CRC32 and length verified, the stream required to end cleanly,
-its members counted against the limits clip_members, raw_file_bytes and clip_bytes), into
-one spool: its members' bytes, back to back, with an index of name -> (offset, size). The
+An archive is read once, as a stream, by the shared pack machinery (archives.TarGzArchive:
+`tarfile` mode "r|" over Gunzip, no seek, nothing extracted; every gzip member's CRC32 and
+length verified, the stream required to end cleanly, its members counted against the limits
+clip_members, raw_file_bytes and clip_bytes), into one spool: its members' bytes, back to
+back, with an index of name -> (offset, size). The
 members of a Bench2Drive archive are not in frame order, so a frame can only be assembled once
 the whole clip has been read; the spool is what bounds that. It lives in memory up to
 `spool_bytes` (default 1 GiB; a Base clip is about 335 MB) and rolls over into ONE anonymous
@@ -25,43 +26,28 @@ objects, a request each.
 from __future__ import annotations
 
 import os
-import tarfile
-import tempfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
 
 from ....codecs import json_loads
-from .... import limits
-from ....limits import LimitError
-from ....objstore import ObjectLister, ObjectReader, is_objstore, read_object
-from ....remote import RemoteError, RemoteOptions
-from ...errors import PackError, ResourceError, spool_error
+from ....objstore import ObjectLister, is_objstore, read_object
+from ....remote import RemoteOptions
+from ...archives import (DEFAULT_SPOOL_BYTES, RATIO_FREE, TAR_GZ, ArchiveError, ArchiveURL,
+                         TarGzArchive)
+from ...errors import PackError
 from ...sources import read_bytes
 
-ARCHIVE_EXT = ".tar.gz"
-DEFAULT_SPOOL_BYTES = 1 << 30
-GZ_CHUNK = 1 << 16      # compressed bytes read from an archive at a time
-TAR_BUFSIZE = 1 << 16   # decompressed bytes tarfile takes at a time
-UNPACKED = "unpacked size (bytes)"
-RATIO_FREE = 64 << 20   # unpacked bytes before clip_ratio applies (tar headers compress well)
+ARCHIVE_EXT = TAR_GZ
 SUBSETS = ("train", "val", "all")
 MAX_SPLIT_BYTES = 16 << 20   # Bench2Drive's split file is ~1 MB for 13,638 clips
 
 
-class ClipError(ValueError):
-    """A clip that cannot be read as a whole (a truncated or corrupt archive)."""
+# A clip that cannot be read as a whole (a truncated or corrupt archive): archives' error.
+ClipError = ArchiveError
 
 
-class ClipURL(str):
-    """An archive's URL on an object store. A str (never a Path: pathlib would fold the '//'
-    of 's3://'), with a Path's `.name`, so that messages naming a clip's file (plan.py,
-    packer.py) read the same for a local archive and a stored one."""
-
-    @property
-    def name(self) -> str:
-        return self.rsplit("/", 1)[-1]
+# An archive's URL on an object store (archives.ArchiveURL): a str with a Path's `.name`.
+ClipURL = ArchiveURL
 
 
 @dataclass(frozen=True)
@@ -96,166 +82,22 @@ class FolderClip:
         pass
 
 
-class _Gunzip:
-    """A gzip file's decompressed bytes, as tarfile reads them (mode "r|"). tarfile's own
-    "r|gz" checks no CRC, reads only the first gzip member and stops at the tar's end; here
-    zlib (gzip mode, wbits=31) verifies each member's CRC32 and ISIZE as the member ends,
-    members follow one another, only zero padding may follow the last one, and what it
-    yields is counted and cut at the limit clip_bytes."""
-
-    def __init__(self, raw: BinaryIO, what: str) -> None:
-        self._raw, self._what = raw, what
-        self._d = zlib.decompressobj(31)
-        self._pending = b""   # compressed bytes of a member not yet given to its decompressor
-        self._limit, self._ratio = limits.active().clip_bytes, limits.active().clip_ratio
-        self.total, self.packed, self.ended = 0, 0, False
-
-    def read(self, n: int = -1) -> bytes:
-        n = n if n is not None and n > 0 else TAR_BUFSIZE
-        while not self.ended:
-            d = self._d
-            if d.eof:
-                self._next_member(d.unused_data)
-                continue
-            src = d.unconsumed_tail or self._take()
-            out = d.decompress(src, n)   # at most n bytes: a bomb never inflates at once
-            if out:
-                self.total += len(out)
-                if self.total > self._limit:
-                    raise LimitError(self._what, self.total, "clip_bytes", self._limit)
-                if self.total > RATIO_FREE + self._ratio * self.packed:
-                    raise LimitError(f"its unpacked / compressed bytes past the first "
-                                     f"{RATIO_FREE >> 20} MiB ({self.total:,} from "
-                                     f"{self.packed:,})", self.total // max(self.packed, 1),
-                                     "clip_ratio", self._ratio)
-                return out
-            if not src and not d.eof:
-                raise EOFError("the gzip stream ends inside a member (the file is cut short)")
-        return b""
-
-    def _take(self) -> bytes:
-        src, self._pending = self._pending, b""
-        if not src:
-            src = self._raw.read(GZ_CHUNK)
-            self.packed += len(src)
-        return src
-
-    def _next_member(self, rest: bytes) -> None:
-        """After a member's trailer: the next member, or zero padding up to the end."""
-        rest = rest.lstrip(b"\0")
-        while not rest:
-            more = self._raw.read(GZ_CHUNK)
-            self.packed += len(more)
-            if not more:
-                self.ended = True
-                return
-            rest = more.lstrip(b"\0")
-        self._d, self._pending = zlib.decompressobj(31), rest
-
-
-class ArchiveClip:
-    """A clip `.tar.gz`, streamed once into a bounded spool (see the module docstring)."""
+class ArchiveClip(TarGzArchive):
+    """A clip `.tar.gz`, streamed once into a bounded spool (archives.TarGzArchive): its
+    members are the files under the clip's one folder, named relative to it."""
 
     def __init__(self, ref: ClipRef, spool_bytes: int = DEFAULT_SPOOL_BYTES) -> None:
-        self.ref, self._spool_bytes = ref, spool_bytes
-        # spool_bytes 0: nothing in memory (SpooledTemporaryFile would read 0 as "never roll")
-        self._spool = tempfile.SpooledTemporaryFile(max_size=spool_bytes) if spool_bytes \
-            else tempfile.TemporaryFile()
-        self._index: dict[str, tuple[int, int]] = {}
-        try:
-            self._stream()
-        except BaseException:
-            self.close()
-            raise
+        self.ref = ref
+        super().__init__(ref.path, self._member_name, f"clip {ref.path}", spool_bytes,
+                         ref.remote, ratio_free=RATIO_FREE, kind="clip archive")
 
-    def _stream(self) -> None:
-        lim = limits.active()
-        # the compressed size of an incompressible clip exceeds its unpacked size by gzip's
-        # framing (5 bytes a 16 kB block) at most
-        most = lim.clip_bytes + (lim.clip_bytes >> 10) + (1 << 20)
-        raw = ObjectReader(self.ref.path, most, self.ref.remote, "clip archive", exact=False
-                           ) if self.ref.stored else None
-        try:
-            raw = raw or open(self.ref.path, "rb")
-            gz = _Gunzip(raw, UNPACKED)
-            with tarfile.open(fileobj=gz, mode="r|", bufsize=TAR_BUFSIZE) as tar:
-                self._members(tar, gz, lim)
-                self._check_end(tar)
-        except (RemoteError, ResourceError):
-            raise   # the store or the machine failed, not the archive: never a clip left out
-        except LimitError as exc:
-            raise ClipError(str(exc)) from None
-        except MemoryError as exc:
-            raise spool_error(f"clip {self.ref.path}", exc, self._spool_bytes) from None
-        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-            raise ClipError(f"truncated or corrupt archive after {len(self._index)} members "
-                            f"({type(exc).__name__}: {exc}); expected a complete .tar.gz") from None
-        finally:
-            if raw is not None:
-                raw.close()
-
-    def _members(self, tar: tarfile.TarFile, gz: _Gunzip, lim: limits.Limits) -> None:
-        count = 0
-        while (member := tar.next()) is not None:
-            tar.members.clear()   # a stream's TarFile keeps every TarInfo (~800 bytes each)
-            count += 1
-            lim.check("clip_members", count, "member count")
-            rel = self._member_name(member)
-            if rel is None:
-                continue
-            lim.check("raw_file_bytes", member.size, f"member {member.name}'s size (bytes)")
-            lim.check("clip_bytes", gz.total + member.size, UNPACKED)
-            if rel in self._index:
-                raise ClipError(f"member {member.name} is in the archive twice; expected one "
-                                "file per name (which copy is meant is unknown)")
-            data = tar.extractfile(member).read()
-            if len(data) != member.size:
-                raise EOFError(f"member {member.name} is cut short")
-            self._put(rel, data)
-
-    def _put(self, rel: str, data: bytes) -> None:
-        try:
-            self._index[rel] = (self._spool.tell(), len(data))
-            self._spool.write(data)
-        except OSError as exc:   # the temporary file's disk, not the archive
-            raise spool_error(f"clip {self.ref.path}", exc, self._spool_bytes) from None
-
-    @staticmethod
-    def _check_end(tar: tarfile.TarFile) -> None:
-        """tarfile ends a stream at the first block it cannot read as a header: a full zero
-        block is the tar's end, anything else (a cut, a damaged header) must not pass as one.
-        Past the end only zeros may follow; reading them to the end checks the last CRC."""
-        stream = tar.fileobj
-        if stream.tell() - tar.offset != tarfile.BLOCKSIZE:
-            raise EOFError(f"the tar data ends at byte {stream.tell()} without its end blocks")
-        while chunk := stream.read(TAR_BUFSIZE):
-            if chunk.count(0) != len(chunk):
-                raise tarfile.ReadError(f"data follows the tar's end (byte {tar.offset}): a "
-                                        "damaged member header")
-
-    def _member_name(self, member: tarfile.TarInfo) -> str | None:
-        """The member's path inside its clip folder; None for folders. Anything that is not a
-        plain file of this clip (a link, a device, a path out of it) is refused: the archive
-        is data, and nothing of it is ever written out under its own name."""
-        if member.isdir():
-            return None
-        parts = PurePosixPath(member.name).parts
-        if not member.isfile() or len(parts) < 2 or parts[0] != self.ref.name or any(
-                p in ("..", "") for p in parts) or member.name.startswith("/"):
-            raise ClipError(f"member {member.name!r} is not a plain file under "
-                            f"{self.ref.name}/; expected a Bench2Drive clip archive")
+    def _member_name(self, name: str) -> str:
+        """The member's path inside its clip folder: anything not under it is refused."""
+        parts = name.split("/")
+        if len(parts) < 2 or parts[0] != self.ref.name:
+            raise ClipError(f"member {name!r} is not a plain file under {self.ref.name}/; "
+                            "expected a Bench2Drive clip archive")
         return "/".join(parts[1:])
-
-    def names(self) -> list[str]:
-        return sorted(self._index)
-
-    def read(self, rel: str) -> bytes:
-        offset, size = self._index[rel]
-        self._spool.seek(offset)
-        return self._spool.read(size)
-
-    def close(self) -> None:
-        self._spool.close()
 
 
 def open_clip(ref: ClipRef, spool_bytes: int = DEFAULT_SPOOL_BYTES) -> FolderClip | ArchiveClip:
