@@ -23,7 +23,7 @@ from ..limits import LimitError
 from ..modalities import points_problem
 from ..schema import SampleSpec, SchemaError, encode_sample
 from .routes import FIX_SKIP, FrameTask, Reader, Skip
-from .sources import decode_json, read_bytes, read_npy
+from .sources import decode_json, read_bytes, read_file, read_npy
 
 Problem = str | tuple[str, str]   # why a frame is bad, or (why, the fix to name)
 
@@ -87,9 +87,8 @@ class FrameEncoder:
 
     def encode(self, task: FrameTask) -> Encoded | Skip:
         def read(cam: str) -> tuple[str, bytes]:
-            path = task.image_paths[cam]
-            with open(path, "rb") as f:
-                return "/".join(Path(path).parts[-2:]), f.read()
+            path = task.image_paths[cam]   # a file, or a member (sources.files_from)
+            return "/".join(Path(path).parts[-2:]), read_file(path)
         got = self.cameras(task, read)
         if isinstance(got, Skip):
             return got

@@ -12,8 +12,10 @@ import io
 import json
 import os
 import zlib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -31,13 +33,75 @@ class PickleRefused(PackError):
     """A pickled raw input met without --allow-pickle-input: never a skip, always a stop."""
 
 
+class Files(Protocol):
+    """Files that are no files on disk (an archive's members, a task's bytes), seen by the
+    readers below at the paths they would have once extracted (archives.MemberTree)."""
+
+    def owns(self, path: str) -> bool: ...
+    def read(self, path: str) -> bytes: ...          # FileNotFoundError if there is none
+    def listdir(self, path: str) -> list[str]: ...   # FileNotFoundError if no such folder
+    def kind(self, path: str) -> str | None: ...     # "file", "dir" or None
+
+
+# The members read in place of files while an archived route is planned or encoded: one
+# context at a time (files_from), so the same planner and encoder serve folders and archives.
+_FILES: ContextVar[Files | None] = ContextVar("carla_wds_member_files", default=None)
+
+
+@contextmanager
+def files_from(files: Files) -> Iterator[Files]:
+    """Within the block, paths `files` owns are read from it, never from the disk (a member
+    missing from it is missing, even if a stale extracted copy exists)."""
+    token = _FILES.set(files)
+    try:
+        yield files
+    finally:
+        _FILES.reset(token)
+
+
+def _owner(path: Path | str) -> tuple[Files | None, str]:
+    files, p = _FILES.get(), os.fspath(path)
+    return (files, p) if files is not None and files.owns(p) else (None, p)
+
+
+def listdir(folder: Path | str) -> list[str]:
+    """os.listdir, or the names in a member folder (files_from)."""
+    files, p = _owner(folder)
+    return files.listdir(p) if files else os.listdir(p)
+
+
+def is_dir(path: Path | str) -> bool:
+    files, p = _owner(path)
+    return files.kind(p) == "dir" if files else os.path.isdir(p)
+
+
+def is_file(path: Path | str) -> bool:
+    files, p = _owner(path)
+    return files.kind(p) == "file" if files else os.path.isfile(p)
+
+
+def read_file(path: Path | str) -> bytes:
+    """A file's whole bytes, unbounded (an image: its decoder's checks bound it), or a
+    member's."""
+    files, p = _owner(path)
+    if files:
+        return files.read(p)
+    with open(p, "rb") as f:
+        return f.read()
+
+
 def read_bytes(path: Path, limit: int | None = None) -> bytes:
-    """A file's bytes, refused if larger than `limit`: by default raw_file_bytes (a
-    LimitError naming it), else a ValueError."""
+    """A file's bytes (or a member's: files_from), refused if larger than `limit`: by
+    default raw_file_bytes (a LimitError naming it), else a ValueError."""
     bound = limits.active().raw_file_bytes if limit is None else limit
-    with open(path, "rb") as f:
-        data = f.read(bound + 1)
-        size = max(len(data), os.fstat(f.fileno()).st_size)
+    files, p = _owner(path)
+    if files:
+        data = files.read(p)
+        size = len(data)
+    else:
+        with open(p, "rb") as f:
+            data = f.read(bound + 1)
+            size = max(len(data), os.fstat(f.fileno()).st_size)
     if len(data) > bound:
         if limit is None:
             raise limits.LimitError("a per-frame file's size (bytes)", size, "raw_file_bytes",
