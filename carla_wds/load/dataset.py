@@ -38,7 +38,7 @@ from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapte
 from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
 from .history import history_settings, windowed
 from .plan import batches_per_rank
-from . import settings
+from . import overlay, settings
 from .mix import MixPlanner, mix_spec, same_samples
 from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
@@ -108,7 +108,7 @@ class CARLAWebData:
 
     def __init__(self, source: str | None = None, *, batch_size: int, mode: str = "train",
                  num_workers: int = 0, seed: int = 0,
-                 image_size: tuple[int, int] | None = None,
+                 image_size: tuple[int, int] | None = None, overlays: Any = None,
                  cameras: list[str] | None = None, augment: bool = False,
                  per_camera_augment: bool = True, shuffle_buffer: int = 256,
                  cache_dir: str | None = None, on_error: str = "raise", rank: int | None = None,
@@ -118,7 +118,7 @@ class CARLAWebData:
                  remote: RemoteOptions | None = None, fields: list[str] | None = None,
                  lidar_histogram: str | None = None, exact_resize: bool = False,
                  storage_options: dict | None = None, cache_limit_bytes: int | None = None,
-                 limits: Limits | dict[str, int] | None = None,
+                 limits: Limits | dict[str, int] | None = None, overlay_required: bool = False,
                  adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
                  sample_transform: SampleTransform | None = None, history: int = 0,
                  history_stride: int | str = 1, mix: Any = None, **aliases: Any) -> None:
@@ -155,7 +155,7 @@ class CARLAWebData:
         self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
         self.batches_per_epoch, self.pin_memory = batches_per_epoch, pin_memory
         self.prefetch_factor = prefetch_factor
-        self._set_shards(shard_urls, cache_limit_bytes)
+        self._set_shards(shard_urls, cache_limit_bytes, overlays, overlay_required)
         self.history, self.history_stride, self._sequence = history_settings(
             self._manifests, history, history_stride, self.sample_transform)
         self._len = settings.batches(self.where, self._epoch_counts(), batch_size,
@@ -200,8 +200,10 @@ class CARLAWebData:
         same_samples(self._manifests)
         self.where, self.remote = self.manifest.where, remote
 
-    def _set_shards(self, shard_urls: list[str] | None, cache_limit_bytes: int | None) -> None:
-        """Every shard of the pack (of a mix's packs, one after the other)."""
+    def _set_shards(self, shard_urls: list[str] | None, cache_limit_bytes: int | None,
+                    overlays: Any = None, overlay_required: bool = False) -> None:
+        """Every shard of the pack (of a mix's packs, one after the other); label overlays
+        read in step (load/overlay.py: a filter changes the counts)."""
         if shard_urls is not None and len(self._manifests) > 1:
             raise ValueError("shard_urls= names one pack's shards; a mix reads its packs' own")
         shards = [s for m in self._manifests for s in m.shards]
@@ -218,6 +220,7 @@ class CARLAWebData:
                                                      sort_keys=True).encode()).hexdigest()
         self._mixer = MixPlanner.of(self.mix, {m_src: m.doc["shards"] for m_src, m in zip(
             self.mix.sources(), self._manifests)}) if self.mix else None
+        self._overlay = overlay.attach(self, overlays, overlay_required)
 
     def __len__(self) -> int:
         """Batches per rank in this epoch: the rest of it after a resume in another split."""
@@ -290,6 +293,7 @@ class CARLAWebData:
                      sample_transform=self.sample_transform, history=self.history,
                      history_stride=self.history_stride,
                      planner=self._reshape or (self._mixer if self.mode == "train" else None),
+                     overlay=overlay.checked(self._overlay, self.history),
                      **self._sequence)
 
     def close(self) -> None:

@@ -89,6 +89,7 @@ class Epoch:
     # a plan of its own for the epoch (a mix, mix.py; the rest of an epoch resumed in another
     # split, reshape.py): its worker_plan(counts, **where) replaces plan.plan_worker
     planner: Any = None
+    overlay: Any = None   # overlays read in step (overlay.py): its read and tapped stages
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
 
 
@@ -155,10 +156,14 @@ class EpochStream(IterableDataset):
         ring = e.ring if info is not None else None
         # with a sample_transform the images never leave the worker: private memory
         shared = info is not None and e.sample_transform is None
+        if e.overlay is not None:   # entries read beside each sample, into batch.fields
+            groups, attach = e.overlay.tapped(groups)
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(e, w), first_position=skipped * steps,
                                         alloc=self._alloc(ring, shared),
                                         sizes=e.image_sizes, field_opts=self._field_opts(e))
+        if e.overlay is not None:
+            batches = attach(batches)
         if e.sample_transform is not None:
             yield from Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
                                    template=lambda: self._template(e),
