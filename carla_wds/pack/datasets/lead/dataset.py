@@ -8,11 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ...archives import ArchiveError
 from ...errors import PackError
 from ...routes import RoutePlan, check_key_collisions, raise_first_skip, select_part
 from ...sources import PICKLE_FLAG
 from ..base import Dataset, PackInput
 from .encoder import LeadEncoder
+from .archive import route_files
 from .labels import PRED_LEN
 from .plan import inspect_routes, lead_spec, plan_lead_route
 from .routes import LeadRoute, find_routes, frame_count
@@ -41,13 +43,27 @@ class Lead(Dataset):
         encoder = LeadEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
                               allow_pickle=opts.allow_pickle_input, twin=layout.twin,
                               optional=layout.optional)
-        total = sum(frame_count(r.path) for r in routes)
+        total = sum(_frames(r) for r in routes)
         return PackInput(layout, spec, routes, lambda r: _checked(r, opts), encoder,
                          total), opts
 
 
+def _frames(route: LeadRoute) -> int:
+    try:
+        with route_files(route):
+            return frame_count(route.path)
+    except ValueError:   # a bad zip: its plan says so
+        return 0
+
+
 def _checked(route: LeadRoute, opts: Any) -> RoutePlan:
-    plan = plan_lead_route(route, opts)
+    try:
+        plan = plan_lead_route(route, opts)
+    except ArchiveError as exc:   # a zip that cannot be read: the whole route
+        if opts.on_error == "fail":
+            raise PackError(f"{exc}. Fix: download the route again, or pack with "
+                            "--on-error skip to list it in the manifest and go on") from None
+        plan = RoutePlan(route.name, filtered=f"unreadable archive: {exc}")
     if plan.filtered:
         log.info("route %s left out by LEAD's route filter: %s", route.name, plan.filtered)
     raise_first_skip(plan, opts.on_error)

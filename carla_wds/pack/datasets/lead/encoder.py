@@ -17,7 +17,9 @@ from ...frames import Encoded, FrameEncoder
 from ...routes import Skip
 from ...sources import read_bytes
 from . import sensors
+from .archive import held_route_files
 from .pickles import plain, read_lead_pickle
+from .routes import LeadRoute
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,12 @@ class LeadEncoder(FrameEncoder):
     optional: tuple[str, ...] = ()
 
     def encode(self, task: Any) -> Encoded | Skip:   # type: ignore[override]
+        route = LeadRoute(task.episode, Path(task.route),
+                          None if task.archive is None else Path(task.archive))
+        with held_route_files(route):
+            return self._encode(task)
+
+    def _encode(self, task: Any) -> Encoded | Skip:
         route, t = Path(task.route), task.frame
         cams = self.spec.cameras
         sample: dict[str, Any] = {}

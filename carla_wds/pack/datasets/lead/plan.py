@@ -18,9 +18,10 @@ from ....extras import Extra
 from ....schema import SampleSpec, make_key
 from ...errors import PackError
 from ...routes import RoutePlan, Skip
-from ...sources import PickleRefused, read_bytes
+from ...sources import PickleRefused, is_dir, read_bytes
 from ..routes.layout_parts import SampleRule
 from .labels import PRED_LEN, frame_values, record_extra
+from .archive import route_files
 from .pickles import plain, read_lead_pickle
 from .routes import SKIP_FIRST, SKIP_LAST, LeadRoute, frame_count, left_out, sample_frames
 
@@ -56,7 +57,8 @@ class LeadTask:
     key: str
     labels: dict[str, Any]
     record: dict[str, Any]
-    route: str                      # the route folder
+    route: str                      # the route folder (a zip route's: where it would be)
+    archive: str | None = None      # the route's zip
     metas: dict[str, Any] = field(default_factory=dict)   # the frame's metas, plain values
 
 
@@ -65,21 +67,22 @@ def inspect_routes(routes: list[LeadRoute], allow_pickle: bool) -> LeadLayout:
     optional folders of the first route LEAD would train on; every other route must match
     or its frames are skips."""
     for r in routes:
-        if left_out(r.path):
-            continue
         where = f"{r.name}/metas/0000.pkl"
         try:
-            meta = read_lead_pickle(read_bytes(r.path / "metas" / "0000.pkl"), where,
-                                    allow_pickle)
-            cams = strip_cameras(meta["sensor_information"]["num_cameras"])
+            with route_files(r):
+                if left_out(r.path):
+                    continue
+                meta = read_lead_pickle(read_bytes(r.path / "metas" / "0000.pkl"), where,
+                                        allow_pickle)
+                return LeadLayout(strip_cameras(meta["sensor_information"]["num_cameras"]),
+                                  is_dir(r.path / "rgb_perturbated"),
+                                  tuple(o for o in OPTIONAL if is_dir(r.path / o)))
         except PickleRefused:
             raise
         except (ValueError, OSError, KeyError, TypeError) as exc:
             raise PackError(f"{where}: {exc}; expected LEAD's metas with "
                             "sensor_information.num_cameras. Fix: re-download the route, or "
                             "pack the other routes (--select)") from None
-        return LeadLayout(cams, (r.path / "rgb_perturbated").is_dir(),
-                          tuple(o for o in OPTIONAL if (r.path / o).is_dir()))
     raise PackError(f"no route LEAD trains on: all {len(routes)} are left out by its route "
                     "filter (results.json). Fix: check the routes' results.json, or point "
                     "INPUT_DIR at other routes")
@@ -115,7 +118,13 @@ def lead_spec(layout: LeadLayout, image_format: str) -> SampleSpec:
 
 
 def plan_lead_route(route: LeadRoute, opts: Any) -> RoutePlan:
-    """Every frame of one route: a LeadTask, the loader's head/tail, or a Skip."""
+    """Every frame of one route (a folder, or a zip read in place): a LeadTask, the loader's
+    head/tail, or a Skip. ArchiveError for a zip that cannot be read."""
+    with route_files(route):
+        return _plan(route, opts)
+
+
+def _plan(route: LeadRoute, opts: Any) -> RoutePlan:
     why = left_out(route.path)
     if why:   # listed in the manifest's filtered_routes, its frames not counted
         return RoutePlan(route.name, filtered=why)
@@ -146,7 +155,8 @@ def _task(route: LeadRoute, t: int, opts: Any) -> LeadTask | Skip | None:
             return None
         labels, record = frame_values(meta, route.name, t)
         return LeadTask(route.name, t, make_key(route.name, t, opts.dot_replacement), labels,
-                        record, str(route.path), plain(meta))
+                        record, str(route.path), None if route.archive is None else
+                        str(route.archive), plain(meta))
     except PickleRefused:
         raise
     except FileNotFoundError:

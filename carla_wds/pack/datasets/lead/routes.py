@@ -13,13 +13,13 @@ From kesai-labs/lead@44891760:
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...archives import ZIP
 from ...errors import PackError
-from ...sources import read_json
+from ...sources import is_dir, is_file, listdir, read_json
 
 SKIP_FIRST = SKIP_LAST = 8   # num_way_points_prediction when the planner is trained
 RESULTS = "results.json"
@@ -29,37 +29,60 @@ _MARKERS = ("bboxes", "metas", "rgb", RESULTS)
 
 @dataclass(frozen=True)
 class LeadRoute:
-    """One route folder: `name` its path below INPUT_DIR ("scenario/route"), `path` the folder."""
+    """One route: `name` its path below INPUT_DIR ("scenario/route"), `path` its folder (for
+    a `.zip` route, where it would be extracted: the zip's path less `.zip`), `archive` the
+    zip (None: a folder)."""
     name: str
     path: Path
+    archive: Path | None = None
 
 
 def _is_route(path: Path) -> bool:
     return any((path / m).exists() for m in _MARKERS)
 
 
+def _zip_route(zipped: Path, name: str) -> LeadRoute:
+    return LeadRoute(name[:-len(ZIP)], zipped.with_name(zipped.name[:-len(ZIP)]), zipped)
+
+
+def _routes_in(child: Path) -> list[LeadRoute]:
+    """The route folders and route zips one level below a scenario folder."""
+    out = []
+    for r in sorted(child.iterdir()):
+        if r.is_symlink():
+            continue
+        if r.is_dir() and _is_route(r):
+            out.append(LeadRoute(f"{child.name}/{r.name}", r))
+        elif r.is_file() and r.name.endswith(ZIP):
+            out.append(_zip_route(r, f"{child.name}/{r.name}"))
+    return out
+
+
 def find_routes(input_dir: str | Path) -> list[LeadRoute]:
-    """The route folders of INPUT_DIR: INPUT_DIR/<scenario>/<route> as LEAD's data root holds
-    them, also a folder of routes or one route; sorted by (scenario, route) as iter_root.
-    PackError when there are none."""
+    """The routes of INPUT_DIR: INPUT_DIR/<scenario>/<route> as LEAD's data root holds them
+    (folders, or `<route>.zip` as ln2697/lead_carla distributes them, read in place), also a
+    folder of routes or one route; sorted by (scenario, route) as iter_root. PackError when
+    there are none."""
     root = Path(input_dir)
+    if root.is_file() and root.name.endswith(ZIP):
+        return [_zip_route(root, root.name)]
     if not root.is_dir():
         raise PackError(f"INPUT_DIR {root} is not a folder. Fix: point it at LEAD's data "
-                        "folder (scenario folders holding route folders)")
+                        "folder (scenario folders holding route folders or route zips)")
     if _is_route(root):
         return [LeadRoute(root.name, root)]
     found: list[LeadRoute] = []
-    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
-        if _is_route(child):
+    for child in sorted(p for p in root.iterdir() if not p.is_symlink()):
+        if child.is_dir() and _is_route(child):
             found.append(LeadRoute(child.name, child))
-            continue
-        found += [LeadRoute(f"{child.name}/{r.name}", r) for r in sorted(child.iterdir())
-                  if r.is_dir() and not r.is_symlink() and _is_route(r)]
+        elif child.is_dir():
+            found += _routes_in(child)
+        elif child.name.endswith(ZIP):
+            found.append(_zip_route(child, child.name))
     if not found:
-        raise PackError(f"INPUT_DIR {root}: no LEAD route folders (a folder with bboxes/, "
-                        "metas/, rgb/ or results.json) in it or two levels down. Fix: point it "
-                        "at LEAD's data folder (scenario folders holding route folders), or "
-                        "unzip the routes there first")
+        raise PackError(f"INPUT_DIR {root}: no LEAD routes (a folder with bboxes/, metas/, "
+                        "rgb/ or results.json, or a route .zip) in it or two levels down. Fix: "
+                        "point it at LEAD's data folder (scenario folders holding routes)")
     return found
 
 
@@ -94,9 +117,9 @@ def route_failure(results: Any) -> str:
 
 def left_out(route: Path) -> str:
     """Why LEAD's post-train buckets leave this route out ("" keeps it)."""
-    if not (route / RESULTS).is_file():
+    if not is_file(route / RESULTS):
         return f"no {RESULTS} (the route did not finish)"
-    if not (route / "metas" / "0000.pkl").is_file():
+    if not is_file(route / "metas" / "0000.pkl"):
         return "no metas/0000.pkl"
     try:
         results = read_json(route / RESULTS)
@@ -108,7 +131,7 @@ def left_out(route: Path) -> str:
 def frame_count(route: Path) -> int:
     """LEAD's num_seq: the number of entries in bboxes/ (0 without the folder)."""
     folder = route / FRAME_FOLDER
-    return len(os.listdir(folder)) if folder.is_dir() else 0
+    return len(listdir(folder)) if is_dir(folder) else 0
 
 
 def sample_frames(n: int, all_frames: bool) -> range:
