@@ -141,6 +141,10 @@ def join_entries(kind: OverlayKind, overlay_dir: Path, index: RouteIndex
             raise PackError(f"overlay files {joined[key].file} and {entry.file} are both the "
                             f"entry of base sample {key}. Fix: keep one of them")
         joined[key] = entry
+    if not count:
+        raise PackError(f"overlay folder {overlay_dir}: no {kind.name} files (names ending "
+                        f"{' or '.join(kind.suffixes)}, {kind.source}). Fix: pass the folder "
+                        "the overlay was extracted into, and the --kind it is")
     return joined, unmatched, count
 
 

@@ -15,10 +15,10 @@ from carla_wds.load import CARLAWebData
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.overlay import pack_overlay
 from carla_wds.pack.synth import synth_dataset
-from carla_wds.pack.synth.overlays import synth_overlay
 from carla_wds.tario import ShardError
 
 from ..helpers import SCRIPTS, all_keys, torchrun
+from ..overlaykit import garage_with_trees, overlay_entries
 
 KINDS = ("simlingo_commentary", "drivelm")
 SIZE = (16, 24)
@@ -27,24 +27,10 @@ SIZE = (16, 24)
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("ovl_load")
-    routes = synth_dataset(root / "data", "garage", episodes=3, frames=16, seed=4,
-                           image_size=(24, 32), progress=False)
-    pack(root / "data", root / "shards", PackOptions.of(layout="garage", max_samples=5,
-                                                        all_frames=True, progress=False))
-    for i, kind in enumerate(KINDS):
-        synth_overlay(root / f"{kind}_tree", kind, routes, root / "data", coverage=0.7, seed=i)
+    garage_with_trees(root, {k: f"{k}_tree" for k in KINDS}, 3, 4, coverage=0.8)
+    for kind in KINDS:
         pack_overlay(root / f"{kind}_tree", root / "shards", root / kind, kind)
     return root
-
-
-def entries(pack_dir: Path) -> dict[str, object]:
-    """key -> entry (None: none) of an overlay pack, read with plain tarfile."""
-    values = {}
-    for shard in sorted(pack_dir.glob("overlay-*.tar")):
-        with tarfile.open(shard) as tar:
-            for m in tar:
-                values[m.name.split(".")[0]] = json.loads(tar.extractfile(m).read())
-    return values
 
 
 def served(data: CARLAWebData, stop: int | None = None) -> list[tuple[str, tuple]]:
@@ -61,7 +47,7 @@ def served(data: CARLAWebData, stop: int | None = None) -> list[tuple[str, tuple
 
 
 def _want(packs: Path, keys) -> list[tuple[str, tuple]]:
-    tables = [entries(packs / k) for k in KINDS]
+    tables = [overlay_entries(packs / k) for k in KINDS]
     return [(k, tuple(json.dumps(t[k], sort_keys=True) for t in tables)) for k in keys]
 
 
@@ -79,7 +65,7 @@ def test_entries_come_in_step_with_their_samples_under_two_workers(packs):
 
 
 def test_overlay_required_keeps_samples_with_every_entry_and_len_is_exact(packs):
-    tables = [entries(packs / k) for k in KINDS]
+    tables = [overlay_entries(packs / k) for k in KINDS]
     kept = [k for k in all_keys(packs / "shards") if all(t[k] is not None for t in tables)]
     assert 0 < len(kept) < len(all_keys(packs / "shards"))
     kw = dict(overlays=[str(packs / k) for k in KINDS], overlay_required=True,
@@ -113,7 +99,7 @@ def test_torchrun_two_ranks_read_overlays_in_step(packs, tmp_path):
     torchrun(str(SCRIPTS / "overlay_ddp_check.py"), str(packs / "shards"),
              str(packs / KINDS[0]), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    table = entries(packs / KINDS[0])
+    table = overlay_entries(packs / KINDS[0])
     assert len(ranks[0]["train"]) == len(ranks[1]["train"]) > 0
     keys = [k for r in ranks for k, _ in r["train"]]
     assert len(keys) == len(set(keys))

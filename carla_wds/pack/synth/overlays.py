@@ -109,3 +109,10 @@ def synth_overlay(out: str | Path, kind: str, routes: list[Path], root: str | Pa
         Path("Town99_Rep0_missing_route_01")
     written += [WRITERS[kind](out, ghost, f) for f in range(unmatched)]
     return sorted(written)
+
+
+def raw_routes(root: str | Path, kind: str) -> list[Path]:
+    """The route (clip) folders under a folder synth wrote: those holding the frame files a
+    kind's entries are written for (measurements/, or a clip's anno/)."""
+    folder = _FRAMES.get(kind, "measurements")
+    return sorted(p.parent for p in Path(root).rglob(folder) if p.is_dir())

@@ -1,0 +1,34 @@
+"""Shared by the overlay tests (issue 30): a garage pack with overlay trees beside its data/,
+as SimLingo's database has them, and an overlay pack's entries read with plain tarfile."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from carla_wds.pack import PackOptions, pack
+from carla_wds.pack.synth import synth_dataset
+from carla_wds.pack.synth.overlays import synth_overlay
+
+
+def garage_with_trees(root: Path, trees: dict[str, str], episodes: int, seed: int,
+                      coverage: float = 0.6) -> list[Path]:
+    """<root>/data (garage routes), <root>/shards (packed, every frame, 5 a shard) and one
+    synthetic overlay tree per {kind: folder name} (seeded per kind); the routes."""
+    routes = synth_dataset(root / "data", "garage", episodes=episodes, frames=16, seed=seed,
+                           image_size=(24, 32), progress=False)
+    pack(root / "data", root / "shards", PackOptions.of(layout="garage", max_samples=5,
+                                                        all_frames=True, progress=False))
+    for i, (kind, folder) in enumerate(trees.items()):
+        synth_overlay(root / folder, kind, routes, root / "data", coverage=coverage, seed=i)
+    return routes
+
+
+def overlay_entries(pack_dir: Path) -> dict[str, object]:
+    """key -> entry (None: the sample has none) of an overlay pack, in pack order."""
+    values = {}
+    for shard in sorted(pack_dir.glob("overlay-*.tar")):
+        with tarfile.open(shard) as tar:
+            for m in tar:
+                values[m.name.split(".")[0]] = json.loads(tar.extractfile(m).read())
+    return values
