@@ -21,6 +21,7 @@ from ..errors import PackError, bad_option
 from ..synth import Writer, register_writer
 from .base import Dataset, DatasetOption, PackInput
 from .bench2drive import DATASETS as _CODE_DATASETS
+from .lead import DATASETS as _LEAD
 from .routes import RoutesDataset, yaml_datasets
 # a code dataset says which frames its loader serves with the YAML adapter's rule
 from .routes.layout_parts import SampleRule
@@ -28,7 +29,7 @@ from .routes.rule_filter import RuleRoutesDataset
 
 # YAML layouts through RuleRoutesDataset: RoutesDataset, plus a route filter's keep_also rule
 _REGISTRY: dict[str, Dataset] = {**{name: RuleRoutesDataset(name) for name in yaml_datasets()},
-                                 **_CODE_DATASETS}
+                                 **_CODE_DATASETS, **_LEAD}
 _BUILT_IN = tuple(_REGISTRY)   # the layouts shipped with the package
 DEFAULT_LAYOUT = "tcp"   # `carla-wds pack` and PackOptions without a --layout
 
