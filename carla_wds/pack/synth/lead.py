@@ -197,7 +197,10 @@ class _LeadRoute:
         count = 2 if t >= self.frames - 2 else 4
         xs, ys, _ = road.at(np.array([(k0 + i) * TARGET_EVERY for i in range(count)]))
         points = [[float(a), float(b), 0.0] for a, b in zip(xs, ys)]
-        commands = [int(self.sim["command"][step]) if i else -1 for i in range(count)]
+        # each point's road option (the 30 m of road before the next point), VOID (-1) now
+        # and then as CARLA's planner gives it
+        commands = [-1 if i == 0 and t % 4 == 1 else
+                    _road_option(road, (k0 + i + 1) * TARGET_EVERY) for i in range(count)]
         if t % 5 == 3 and count > 2:
             points.insert(1, list(points[0]))
             commands.insert(1, 4)
@@ -221,6 +224,17 @@ class _LeadRoute:
                         "future_positions": np.array(fut, np.float16),
                         "future_yaws": np.zeros(len(fut), np.float16)})
         return out
+
+
+def _road_option(road, s: float) -> int:
+    """What the road does in the 30 m before arc length s: a turn (by its curvature's sign),
+    a junction crossing, else lane following."""
+    kinds = road.kind[road.index(max(s - 30.0, 0.0)):road.index(s) + 1]
+    turns = np.flatnonzero(kinds == base._TURN)
+    if turns.size:
+        return base.RIGHT if road.curv[road.index(max(s - 30.0, 0.0)) + turns[0]] > 0 \
+            else base.LEFT
+    return base.STRAIGHT if (kinds == base._JUNCTION).any() else base.LANEFOLLOW
 
 
 def ego_matrix(x: float, y: float, yaw: float) -> list[list[float]]:
