@@ -17,7 +17,9 @@ from ...errors import PackError
 from ...routes import RoutePlan, check_key_collisions, raise_first_skip, select_part
 from ..base import Dataset, PackInput
 from ..poses import ArrayEncoder
-from .folders import find_routes, plan_route
+from ....objstore import is_objstore
+from .archived import ArchivedEncoder, RouteArchives
+from .folders import find_routes, plan_route, route_folders
 from .layout_spec import layout_spec, readers
 from .layouts import LAYOUT_DIR, Layout, load_layout
 
@@ -37,17 +39,51 @@ class RoutesDataset(Dataset):
             raise PackError(f"--layout {self.layout}: {exc}") from None
         pred_len = opts.pred_len if opts.pred_len is not None else layout.pred_len
         spec = layout_spec(layout, pred_len, opts.image_format or layout.image_ext)
-        all_routes = find_routes(input_dir, layout)
+        archives = _archives(input_dir, layout, opts)
+        all_routes = archives.routes() if archives else find_routes(input_dir, layout)
         check_key_collisions(all_routes, opts.dot_replacement)
         routes = select_part(all_routes, opts.part, opts.select)
         opts = replace(opts, pred_len=pred_len)
-        encoder = ArrayEncoder(spec, layout.image_ext, opts.quality, opts.resize,
-                               opts.check_images, readers(layout, spec), opts.allow_pickle_input)
+        encoder = (ArchivedEncoder if archives else ArrayEncoder)(
+            spec, layout.image_ext, opts.quality, opts.resize, opts.check_images,
+            readers(layout, spec), opts.allow_pickle_input)
+        if archives:
+            archives.start(routes)
+            return PackInput(layout, spec, routes, lambda r: archives.plan(
+                r, lambda: _checked_plan(input_dir, r, layout, opts), opts.on_error == "fail"),
+                encoder, sum(archives.frames[r] for r in routes)), opts
         ext = "." + layout.measurements_ext
         total = sum(n.endswith(ext) for r in routes
                     for n in os.listdir(Path(input_dir) / r / layout.measurements))
         return PackInput(layout, spec, routes, lambda r: _checked_plan(input_dir, r, layout, opts),
                          encoder, total), opts
+
+
+def _archives(input_dir: str | Path, layout: Layout, opts: Any) -> RouteArchives | None:
+    """INPUT_DIR's archives of routes, when it holds no route folders (archived.py); None to
+    pack the folders (archives beside them are left alone, and said so)."""
+    stored = isinstance(input_dir, str) and is_objstore(input_dir)
+    folders = [] if stored else route_folders(input_dir, layout)
+    if folders:
+        return None
+    archives = RouteArchives(input_dir, layout.measurements, opts.remote(), opts.spool_bytes)
+    if not archives.archives:
+        if not stored:
+            find_routes(input_dir, layout)   # raises its "no route folders found"
+        raise PackError(f"INPUT_DIR {input_dir}: no .tar.gz or .zip archives found under this "
+                        "prefix; expected archives of route folders. Fix: check the bucket and "
+                        "prefix (the URL), and that the archives were uploaded there")
+    if archives.without_routes:
+        log.warning("%d of %d archives hold no route folder of layout %s (label trees such as "
+                    "language annotations are not read): skipped, e.g. %s",
+                    len(archives.without_routes), len(archives.archives), layout.name,
+                    archives.without_routes[0])
+    if not archives.where:
+        raise PackError(f"INPUT_DIR {input_dir}: none of its {len(archives.archives)} archives "
+                        f"holds a route folder (a folder holding '{layout.measurements}/', "
+                        f"layout {layout.name}). Fix: add the archives of the driving data, or "
+                        "choose the right --layout")
+    return archives
 
 
 def _checked_plan(input_dir: str | Path, route: str, layout: Layout, opts: Any) -> RoutePlan:

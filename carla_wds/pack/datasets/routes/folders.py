@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from ....objstore import is_objstore
 from ....schema import SchemaError, make_key
 from ...errors import PackError
 from ...labels import layout_labels, non_finite_label
@@ -25,21 +24,27 @@ from .layout_parts import RouteFilter, SampleRule, lookup
 from .layouts import Layout
 from .measure import read_measurement, read_source, record_values
 from ...routes import FIX_MISSING, RoutePlan, Skip, frame_file
-from ...sources import read_json
+from ...sources import is_dir, is_file, listdir, read_json
 
 log = logging.getLogger(__name__)
 def find_routes(input_dir: str | Path, layout: Layout) -> list[str]:
-    """Route folders (those holding the measurements folder) under input_dir, sorted, posix.
+    """Route folders (those holding the measurements folder) under input_dir, sorted, posix;
+    PackError if there is none (archived.py reads archives of them)."""
+    routes = route_folders(input_dir, layout)
+    if not routes:
+        raise PackError(f"INPUT_DIR {input_dir}: no route folders found; expected folders "
+                        f"holding a '{layout.measurements}/' folder (layout {layout.name}), or "
+                        ".tar.gz / .zip archives of them. Fix: point INPUT_DIR at the dataset "
+                        "root or choose the right --layout")
+    return routes
+
+
+def route_folders(input_dir: str | Path, layout: Layout) -> list[str]:
+    """Route folders under input_dir, sorted, posix; [] if none.
 
     Symlinked folders are followed (datasets are often assembled from links); a folder reached
     a second time, through a loop or a second link, is searched once and the repeat is logged.
     """
-    if isinstance(input_dir, str) and is_objstore(input_dir):
-        # a route is hundreds of small files per sensor: a request each from a store
-        raise PackError(f"INPUT_DIR {input_dir}: --layout {layout.name} reads route folders "
-                        "from a local (or mounted) folder; only --layout bench2drive streams "
-                        "its .tar.gz clip archives from an object store. Fix: download the "
-                        f"routes first (e.g. aws s3 sync {input_dir} DIR) and pack DIR")
     root = Path(input_dir)
     if not root.is_dir():
         raise PackError(f"INPUT_DIR {root} is not a directory")
@@ -56,10 +61,6 @@ def find_routes(input_dir: str | Path, layout: Layout) -> list[str]:
         if layout.measurements in dirnames:
             routes.append(Path(dirpath).relative_to(root).as_posix())
             dirnames.clear()   # a route's own subfolders are never routes
-    if not routes:
-        raise PackError(f"INPUT_DIR {root}: no route folders found; expected folders holding a "
-                        f"'{layout.measurements}/' folder (layout {layout.name}). Fix: point "
-                        "INPUT_DIR at the dataset root or choose the right --layout")
     return sorted(routes)
 
 
@@ -68,7 +69,7 @@ def _numbered(folder: Path, ext: str, prefix: str = "") -> tuple[dict[int, str],
     the numbers two files claim (0005.json and 00005.json are both frame 5), each with a
     reason naming both files."""
     files, clash = {}, {}
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(listdir(folder)):
         if not name.startswith(prefix):
             continue
         stem, _, e = name[len(prefix):].partition(".")
@@ -88,7 +89,7 @@ def _frame_numbers(meas_dir: Path, episode: str, ext: str = "json"
     """Measurement files by frame, those whose names are no frame number, and clashes."""
     skipped = [Skip(episode, None, f"{meas_dir.name}/{name}",
                     f"file name is not a frame number; expected e.g. 0042.{ext}")
-               for name in sorted(os.listdir(meas_dir))
+               for name in sorted(listdir(meas_dir))
                if name.partition(".")[2] == ext and not name.partition(".")[0].isdigit()]
     files, clash = _numbered(meas_dir, ext)
     return {t: meas_dir / n for t, n in files.items()}, skipped, clash
@@ -107,7 +108,7 @@ def _sensor_files(route: Path, layout: Layout
     out = {}
     for name, folder, ext, prefix in wanted:
         d = route / folder
-        files, clash = _numbered(d, ext, prefix) if d.is_dir() else ({}, {})
+        files, clash = _numbered(d, ext, prefix) if is_dir(d) else ({}, {})
         out[name] = (folder, (prefix, ext), files, clash)
     return out
 
@@ -137,7 +138,7 @@ def route_filter_reason(route: Path, flt: RouteFilter) -> str:
     loader keeps only routes whose results file scores at least `min`). A results file it
     cannot read (carla_garage's loader stops on it) raises FilterFileError."""
     path = route / flt.file
-    if not path.is_file():
+    if not is_file(path):
         return f"no {flt.file}; the layout keeps only routes whose {flt.key} >= {flt.min:g}"
     try:
         score = lookup(read_json(path), flt.key)
@@ -159,7 +160,7 @@ def _unreadable_filter(route: Path, episode: str, layout: Layout, reason: str) -
            "skip to record its frames and go on")
     meas = route / layout.measurements
     frames, skipped, _ = _frame_numbers(meas, episode, layout.measurements_ext) \
-        if meas.is_dir() else ({}, [], {})
+        if is_dir(meas) else ({}, [], {})
     if not frames:
         return RoutePlan(episode, filtered=f"{flt.file}: {reason}")
     bad = [Skip(episode, t, flt.file, reason, fix=fix) for t in sorted(frames)]
@@ -171,7 +172,7 @@ def _camera_files(route: Path, layout: Layout) -> dict[str, tuple[dict[int, str]
     listed = {}
     for cam, folder in layout.cameras.items():
         cam_dir = route / folder
-        listed[cam] = _numbered(cam_dir, layout.image_ext) if cam_dir.is_dir() else ({}, {})
+        listed[cam] = _numbered(cam_dir, layout.image_ext) if is_dir(cam_dir) else ({}, {})
     return listed
 
 
@@ -216,7 +217,7 @@ def _read_all(frames: dict[int, Path], layout: Layout, episode: str, plan: Route
               clash: dict[int, str], route: Path, allow_pickle: bool
               ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
     good, bad = {}, dict(clash)   # a frame with two files has no one measurement to trust
-    listed = {s.name: _numbered(route / s.folder, s.ext)[0] if (route / s.folder).is_dir()
+    listed = {s.name: _numbered(route / s.folder, s.ext)[0] if is_dir(route / s.folder)
               else {} for s in layout.sources}
     for t, path in frames.items():
         if t in bad:
