@@ -1,6 +1,8 @@
-"""The LEAD dataset of the pack registry (`--layout lead_carla`): finds the route folders,
+"""The LEAD / TransFuser v6 dataset of the pack registry (`--layout lead_carla`, the page
+docs/datasets/lead.md): finds the routes (folders, or one `.zip` per route read in place),
 settles the cameras and folders the pack holds, and plans each route (plan.py) for the
-encoder (encoder.py). Reading the metas and boxes pickles needs --allow-pickle-input."""
+encoder (encoder.py). The metas and boxes are pickles: read only with --allow-pickle-input,
+through a restricted unpickler, and stored as JSON and typed members, never as pickles."""
 from __future__ import annotations
 
 import logging

@@ -209,3 +209,12 @@ def test_the_pack_round_trips_through_carlawebdata(packed):
     assert b.lidar.shape[-1] == 4 and b.fields["radar"].shape[-1] == 5
     assert isinstance(b.fields["metas"][0], dict) and b.fields["bboxes"][0][0]["class"] == "ego_car"
     assert set(b.measurements) >= {"waypoints_perturbated", "perturbation_rotation", "command"}
+
+
+def test_all_frames_takes_every_frame_whose_metas_hold_the_full_future(raw, tmp_path):
+    manifest = _pack(raw, tmp_path / "all", all_frames=True)
+    keys = [s["__key__"] for s in samples(tmp_path / "all")]
+    # 20 frames of 5 steps: frame t has min(61, 100 - 5 t) future positions, > 40 for t < 12
+    assert [k for k in keys if "route0" in k] == [
+        f"Accident__Town12_Rep0_3790_0_route0_01_10_05_46_05__{t:04d}" for t in range(12)]
+    assert manifest["counts"]["samples"] == 3 * 12 and manifest["sample_rule"]["all_frames"]
