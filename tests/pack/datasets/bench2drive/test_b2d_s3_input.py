@@ -232,12 +232,15 @@ def test_missing_credentials_name_the_fix(raw, aws, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["tcp", "garage"])
-def test_route_layouts_refuse_a_store(aws, tmp_path, cli, layout):
-    url = f"s3://{BUCKET}/{fresh_prefix('routes')}"
+def test_route_layouts_read_only_archives_from_a_store(raw, aws, tmp_path, cli, layout):
+    """Route layouts read a store's route archives (issue 30; tests/pack/datasets/routes/
+    test_archived_routes_s3.py packs them); a prefix of clip archives holds no route."""
+    url = upload_archives(aws, raw / "archives")
     result = cli("pack", url, tmp_path / "out", "--layout", layout)
     assert result.exit_code == 1
-    assert f"INPUT_DIR {url}: --layout {layout} reads route folders" in result.output
-    assert "only --layout bench2drive streams" in result.output and "Fix: download" in result.output
+    assert f"INPUT_DIR {url}: none of its {EPISODES} archives holds a route folder" \
+        in result.output
+    assert "Fix: add the archives" in result.output
     assert not (tmp_path / "out").exists()
 
 
