@@ -13,7 +13,10 @@ in the record: *_perturbated).
 - command (l.485-495): carla_dataset_utils.command_to_one_hot(next_commands[0]): a negative
   command is 4 (LANEFOLLOW), then index command - 1, any index outside 0..5 is 3.
 - perturbation (carla_dataset_utils.py perturbate_waypoints / perturbate_target_point):
-  p' = R(rot_deg)^T (p - (0, translation)).
+  p' = R(rot_deg)^T (p - (0, translation)), carla_garage's augmentation formula: the record
+  holds the metas' perturbation_translation / _rotation as augmentation_translation /
+  _rotation, so CARLAWebData(twin_p=p) serves the rgb_perturbated twin with its labels moved
+  (load/adapters/garage.py) as LEAD's loader does with use_sensor_perburtation.
 """
 from __future__ import annotations
 
@@ -99,7 +102,8 @@ def frame_values(meta: dict, episode: str, frame: int) -> tuple[dict, dict]:
               "target_point_next": tp_next, "target_point_previous": to_ego(points[0], pos, theta),
               "future_yaws": yaws[SPACING:need + 1:SPACING] if len(yaws) > need else
               np.zeros(PRED_LEN),
-              "perturbation_translation": trans, "perturbation_rotation": rot,
+              # the metas' perturbation_*, under the names the camera-twin load adapter reads
+              "augmentation_translation": trans, "augmentation_rotation": rot,
               "waypoints_perturbated": perturbed(waypoints, trans, rot),
               "target_point_perturbated": perturbed(tp, trans, rot)[0],
               **{h: bool(meta.get(h, False)) for h in HAZARDS}}
@@ -118,8 +122,8 @@ def record_fields() -> tuple[MeasField, ...]:
             MeasField("target_point_next", shape=(2,), **v),
             MeasField("target_point_previous", shape=(2,), **v),
             MeasField("future_yaws", shape=(PRED_LEN,), units="rad", frame=FRAME),
-            MeasField("perturbation_translation", units="m"),
-            MeasField("perturbation_rotation", units="deg"),
+            MeasField("augmentation_translation", units="m"),
+            MeasField("augmentation_rotation", units="deg"),
             MeasField("waypoints_perturbated", shape=(PRED_LEN, 2), **v),
             MeasField("target_point_perturbated", shape=(2,), **v),
             *(MeasField(h, "bool") for h in HAZARDS))

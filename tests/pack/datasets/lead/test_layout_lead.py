@@ -208,7 +208,25 @@ def test_the_pack_round_trips_through_carlawebdata(packed):
     assert b.images.shape == (4, 3, 3, *SIZE) and b.semantics.shape[:2] == (4, 3)
     assert b.lidar.shape[-1] == 4 and b.fields["radar"].shape[-1] == 5
     assert isinstance(b.fields["metas"][0], dict) and b.fields["bboxes"][0][0]["class"] == "ego_car"
-    assert set(b.measurements) >= {"waypoints_perturbated", "perturbation_rotation", "command"}
+    assert set(b.measurements) >= {"waypoints_perturbated", "augmentation_rotation", "command"}
+
+
+def test_the_twin_is_served_with_lead_loaders_perturbated_labels(packed):
+    """twin_p=1: every sample is the rgb_perturbated strip's cameras, its waypoints and target
+    point moved as LEAD's perturbate_waypoints / perturbate_target_point move them."""
+    by_key = {s["__key__"]: s for s in samples(packed)}
+    data = CARLAWebData(str(packed), batch_size=4, image_size=SIZE, twin_p=1.0,
+                        fields=["measurements"])
+    for b in data:
+        assert (b.camera_set == 1).all()
+        for k, key in enumerate(b.keys):
+            rec = np.load(io.BytesIO(by_key[key]["measurements.npy"]))
+            np.testing.assert_allclose(b.waypoints[k].numpy(), rec["waypoints_perturbated"],
+                                       atol=1e-4)
+            np.testing.assert_allclose(b.target_point[k].numpy(),
+                                       rec["target_point_perturbated"], atol=1e-4)
+            twin = cv2.imdecode(np.frombuffer(by_key[key]["front_augmented.png"], np.uint8), 1)
+            assert (b.images[k, 1].permute(1, 2, 0).numpy() == twin[..., ::-1]).all()
 
 
 def test_all_frames_takes_every_frame_whose_metas_hold_the_full_future(raw, tmp_path):
