@@ -280,11 +280,9 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
 def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
     """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
     from .pack.synth import synth_dataset
-    hw = _pair(image_size, "HxW", "300x400")
-    size = None if hw is None else (hw[1], hw[0])   # synth_dataset takes (width, height)
     try:
         routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
-                               image_size=size)
+                               image_size=_pair(image_size, "HxW", "300x400"))
     except (ValueError, FileExistsError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")
@@ -360,6 +358,9 @@ def _add_cluster_commands() -> None:
     from .cli_cluster import pack_status, plan_command
     main.add_command(plan_command(_dataset_options, _given_dataset_options))
     main.add_command(pack_status)
+    from .cli_overlay import overlay_commands
+    for command in overlay_commands(limit_option):
+        main.add_command(command)
 
 
 _add_cluster_commands()

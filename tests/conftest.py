@@ -29,7 +29,7 @@ from carla_wds.cli import main as cli_main
 from carla_wds.pack.packer import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 
-IMAGE_SIZE = (64, 48)          # (width, height); small so the whole suite stays fast
+IMAGE_SIZE = (48, 64)          # (height, width); small so the whole suite stays fast
 RAW_EPISODES = 3
 RAW_FRAMES = 30
 PACKED_MAX_SAMPLES = 7         # 3 x (30 - 4) = 78 samples -> 11 shards of 7 and one of 1

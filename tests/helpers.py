@@ -102,7 +102,7 @@ SIZE = (24, 32)
 def make_pack(root: Path, layout: str = "tcp", episodes: int = 3, frames: int = 30,
               max_samples: int = 7, **kw) -> Path:
     raw, out = root / "raw", root / "shards"
-    synth_dataset(raw, layout, episodes=episodes, frames=frames, seed=5, image_size=(64, 48),
+    synth_dataset(raw, layout, episodes=episodes, frames=frames, seed=5, image_size=(48, 64),
                   progress=False)
     pack(raw, out, PackOptions.of(layout=layout, max_samples=max_samples, progress=False, **kw))
     return out

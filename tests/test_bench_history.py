@@ -18,7 +18,7 @@ RATIO = r"[0-9.]+x \([0-9.]+-[0-9.]+\)"
 def test_bench_history_prints_windows_and_clips(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
-         "--frames", "40", "--raw-size", "64", "48", "--size", "32", "64", "--batch", "4",
+         "--frames", "40", "--raw-size", "48", "64", "--size", "32", "64", "--batch", "4",
          "--clip-batch", "2", "--shard-samples", "8", "--workers-list", "0,1",
          "--repeats", "1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -83,8 +83,7 @@ def _packed(project: str, layout: str, tmp_root: Path) -> dict:
         f"regenerate it: {doc['regenerate']}")
     out = tmp_root / f"{project}_{layout}_shards"
     pack(raw, out, PackOptions(layout=layout, progress=False, allow_pickle_input=True))
-    width, height = synth["image_size"]
-    data = CARLAWebData(str(out), batch_size=4, mode="eval", image_size=(height, width),
+    data = CARLAWebData(str(out), batch_size=4, mode="eval", image_size=tuple(synth["image_size"]),
                         fields=FIELDS.get(layout))
     served = {}
     for batch in data:

@@ -79,8 +79,8 @@ def _packed(name: str, raw: Path) -> dict[tuple[str, int], dict]:
     out = raw.parent / f"shards_{name}"
     pack(raw / "v1", out, PackOptions.of(layout="bench2drive", progress=False, sensors=("expert",),
                                       **PACKS[name]))
-    width, height = _golden()["synth"]["image_size"]
-    data = CARLAWebData(str(out), batch_size=8, mode="eval", image_size=(height, width),
+    data = CARLAWebData(str(out), batch_size=8, mode="eval",
+                        image_size=tuple(_golden()["synth"]["image_size"]),
                         fields=["measurements", "expert_feature", "future_expert_feature"])
     served = {}
     for batch in data:

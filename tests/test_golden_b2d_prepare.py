@@ -45,10 +45,10 @@ def pairs(tmp_path_factory) -> list[tuple[dict, dict]]:
     pack(raw / "v1", out, PackOptions.of(layout="bench2drive", progress=False, stride=1,
                                       all_frames=True, handedness="right",
                                       sensors=("boxes", "expert")))
-    width, height = synth["image_size"]
     theirs = {(s["route"], s["frame"]): s for s in doc["samples"]}
     found = []
-    for batch in CARLAWebData(str(out), batch_size=8, mode="eval", image_size=(height, width),
+    for batch in CARLAWebData(str(out), batch_size=8, mode="eval",
+                              image_size=tuple(synth["image_size"]),
                               fields=["measurements", "boxes"]):
         assert not batch.errors, batch.errors
         for i, key in enumerate(batch.keys):

@@ -38,7 +38,7 @@ def _tcp_roach(root: Path, seed: int, episodes: int) -> Path:
     from carla_wds.pack import PackOptions, pack
     from carla_wds.pack.synth import synth_dataset
     synth_dataset(root / "raw", "tcp_roach", episodes=episodes, frames=10, seed=seed,
-                  image_size=(64, 48), progress=False)
+                  image_size=(48, 64), progress=False)
     pack(root / "raw", root / "shards", PackOptions(layout="tcp_roach", progress=False,
                                                       allow_pickle_input=True, max_samples=4))
     return root / "shards"

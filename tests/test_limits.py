@@ -67,7 +67,7 @@ def test_a_pack_records_the_limits_it_raised(tmp_path):
     reader of a pack made with --limit knows to raise the same ones."""
     from carla_wds.pack import PackOptions, pack
     from carla_wds.pack.synth import synth_dataset
-    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=8, seed=0, image_size=(64, 48),
+    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=8, seed=0, image_size=(48, 64),
                   progress=False)
     plain = pack(tmp_path / "raw", tmp_path / "a", PackOptions(progress=False))
     assert plain["limits"] is None

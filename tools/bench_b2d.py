@@ -226,8 +226,8 @@ def main() -> None:
     if args.child_pickle is not None:
         print(_pickle_child(work, args.child_pickle))
         return
-    # HxW, as every size option; synth_dataset takes (width, height)
-    size = tuple(int(v) for v in args.image_size.split("x"))[::-1] if args.image_size else None
+    # HxW, as every size option and synth_dataset's image_size
+    size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
     raw, shards = make_data(work, args.clips, args.frames, size)
     if args.child_memory is not None:
         print(_memory_child(shards, work, args.child_memory))

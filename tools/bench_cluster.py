@@ -139,7 +139,7 @@ def _thousand_parts(work: Path, parts: int) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     raw, seed_out = work / "merge_raw", work / "merge_seed"
     if not raw.is_dir():
-        synth_dataset(raw, "tcp", episodes=1, frames=12, seed=0, image_size=(32, 24),
+        synth_dataset(raw, "tcp", episodes=1, frames=12, seed=0, image_size=(24, 32),
                       progress=False)
     shutil.rmtree(seed_out, ignore_errors=True)
     subprocess.run([EXE, "pack", str(raw), str(seed_out), "--max-samples", "4"], check=True,

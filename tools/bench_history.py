@@ -154,8 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--frames", type=int, default=60)
     p.add_argument("--shard-samples", type=int, default=32, help="samples per shard")
-    p.add_argument("--raw-size", type=int, nargs=2, default=[400, 300],
-                   help="W H of the synthetic cameras")
+    p.add_argument("--raw-size", type=int, nargs=2, default=[300, 400],
+                   help="H W of the synthetic cameras")
     p.add_argument("--fmt", default="jpg", choices=("png", "jpg"))
     p.add_argument("--size", type=int, nargs=2, default=[128, 256], help="H W as loaded")
     p.add_argument("--batch", type=int, default=16)

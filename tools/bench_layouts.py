@@ -124,8 +124,8 @@ def prepare(workdir: Path, episodes: int, frames: int, image_size: str | None) -
     from carla_wds.pack.synth import synth_dataset
     raw = workdir / "raw"
     if not raw.exists():
-        # HxW, as every size option; synth_dataset takes (width, height)
-        size = tuple(int(v) for v in image_size.split("x"))[::-1] if image_size else None
+        # HxW, as every size option and synth_dataset's image_size
+        size = tuple(int(v) for v in image_size.split("x")) if image_size else None
         synth_dataset(raw, "garage", episodes=episodes, frames=frames, seed=0, image_size=size,
                       progress=False)
     if not (workdir / "shards" / "manifest.json").exists():

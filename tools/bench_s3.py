@@ -346,8 +346,8 @@ def main() -> None:
         return child(args)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    # HxW, as every size option; synth_dataset takes (width, height)
-    size = tuple(int(v) for v in args.image_size.split("x"))[::-1] if args.image_size else None
+    # HxW, as every size option and synth_dataset's image_size
+    size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
     shards = make_data(work, args.episodes, args.frames, args.max_samples, size)
     total = sum(s["bytes"] for s in json.loads((shards / "manifest.json").read_text())["shards"])
     args.out_size = args.image_size or "256x900"   # decoded at the camera's own size (HxW)

@@ -23,7 +23,7 @@ CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
 def b2d(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("b2d_load")
     synth_dataset(root / "raw", "bench2drive", episodes=2, frames=30, seed=7,
-                  image_size=(320, 180), progress=False)
+                  image_size=(180, 320), progress=False)
     run_pack(root / "raw" / "archives", root / "shards", layout="bench2drive", stride=1,
              max_samples=8, sensors=("lidar", "boxes", "expert", "radar", "semantic", "depth",
                                      "instance"))

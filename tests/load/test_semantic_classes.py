@@ -56,8 +56,8 @@ def _tree(tmp: Path, layout: str, frames: int, size: tuple[int, int]) -> Path:
 def packs(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """layout -> (raw tree, packed shards)."""
     out = {}
-    for layout, frames, size, kw in (("garage", 22, (64, 48), {}),
-                                     ("transfuser2022", 12, (96, 32),
+    for layout, frames, size, kw in (("garage", 22, (48, 64), {}),
+                                     ("transfuser2022", 12, (32, 96),
                                       {"allow_pickle_input": True})):
         raw = _tree(tmp_path_factory.mktemp(f"raw_{layout}"), layout, frames, size)
         shards = tmp_path_factory.mktemp(f"packed_{layout}") / "shards"

@@ -19,7 +19,7 @@ from .clusterkit import plan_of, run   # noqa: E402
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_plan")
-    synth_dataset(out, "bench2drive", episodes=4, frames=30, seed=7, image_size=(96, 54),
+    synth_dataset(out, "bench2drive", episodes=4, frames=30, seed=7, image_size=(54, 96),
                   progress=False)
     return out / "archives"
 

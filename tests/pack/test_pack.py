@@ -283,7 +283,7 @@ def test_dot_replacement_collision_is_refused(tmp_path):
     from carla_wds.pack.routes import PackError
     from carla_wds.pack.synth import synth_dataset
     raw = tmp_path / "raw"
-    synth_dataset(raw, "tcp", episodes=1, frames=6, seed=0, image_size=(32, 24), progress=False)
+    synth_dataset(raw, "tcp", episodes=1, frames=6, seed=0, image_size=(24, 32), progress=False)
     route = next(p for p in raw.rglob("measurements")).parent
     shutil.copytree(route, route.parent / "r.x")
     shutil.copytree(route, route.parent / "r_x")

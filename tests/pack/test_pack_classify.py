@@ -33,7 +33,7 @@ def test_a_negative_spool_bytes_through_the_cli(raw_tcp, tmp_path, cli):
 
 def test_the_only_clip_left_out_gives_its_reason(tmp_path):
     synth_dataset(tmp_path / "raw", "bench2drive", episodes=1, frames=30, seed=17,
-                  image_size=(96, 54), progress=False)
+                  image_size=(54, 96), progress=False)
     bad = tmp_path / "raw" / "archives" / f"{clip_name(0)}.tar.gz"
     bad.write_bytes(bad.read_bytes()[:-20])
     with pytest.raises(PackError) as err:

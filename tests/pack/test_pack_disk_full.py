@@ -23,7 +23,7 @@ SMALL = 256 << 10
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_full")
-    synth_dataset(out, "bench2drive", episodes=2, frames=30, seed=13, image_size=(96, 54),
+    synth_dataset(out, "bench2drive", episodes=2, frames=30, seed=13, image_size=(54, 96),
                   progress=False)
     return out / "archives"
 

@@ -81,7 +81,7 @@ def raws(tmp_path_factory) -> dict[str, Path]:
         out[layout] = tmp_path_factory.mktemp(f"raw_{layout}")
         synth_dataset(out[layout], layout, episodes=EPISODES,
                       frames=N_B2D if layout == "bench2drive" else N, seed=7,
-                      image_size=(48, 32) if layout != "bench2drive" else (64, 36),
+                      image_size=(32, 48) if layout != "bench2drive" else (36, 64),
                       progress=False)
     return out
 
@@ -164,9 +164,9 @@ def test_garage_route_shorter_than_the_rule_counts_every_frame(tmp_path):
     """12 frames: garage's range(10, 12 - 9) is empty; a second route of 26 frames gives the
     manifest. Every frame of the short route is counted under its reason."""
     synth_dataset(tmp_path / "raw", "garage", episodes=1, frames=12, seed=1,
-                  image_size=(48, 32), progress=False)
+                  image_size=(32, 48), progress=False)
     synth_dataset(tmp_path / "raw2", "garage", episodes=1, frames=N, seed=2,
-                  image_size=(48, 32), progress=False)
+                  image_size=(32, 48), progress=False)
     (short,) = [p for p in (tmp_path / "raw").rglob("measurements")]
     (long_,) = [p for p in (tmp_path / "raw2").rglob("measurements")]
     dest = tmp_path / "both" / "b"

@@ -27,7 +27,7 @@ def garage(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("garage")
     for split, episodes, seed in (("train", 3, 0), ("val", 1, 1)):
         synth_dataset(root / "raw" / split, "garage", episodes=episodes, frames=26, seed=seed,
-                      image_size=(160, 64), progress=False)
+                      image_size=(64, 160), progress=False)
         pack(root / "raw" / split, root / split, PackOptions(layout="garage", max_samples=12,
                                                              progress=False))
     return root
@@ -84,7 +84,7 @@ def test_inputs_the_shards_lack_are_one_line_errors(garage, tmp_path, edit, expe
     tf4 = garage / "train_tf4"
     if not tf4.exists():
         synth_dataset(garage / "raw_tf4", "transfuser4", episodes=1, frames=12, seed=0,
-                      image_size=(64, 48), progress=False)
+                      image_size=(48, 64), progress=False)
         pack(garage / "raw_tf4", tf4, PackOptions(layout="transfuser4", progress=False))
     edit = {k: v.format(tf4=tf4) for k, v in edit.items()}
     cfg = load_config("garage_tiny", garage_args(garage, tmp_path / "run", **{

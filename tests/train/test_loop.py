@@ -29,7 +29,7 @@ def data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("train")
     for split, episodes, seed in (("train", 3, 0), ("val", 1, 1)):
         synth_dataset(root / "raw" / split, "transfuser4", episodes=episodes, frames=24,
-                      seed=seed, image_size=(64, 48), progress=False)
+                      seed=seed, image_size=(48, 64), progress=False)
         pack(root / "raw" / split, root / split,
              PackOptions(layout="transfuser4", max_samples=9, progress=False,
                          all_frames=True))   # every frame with a future: 20 per route

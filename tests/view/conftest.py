@@ -15,7 +15,7 @@ def packs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("view")
     out = {"tcp": make_pack(root / "tcp", "tcp"), "garage": make_pack(root / "garage", "garage")}
     synth_dataset(root / "b2d" / "raw", "bench2drive", episodes=2, frames=30, seed=7,
-                  image_size=(160, 90), progress=False)
+                  image_size=(90, 160), progress=False)
     run_pack(root / "b2d" / "raw" / "archives", root / "b2d" / "shards", layout="bench2drive",
              stride=1, max_samples=8, sensors=("lidar", "boxes"))
     out["bench2drive"] = root / "b2d" / "shards"

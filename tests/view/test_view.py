@@ -98,7 +98,7 @@ def test_birds_eye_points_are_the_layouts_own_axes(packs, tmp_path, layout):
 
 def test_histograms_count_what_the_pack_holds(tmp_path):
     raw = tmp_path / "raw"
-    synth_dataset(raw, "tcp", episodes=3, frames=30, seed=5, image_size=(64, 48), progress=False)
+    synth_dataset(raw, "tcp", episodes=3, frames=30, seed=5, image_size=(48, 64), progress=False)
     (raw / "Town02" / "routes_town02_01" / "measurements" / "0007.json").write_text("{cut")
     shards = tmp_path / "shards"
     run_pack(raw, shards, layout="tcp", max_samples=7, on_error="skip")

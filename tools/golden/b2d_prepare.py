@@ -34,7 +34,7 @@ BLOBS = {"mmcv/datasets/prepare_B2D.py": "8054400691e4fade5b848598242e8247a88307
 # 3 clips (a 4th would class its ego 'vehicle', on which preprocess stops: KeyError 'distance')
 # of 28 frames: carla-wds packs frames 0 .. 7 of each (a full 2 s future, --all-frames)
 SYNTH = {"layout": "bench2drive", "episodes": 3, "frames": 28, "seed": 24,
-         "image_size": [160, 90]}
+         "image_size": [90, 160]}
 EXTRA = {"settings": {"MAX_DISTANCE": 75, "FILTER_Z_SHRESHOLD": 10, "FILTER_INVISINLE": True}}
 
 
@@ -85,7 +85,7 @@ def run(repo_dir: Path, raw: Path) -> list[dict]:
     sys.path.insert(0, str(repo_dir / "mmcv" / "datasets"))   # it imports vis_utils flat
     prep = importlib.import_module("prepare_B2D")
     vis = sys.modules["vis_utils"]    # its canvas: B2D's 1600x900 cameras, here the synth's
-    vis.WINDOW_WIDTH, vis.WINDOW_HEIGHT = SYNTH["image_size"]
+    vis.WINDOW_HEIGHT, vis.WINDOW_WIDTH = SYNTH["image_size"]   # (H, W)
     folders = sorted(f"v1/{p.name}" for p in (raw / "v1").iterdir() if p.is_dir())
     with tempfile.TemporaryDirectory(prefix="golden_b2d_infos_") as out:
         prep.DATAROOT, prep.OUT_DIR = str(raw), out

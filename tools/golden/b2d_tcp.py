@@ -29,7 +29,7 @@ BLOBS = {"TCP/data.py": "a0ea190a303d8cdbff91257cb07131651c426963",
 # 10 Hz clips: the port serves frames 0 .. n - 27 of each (every frame, not only keyframes);
 # 3 clips cover the synth's quirks: a NaN compass (clip 1) and `speed: null` (clip 2), frame 5
 SYNTH = {"layout": "bench2drive", "episodes": 3, "frames": 40, "seed": 24,
-         "image_size": [64, 36]}
+         "image_size": [36, 64]}
 
 
 def _sample(item: dict, img_path: str) -> dict:

@@ -29,7 +29,7 @@ BATCH_SIZE = 3
 # and 1 (the tail batch, which carla-wds's eval mode pads). The synth's quirks (NaN compass,
 # `speed: null`) sit at frame 5, outside the served frames: their collate cannot take None.
 SYNTH = {"layout": "bench2drive", "episodes": 2, "frames": 28, "seed": 26,
-         "image_size": [1600, 900]}
+         "image_size": [900, 1600]}
 LARGE = ("front_img",)
 
 

@@ -30,7 +30,7 @@ IMAGE_KEYS = {"tcp": ("front_img",)}
 BATCH_SIZE = 4
 # 256x900 as TCP's data is stored (their loader never resizes); 2 Hz: 10 frames give 6 samples
 SYNTH = {"tcp": {"layout": "tcp_roach", "episodes": 2, "frames": 10, "seed": 26,
-                 "image_size": [900, 256]}}
+                 "image_size": [256, 900]}}
 
 
 def _their_loader(project: str, repo_dir: Path, raw: Path):

@@ -24,7 +24,7 @@ BLOBS = {"team_code/data.py": "77f8e7e915977f041ec7c487855b428e720a7d9e",
          "team_code/gaussian_target.py": "adea40dc1c5c0150227bd74da33c00df6cb1d825",
          "team_code/center_net.py": "0bdcd6dd7072e67a2c4f28b8323fa3332fd470eb"}
 # 4 Hz routes; garage skips the first 10 frames and the last pred_len + seq_len = 9
-SYNTH = {"layout": "garage", "episodes": 2, "frames": 24, "seed": 24, "image_size": [64, 48]}
+SYNTH = {"layout": "garage", "episodes": 2, "frames": 24, "seed": 24, "image_size": [48, 64]}
 SETTINGS = {"augment": 0, "use_color_aug": 0, "use_wp_gru": True}
 EXTRA = {"settings": SETTINGS}
 

@@ -30,7 +30,7 @@ BATCH_SIZE = 4
 # TransFuser++'s camera size (config.py camera_width/height: their loader never resizes);
 # 4 Hz routes: 24 frames give range(10, 24 - 8 - 1) = 5 samples a route; add_signals puts the
 # lights and stop signs the synth lacks into every boxes file
-SYNTH = {"layout": "garage", "episodes": 2, "frames": 24, "seed": 26, "image_size": [1024, 256]}
+SYNTH = {"layout": "garage", "episodes": 2, "frames": 24, "seed": 26, "image_size": [256, 1024]}
 LARGE = ("rgb", "depth", "semantic", "bev_semantic", "lidar")
 # --twin: every sample from the augmented camera set (augment=1 with augment_percentage=1.0,
 # so their `random.random() <= augment_percentage` always picks it: still deterministic)

@@ -20,7 +20,7 @@ BLOBS = {"TCP/data.py": "0fcebd482a2df57469176b29b5a1ca9e2b70d466",
          "TCP/augment.py": "260a1fe18646affe1c9b376f4537ce5dafeb403b",
          "tools/gen_data.py": "770d6d5044b770b862b0b9090126a2a037ce8be5"}
 # 2 Hz routes: 10 frames give 10 - 4 = 6 samples each
-SYNTH = {"layout": "tcp_roach", "episodes": 2, "frames": 10, "seed": 24, "image_size": [64, 48]}
+SYNTH = {"layout": "tcp_roach", "episodes": 2, "frames": 10, "seed": 24, "image_size": [48, 64]}
 
 
 def _load(path: Path, name: str):

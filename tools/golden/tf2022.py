@@ -36,7 +36,7 @@ BLOBS = {"team_code_transfuser/data.py": "7313684e018f50c7ed3ac8ac88420801580450
          "team_code_transfuser/utils.py": "4e65ddb1bbb3b41273672ab86a38fd389b8e1933"}
 # TF 2022 serves range(2, num_seq - pred_len - seq_len - 2): 16 frames give frames 2..8
 SYNTH = {"layout": "transfuser2022", "episodes": 2, "frames": 16, "seed": 24,
-         "image_size": [64, 48]}
+         "image_size": [48, 64]}
 SETTINGS = {"augment": False}
 EXTRA = {"settings": SETTINGS}
 
@@ -76,7 +76,7 @@ def run(repo_dir: Path, raw: Path) -> list[dict]:
 
 # batches mode: 960x160 as their data agent saves the strip; 12 frames give frames 2..4 a route
 BATCH_SYNTH = {"layout": "transfuser2022", "episodes": 2, "frames": 12, "seed": 26,
-               "image_size": [960, 160]}
+               "image_size": [160, 960]}
 BATCH_SIZE = 4
 LARGE = ("rgb", "bev", "depth", "semantic", "lidar", "target_point_image")
 # --rotated: random() > inv_augment_prob (0.1) augments; degree = (2 * 0.73 - 1) * 20 = 9.2,

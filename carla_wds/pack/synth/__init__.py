@@ -15,7 +15,7 @@ from typing import Callable, Union
 from .tcp import DEFAULT_IMAGE_SIZE, LAYOUT_CAMERAS
 
 # A writer: (out_dir, layout=, episodes=, frames=, seed=, image_size=, progress=) -> the route
-# (or clip) folders it wrote, sorted.
+# (or clip) folders it wrote, sorted; image_size is (height, width) or None (its default).
 Writer = Callable[..., list[Path]]
 
 # layout -> the module of this package whose `synth_dataset` writes it (imported on first use:
@@ -52,7 +52,9 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
                   progress: bool = True) -> list[Path]:
     """Write `episodes` routes (clips) of `layout` under out_dir and return them sorted.
 
-    Each writer's docstring gives its folders, rate and default image size (width, height).
+    image_size is the cameras' (height, width), as everywhere in carla-wds (CARLAWebData's
+    image_size, `carla-wds synth --image-size HxW`); None: the layout's real sensor size. Each
+    writer's docstring gives its folders, rate and default image size.
     Output is byte-identical for the same arguments. Raises ValueError for bad arguments and
     FileExistsError if a folder to be written already holds files (nothing is overwritten)."""
     return writer(layout)(out_dir, layout=layout, episodes=episodes, frames=frames, seed=seed,

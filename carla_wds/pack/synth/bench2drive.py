@@ -321,10 +321,11 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
                   progress: bool = True, archives: bool = True) -> list[Path]:
     """Write `episodes` Bench2Drive clips of `frames` 10 Hz frames under out_dir/v1 (and, with
     `archives`, each as out_dir/archives/<clip>.tar.gz), plus the split file naming the last
-    clip val. image_size (width, height), default 1600x900. Returns the clip folders, sorted.
+    clip val. image_size (height, width), default (900, 1600). Returns the clip folders, sorted.
     Byte-identical for the same arguments; FileExistsError if a clip folder holds files."""
+    width, height = RIG.image_size   # the rig table's (width, height), B2D's image_size_x/y
     size = base.writer_size(layout, "bench2drive", episodes, frames, seed, image_size,
-                            RIG.image_size)
+                            (height, width))
     _need_h5py()   # before anything is written: no half-written clip without radar files
     out = Path(out_dir)
     clips = [out / "v1" / clip_name(ep) for ep in range(int(episodes))]

@@ -31,7 +31,7 @@ from .sensors import (  # noqa: F401 - the other writers take them from here too
 logger = logging.getLogger(__name__)
 
 GARAGE_DT = 0.25            # s between frames (4 Hz)
-GARAGE_SIZE = (1024, 256)
+GARAGE_SIZE = (256, 1024)   # (height, width), as image_size
 BEV_SIZE, BEV_PPM = 256, 4.0
 EGO_HALF_EXTENT = (2.44619083404541, 1.0801500082015991, 0.7552500367164612)   # Lincoln MKZ
 CAR_HALF_EXTENT = ((2.3, 1.0, 0.75), (2.1, 0.95, 0.8), (2.6, 1.1, 0.9))
@@ -353,7 +353,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "garage", episodes: int = 4
                   progress: bool = True) -> list[Path]:
     """Write `episodes` carla_garage route folders (4 Hz, `frames` frames each) under out_dir.
 
-    image_size (width, height) of the rgb/semantics/depth cameras, default 1024x256. Route idx
+    image_size (height, width) of the rgb/semantics/depth cameras, default (256, 1024). Route idx
     % 4 == 3 gets score_composed 60 in results.json.gz (the garage loader skips it), the others
     100. Byte-identical output for the same arguments; FileExistsError if a route folder to be
     written already holds files."""

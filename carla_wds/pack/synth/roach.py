@@ -4,7 +4,7 @@ The episodes, the front camera and the ego poses are exactly tcp.py's "tcp" ones
 same images and positions); this module adds what TCP's roach_ap_agent.py save() writes next
 to them (TCP@73cc1dd leaderboard/team_code/roach_ap_agent.py run_step, save, get_target_gps):
   <root>/Town0K/routes_town0K_<ep>/
-    rgb/NNNN.png           tcp.py's front camera (900x256 by default)
+    rgb/NNNN.png           tcp.py's front camera (256x900 HxW by default)
     measurements/NNNN.json x, y, theta, speed, x/y_command_far/near, command_far/near,
                            should_brake, x_target, y_target, target_command (no controls: those
                            are in supervision/)
@@ -35,7 +35,7 @@ from . import tcp
 
 logger = logging.getLogger(__name__)
 
-ROACH_SIZE = (900, 256)
+ROACH_SIZE = (256, 900)   # (height, width), as image_size
 GNSS_SCALE = (111324.60662786, 111319.490945)   # planner.py: (gps - mean) * scale, mean 0
 FEATURES = 256
 BEV_SIZE, BEV_PPM = 192, 5.0
@@ -148,7 +148,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp_roach", episodes: int 
     under out_dir and return them sorted.
 
     Same folders, poses and rgb/ images as tcp.py's "tcp" layout for the same arguments.
-    image_size (width, height) of rgb/, default 900x256. Byte-identical output for the same
+    image_size (height, width) of rgb/, default (256, 900). Byte-identical output for the same
     arguments; ValueError for bad arguments, FileExistsError if a route folder to be written
     already holds files (nothing is overwritten)."""
     size = base.writer_size(layout, "tcp_roach", episodes, frames, seed, image_size, ROACH_SIZE)

@@ -22,7 +22,8 @@ LAYOUT_CAMERAS: dict[str, dict[str, str]] = {
     "transfuser4": {"front": "rgb_front", "rear": "rgb_rear", "left": "rgb_left",
                     "right": "rgb_right"},
 }
-DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (900, 256), "transfuser4": (400, 300)}
+# (height, width) of the real sensors, as image_size is given
+DEFAULT_IMAGE_SIZE: dict[str, tuple[int, int]] = {"tcp": (256, 900), "transfuser4": (300, 400)}
 
 
 def measurement(layout: str, sim: dict, t: int) -> dict:
@@ -72,15 +73,14 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
     layout: "tcp" (Town0K/routes_town0K_<ep>/rgb, measurements) or "transfuser4"
     (Town0K_tiny/routes_<ep>/rgb_front, rgb_rear, rgb_left, rgb_right, measurements); K cycles
     1..5. Each route has `frames` frames named %04d from 0, at 2 Hz. image_size is
-    (width, height), default the real sensor size (DEFAULT_IMAGE_SIZE). Output is byte-identical
+    (height, width), default the real sensor size (DEFAULT_IMAGE_SIZE). Output is byte-identical
     for the same arguments. Raises ValueError for bad arguments and FileExistsError if a route
     folder to be written already holds files (nothing is overwritten or deleted).
     The other layouts have their own writers (garage.py, transfuser2022.py, roach.py, ...).
     """
     if layout not in LAYOUT_CAMERAS:
         raise ValueError(f"this writer writes layouts {sorted(LAYOUT_CAMERAS)}, not {layout!r}")
-    world.check_args(episodes, frames, seed, image_size)
-    size = tuple(int(v) for v in (image_size or DEFAULT_IMAGE_SIZE[layout]))
+    size = world.draw_size(episodes, frames, seed, image_size, DEFAULT_IMAGE_SIZE[layout])
     routes = [route_dir(Path(out_dir), layout, ep) for ep in range(int(episodes))]
     busy = [str(r) for r in routes if r.is_dir() and any(r.iterdir())]
     if busy:

@@ -9,7 +9,7 @@ Layout written (transfuser@22b3ccd team_code_autopilot/data_agent.py save_sensor
 get_bev_cars; autopilot.py save):
   <root>/Scenario1/Town0K_Scenario1/Town0K_Scenario1_route<ep>_01_01_00_00_00/
     rgb/NNNN.png        left, front, right cameras (fov 60, yaw -60/0/+60) side by side,
-                        960x160 by default (image_size is the whole strip)
+                        160x960 (HxW) by default (image_size is the whole strip)
     depth/NNNN.png      CARLA's 24-bit depth of the same strip, saved as data_agent saves it
     semantics/NNNN.png  CARLA class ids (uint8) of the strip
     lidar/NNNN.npy      np.save of the pickled (frame, float32 (N,4) XYZI) tuple, sensor frame
@@ -38,7 +38,7 @@ from . import garage as sg
 
 logger = logging.getLogger(__name__)
 
-TF2022_SIZE = (960, 160)
+TF2022_SIZE = (160, 960)   # (height, width), as image_size
 TF2022_DT = 0.5                           # save_freq = 20 // 2 ticks of 20 Hz
 CAMERA_FOV = 60.0
 CAMERA_X = 1.3                            # cameras at (1.3, 0, 2.3)
@@ -74,9 +74,11 @@ def strip_widths(width: int) -> list[int]:
     return [w, width - 2 * w, w]
 
 
-def strip_depth(size: tuple[int, int]) -> np.ndarray:
-    """Planar depth (m) of each view of the strip: flat ground, sky at 1000 m."""
-    return np.concatenate([sg.depth_m(w, size[1], CAMERA_FOV) for w in strip_widths(size[0])],
+def strip_depth(image_size: tuple[int, int]) -> np.ndarray:
+    """Planar depth (m), (height, width), of each view of the strip of image_size (height,
+    width): flat ground, sky at 1000 m."""
+    height, width = image_size
+    return np.concatenate([sg.depth_m(w, height, CAMERA_FOV) for w in strip_widths(width)],
                           axis=1)
 
 
@@ -282,7 +284,7 @@ def _write_episode(route: Path, episode: int, seed: int, frames: int,
     vehicles = sg.cars(rng, sim, frames + 5)   # 5 future frames for the future-vehicle planes
     camera = StripCamera(size, np.random.default_rng([seed, episode, 23]))
     lidar_rng = np.random.default_rng([seed, episode, 24])
-    depth = depth_png(strip_depth(size))       # flat world: the same every frame
+    depth = depth_png(strip_depth((size[1], size[0])))       # flat world: the same every frame
     for folder in FOLDERS:
         (route / folder).mkdir(parents=True, exist_ok=True)
     for t in range(frames):
@@ -295,8 +297,8 @@ def synth_dataset(out_dir: str | Path, layout: str = "transfuser2022", episodes:
     """Write `episodes` TransFuser 2022 route folders (2 Hz, `frames` frames each) under out_dir
     and return them sorted.
 
-    image_size (width, height) is the whole rgb/depth/semantics strip, default 960x160 (three
-    320x160 views); the topdown is always 500x500. Byte-identical output for the same
+    image_size (height, width) is the whole rgb/depth/semantics strip, default (160, 960)
+    (three 160x320 views); the topdown is always 500x500. Byte-identical output for the same
     arguments; ValueError for bad arguments, FileExistsError if a route folder to be written
     already holds files (nothing is overwritten)."""
     size = base.writer_size(layout, "transfuser2022", episodes, frames, seed, image_size,

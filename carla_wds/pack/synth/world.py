@@ -244,15 +244,24 @@ def check_args(episodes: int, frames: int, seed: int, image_size: tuple[int, int
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if image_size is not None and (len(image_size) != 2 or min(image_size) < 8
                                    or any(int(v) != v for v in image_size)):
-        raise ValueError(f"image_size must be (width, height), integers >= 8, got {image_size!r}")
+        raise ValueError(f"image_size must be (height, width), integers >= 8, got {image_size!r}")
 
 
 def writer_size(layout: str, writes: str, episodes: int, frames: int, seed: int,
                 image_size: tuple[int, int] | None,
                 default: tuple[int, int]) -> tuple[int, int]:
-    """The (width, height) a one-layout writer draws at: image_size, else its default, after
-    refusing another layout and bad arguments (ValueError) - before anything is written."""
+    """The (width, height) a one-layout writer draws at, from image_size (height, width), else
+    its default (height, width), after refusing another layout and bad arguments (ValueError) -
+    before anything is written."""
     if layout != writes:
         raise ValueError(f"this writer writes layout {writes!r}, not {layout!r}")
+    return draw_size(episodes, frames, seed, image_size, default)
+
+
+def draw_size(episodes: int, frames: int, seed: int, image_size: tuple[int, int] | None,
+              default: tuple[int, int]) -> tuple[int, int]:
+    """image_size (height, width), else default (height, width), checked with the other
+    arguments (ValueError) -> the (width, height) the renderer and the sensors draw at."""
     check_args(episodes, frames, seed, image_size)
-    return tuple(int(v) for v in (image_size or default))
+    height, width = (int(v) for v in (image_size or default))
+    return width, height

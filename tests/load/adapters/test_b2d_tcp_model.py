@@ -38,7 +38,7 @@ PORT = {"stride": 1, "expert_pairing": "tcp_port"}
 
 
 def _b2d(root: Path, pack_options: dict, *, episodes: int = 1, frames: int = 28,
-         seed: int = 5, image_size=(64, 36)) -> Path:
+         seed: int = 5, image_size=(36, 64)) -> Path:
     synth_dataset(root / "raw", "bench2drive", episodes=episodes, frames=frames, seed=seed,
                   image_size=image_size, progress=False)
     pack(root / "raw" / "v1", root / "shards",
@@ -129,7 +129,7 @@ def test_refuses_shards_packed_otherwise(tmp_path, options, says):
 
 
 def test_refuses_another_layout(tmp_path):
-    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=12, seed=5, image_size=(64, 48),
+    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=12, seed=5, image_size=(48, 64),
                   progress=False)
     pack(tmp_path / "raw", tmp_path / "shards", PackOptions(layout="tcp", progress=False))
     with pytest.raises(ValueError) as exc:

@@ -223,7 +223,7 @@ def test_packs_without_x_and_y_command_are_refused(tmp_path):
     assert old != yaml.read_text()
     (tmp_path / "transfuser2022.yaml").write_text(old)
     synth_dataset(tmp_path / "raw", "transfuser2022", episodes=1, frames=12, seed=5,
-                  image_size=(64, 48), progress=False)
+                  image_size=(48, 64), progress=False)
     shards = tmp_path / "shards"
     pack(tmp_path / "raw", shards, PackOptions(layout=str(tmp_path / "transfuser2022.yaml"),
                                                allow_pickle_input=True, progress=False))

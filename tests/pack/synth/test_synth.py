@@ -12,7 +12,7 @@ import pytest
 
 from carla_wds.pack.synth import DEFAULT_IMAGE_SIZE, LAYOUT_CAMERAS, synth_dataset
 
-SMALL = (160, 96)
+SMALL = (96, 160)   # (height, width), as image_size
 DT = 0.5
 TCP_KEYS = {"x", "y", "theta", "speed", "x_target", "y_target", "target_command", "steer",
             "throttle", "brake", "command"}
@@ -42,13 +42,13 @@ def long_routes(tmp_path_factory) -> dict[str, list[Path]]:
     """Both layouts, several longer episodes, tiny images: for the measurement checks."""
     root = tmp_path_factory.mktemp("long")
     return {layout: synth_dataset(root / layout, layout, episodes=5, frames=60, seed=7,
-                                  image_size=(32, 24), progress=False)
+                                  image_size=(24, 32), progress=False)
             for layout in LAYOUT_CAMERAS}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUT_CAMERAS))
 def test_folder_structure_and_counts(tmp_path, layout):
-    routes = synth_dataset(tmp_path, layout, episodes=6, frames=3, image_size=(24, 16),
+    routes = synth_dataset(tmp_path, layout, episodes=6, frames=3, image_size=(16, 24),
                            progress=False)
     assert routes == sorted(routes) and len(routes) == 6
     towns = [ep % 5 + 1 for ep in range(6)]   # Town01..Town05, then Town01 again
@@ -142,7 +142,7 @@ def test_target_point_ahead_and_held(long_routes, layout):
 
 
 def test_same_seed_is_byte_identical_and_other_seed_differs(tmp_path):
-    kwargs = dict(layout="transfuser4", episodes=2, frames=4, image_size=(48, 32), progress=False)
+    kwargs = dict(layout="transfuser4", episodes=2, frames=4, image_size=(32, 48), progress=False)
     synth_dataset(tmp_path / "a", seed=5, **kwargs)
     synth_dataset(tmp_path / "b", seed=5, **kwargs)
     synth_dataset(tmp_path / "c", seed=6, **kwargs)
@@ -158,9 +158,9 @@ def test_images_decode_to_requested_size(tmp_path, layout):
                            progress=False)
     for png in routes[0].rglob("*.png"):
         img = cv2.imread(str(png), cv2.IMREAD_UNCHANGED)
-        assert img is not None and img.shape == (SMALL[1], SMALL[0], 3) and img.dtype == np.uint8
+        assert img is not None and img.shape == (*SMALL, 3) and img.dtype == np.uint8
         assert img.std() > 10   # a scene, not a flat colour
-    assert DEFAULT_IMAGE_SIZE == {"tcp": (900, 256), "transfuser4": (400, 300)}
+    assert DEFAULT_IMAGE_SIZE == {"tcp": (256, 900), "transfuser4": (300, 400)}
 
 
 def test_default_image_size_is_the_real_sensor(tmp_path):
@@ -219,6 +219,6 @@ def test_bad_arguments_raise_clear_value_errors(tmp_path, kwargs, match):
 
 
 def test_refuses_to_write_over_existing_routes(tmp_path):
-    synth_dataset(tmp_path, "tcp", episodes=1, frames=1, image_size=(24, 16), progress=False)
+    synth_dataset(tmp_path, "tcp", episodes=1, frames=1, image_size=(16, 24), progress=False)
     with pytest.raises(FileExistsError, match="already hold files"):
-        synth_dataset(tmp_path, "tcp", episodes=1, frames=1, image_size=(24, 16), progress=False)
+        synth_dataset(tmp_path, "tcp", episodes=1, frames=1, image_size=(16, 24), progress=False)

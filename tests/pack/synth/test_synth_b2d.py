@@ -22,7 +22,7 @@ CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synth_b2d")
-    synth_dataset(out, "bench2drive", episodes=2, frames=12, seed=1, image_size=(320, 180),
+    synth_dataset(out, "bench2drive", episodes=2, frames=12, seed=1, image_size=(180, 320),
                   progress=False)
     return out
 
@@ -81,7 +81,7 @@ def test_a_car_box_projects_onto_its_pixels(clips):
 
 
 def test_byte_identical_for_the_same_arguments(clips, tmp_path):
-    synth_dataset(tmp_path, "bench2drive", episodes=2, frames=12, seed=1, image_size=(320, 180),
+    synth_dataset(tmp_path, "bench2drive", episodes=2, frames=12, seed=1, image_size=(180, 320),
                   progress=False)
 
     def digest(root: Path) -> dict[str, str]:
@@ -90,4 +90,4 @@ def test_byte_identical_for_the_same_arguments(clips, tmp_path):
     assert digest(tmp_path) == digest(clips)
     with pytest.raises(FileExistsError):
         synth_dataset(tmp_path, "bench2drive", episodes=1, frames=2, seed=1,
-                      image_size=(64, 36), progress=False)
+                      image_size=(36, 64), progress=False)

@@ -46,7 +46,7 @@ def _check_matrix(matrix, x: float, y: float, yaw: float) -> None:
 def garage(tmp_path_factory):
     out = tmp_path_factory.mktemp("garage")
     routes = synth_dataset(out, layout="garage", episodes=4, frames=FRAMES, seed=5,
-                           image_size=(128, 32), progress=False)
+                           image_size=(32, 128), progress=False)
     return out, routes
 
 
@@ -180,9 +180,9 @@ def test_garage_reference_waypoints_move_forward(garage):
 def test_garage_deterministic_and_refuses_busy(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
-        synth_dataset(out, layout="garage", episodes=2, frames=4, seed=9, image_size=(64, 16),
+        synth_dataset(out, layout="garage", episodes=2, frames=4, seed=9, image_size=(16, 64),
                       progress=False)
     assert _tree_digest(a) == _tree_digest(b)
     with pytest.raises(FileExistsError):
-        synth_dataset(a, layout="garage", episodes=2, frames=4, seed=9, image_size=(64, 16),
+        synth_dataset(a, layout="garage", episodes=2, frames=4, seed=9, image_size=(16, 64),
                       progress=False)

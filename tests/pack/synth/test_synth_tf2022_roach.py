@@ -23,7 +23,7 @@ from carla_wds.pack.synth import synth_dataset
 from tests import reference
 
 FRAMES = 10
-SIZE = (96, 32)           # (width, height) of the whole strip: three 32x32 views
+SIZE = (32, 96)           # (height, width) of the whole strip: three 32x32 views
 TF_FOLDERS = {"rgb": ("", ".png"), "depth": ("", ".png"), "semantics": ("", ".png"),
               "lidar": ("", ".npy"), "topdown": ("encoded_", ".png"),
               "label_raw": ("", ".json"), "measurements": ("", ".json")}
@@ -110,9 +110,9 @@ def test_tf2022_images(tf):
     _, routes = tf
     route = routes[0]
     rgb = cv2.imread(str(route / "rgb" / "0004.png"), cv2.IMREAD_UNCHANGED)
-    assert rgb.shape == (SIZE[1], SIZE[0], 3) and rgb.dtype == np.uint8
+    assert rgb.shape == (*SIZE, 3) and rgb.dtype == np.uint8
     sem = cv2.imread(str(route / "semantics" / "0004.png"), cv2.IMREAD_UNCHANGED)
-    assert sem.shape == (SIZE[1], SIZE[0]) and sem.dtype == np.uint8
+    assert sem.shape == SIZE and sem.dtype == np.uint8
     assert set(np.unique(sem).tolist()) <= CARLA_IDS and 7 in sem   # the road is seen
     assert (sem[0] == 13).all()                                     # the top row is sky
     # depth: TransFuser's own decode gives the synthetic depth within the 24-bit step
@@ -248,13 +248,13 @@ def test_tf2022_deterministic_and_refuses_busy(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
         synth_dataset(out, layout="transfuser2022", episodes=2, frames=3, seed=4,
-                      image_size=(48, 16), progress=False)
+                      image_size=(16, 48), progress=False)
     assert _tree_digest(a) == _tree_digest(b)
     with pytest.raises(FileExistsError, match="already hold files"):
         synth_dataset(a, layout="transfuser2022", episodes=2, frames=3, seed=4,
-                      image_size=(48, 16), progress=False)
+                      image_size=(16, 48), progress=False)
     c = tmp_path / "c"
-    synth_dataset(c, layout="transfuser2022", episodes=2, frames=3, seed=5, image_size=(48, 16),
+    synth_dataset(c, layout="transfuser2022", episodes=2, frames=3, seed=5, image_size=(16, 48),
                   progress=False)
     assert _tree_digest(c) != _tree_digest(a)   # the seed matters
 
@@ -271,14 +271,14 @@ ROACH_MEAS_KEYS = {"x", "y", "theta", "speed", "x_command_far", "y_command_far",
 def roach(tmp_path_factory):
     out = tmp_path_factory.mktemp("roach")
     routes = synth_dataset(out, layout="tcp_roach", episodes=3, frames=FRAMES * 2, seed=2,
-                           image_size=(64, 48), progress=False)
+                           image_size=(48, 64), progress=False)
     return out, routes
 
 
 def test_roach_structure_and_tcp_images(roach, tmp_path):
     out, routes = roach
     tcp = synth_dataset(tmp_path / "tcp", layout="tcp", episodes=3, frames=FRAMES * 2, seed=2,
-                        image_size=(64, 48), progress=False)
+                        image_size=(48, 64), progress=False)
     assert [r.relative_to(out) for r in routes] == [r.relative_to(tmp_path / "tcp") for r in tcp]
     for route, tcp_route in zip(routes, tcp):
         assert sorted(p.name for p in route.iterdir()) == sorted(ROACH_FOLDERS)
@@ -337,11 +337,11 @@ def test_roach_supervision_dicts(roach):
 def test_roach_deterministic_and_refuses_busy(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
-        synth_dataset(out, layout="tcp_roach", episodes=2, frames=4, seed=1, image_size=(32, 16),
+        synth_dataset(out, layout="tcp_roach", episodes=2, frames=4, seed=1, image_size=(16, 32),
                       progress=False)
     assert _tree_digest(a) == _tree_digest(b)
     with pytest.raises(FileExistsError, match="already hold files"):
-        synth_dataset(a, layout="tcp_roach", episodes=2, frames=4, seed=1, image_size=(32, 16),
+        synth_dataset(a, layout="tcp_roach", episodes=2, frames=4, seed=1, image_size=(16, 32),
                       progress=False)
 
 

@@ -42,7 +42,7 @@ SECRET = (b"SECRET-TOKEN:hunter2-do-not-leak-" * 2)[:64]
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_hostile")   # 26 frames: keyframes 0 and 5 are samples
-    synth_dataset(out, "bench2drive", episodes=1, frames=26, seed=11, image_size=(96, 54),
+    synth_dataset(out, "bench2drive", episodes=1, frames=26, seed=11, image_size=(54, 96),
                   progress=False)
     return out
 

@@ -23,7 +23,7 @@ from carla_wds.codecs import codec_named
 from carla_wds.pack.synth import synth_dataset
 from tests.conftest import read_pack, run_pack
 
-FRAMES, SIZE = 40, (160, 90)
+FRAMES, SIZE = 40, (90, 160)   # (height, width)
 COL = {c: i for i, c in enumerate(B2D_BOX_COLUMNS)}
 CAMERAS = ['CAM_FRONT', 'CAM_FRONT_LEFT', 'CAM_FRONT_RIGHT', 'CAM_BACK', 'CAM_BACK_LEFT',
            'CAM_BACK_RIGHT']

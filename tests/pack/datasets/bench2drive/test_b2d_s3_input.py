@@ -41,7 +41,7 @@ SUBDIRS = ("z/deep", "a", "m")
 def raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_s3")
     synth_dataset(out, "bench2drive", episodes=EPISODES, frames=30, seed=5,
-                  image_size=(96, 54), progress=False)
+                  image_size=(54, 96), progress=False)
     return out
 
 

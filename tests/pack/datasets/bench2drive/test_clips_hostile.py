@@ -27,7 +27,7 @@ NAME = clip_name(0)
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_hostile")
-    synth_dataset(out, "bench2drive", episodes=2, frames=30, seed=11, image_size=(96, 54),
+    synth_dataset(out, "bench2drive", episodes=2, frames=30, seed=11, image_size=(54, 96),
                   progress=False)
     return out
 

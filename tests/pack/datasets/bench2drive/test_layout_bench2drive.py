@@ -20,7 +20,7 @@ from tests.conftest import read_pack
 # every keyframe with a full future: these tests follow frames to the end of 30-frame clips
 from tests.conftest import run_pack_all_frames as run_pack
 
-EPISODES, FRAMES, SIZE = 4, 30, (160, 90)
+EPISODES, FRAMES, SIZE = 4, 30, (90, 160)   # SIZE: (height, width)
 CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
 SIDS = ("CAM_FRONT", "CAM_FRONT_LEFT", "CAM_FRONT_RIGHT", "CAM_BACK", "CAM_BACK_LEFT",
         "CAM_BACK_RIGHT")

@@ -28,7 +28,7 @@ EPISODES, FRAMES = 3, 30
 def raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_bad")
     synth_dataset(out, "bench2drive", episodes=EPISODES, frames=FRAMES, seed=5,
-                  image_size=(96, 54), progress=False)
+                  image_size=(54, 96), progress=False)
     return out
 
 

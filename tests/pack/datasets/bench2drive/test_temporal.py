@@ -35,7 +35,7 @@ def _npy(data: bytes) -> np.ndarray:
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("b2d_temporal_raw")
-    synth_dataset(out, "bench2drive", episodes=2, frames=FRAMES, seed=11, image_size=(64, 36),
+    synth_dataset(out, "bench2drive", episodes=2, frames=FRAMES, seed=11, image_size=(36, 64),
                   progress=False)
     return out
 

@@ -26,7 +26,7 @@ from tests.pack.synth.test_synth_tf2022_roach import tf_decode_pil_to_npy, tf_ge
 from tests.modalities.test_lidar import tf2022_loader_points, tf2022_reference
 
 FRAMES = 12
-SIZE = (96, 32)               # conftest.make_raw's IMAGE_SIZE would split into 21-px views
+SIZE = (32, 96)               # (H, W); conftest.make_raw's IMAGE_SIZE would split into 21-px views
 PRED_LEN = 4                  # the layout's 2 s horizon at 2 Hz
 COL = {name: i for i, name in enumerate(BOX_COLUMNS)}
 FIELDS = ["depth", "semantics", "bev", "lidar", "boxes", "boxes_raw", "measurements"]
@@ -170,7 +170,7 @@ def test_depth_and_semantics_members(raw_tf, samples):
     for key, members in list(samples.items())[::4]:
         route, t = _where(raw_tf, key)
         depth = DepthCarla24Codec().decode(members["depth.png"])
-        assert depth.dtype == np.float32 and depth.shape == (SIZE[1], SIZE[0])
+        assert depth.dtype == np.float32 and depth.shape == SIZE
         np.testing.assert_allclose(depth, want_depth, rtol=2e-7, atol=step)
         np.testing.assert_allclose(depth, tf_get_depth_metres(route / "depth" / f"{t:04d}.png"),
                                    rtol=2e-7, atol=step)
@@ -181,7 +181,7 @@ def test_depth_and_semantics_members(raw_tf, samples):
 
 
 def _batches(packed: Path, **kw) -> list:
-    data = CARLAWebData(str(packed), batch_size=4, mode="eval", image_size=(SIZE[1], SIZE[0]),
+    data = CARLAWebData(str(packed), batch_size=4, mode="eval", image_size=SIZE,
                         **kw)
     return list(data)
 
@@ -191,9 +191,9 @@ def test_loader_fields_shapes_and_values(raw_tf, packed_tf):
     assert batches
     for batch in batches:
         b = len(batch.keys)
-        assert batch.images.shape == (b, 1, 3, SIZE[1], SIZE[0])
-        assert batch.depth.shape == (b, 1, SIZE[1], SIZE[0]) and str(batch.depth.dtype) == "torch.float32"
-        assert batch.semantics.shape == (b, 1, SIZE[1], SIZE[0])
+        assert batch.images.shape == (b, 1, 3, *SIZE)
+        assert batch.depth.shape == (b, 1, *SIZE) and str(batch.depth.dtype) == "torch.float32"
+        assert batch.semantics.shape == (b, 1, *SIZE)
         assert str(batch.semantics.dtype) == "torch.uint8"
         assert batch.bev.shape == (b, 15, 500, 500) and str(batch.bev.dtype) == "torch.uint8"
         assert batch.lidar.ndim == 3 and batch.lidar.shape[2] == 4 and batch.lidar_len.shape == (b,)
