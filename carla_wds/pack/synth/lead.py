@@ -5,8 +5,9 @@ drive from world.py's road:
   <root>/<Scenario>/<Town>_Rep0_<id>_0_route<idx>_01_10_05_46_05/
     rgb/, rgb_perturbated/ NNNN.jpg   the 3 cameras (front_left, front, front_right) side by
                                       side, each image_size (H, W), default 384 x 384
-    semantics/ NNNN.png (uint8 ids), depth/ NNNN.png (uint8, 1/4 size), hdmap/ NNNN.png
-    lidar/NNNN.laz (point format 0, 0.1 m, extra dimension `time`), radar/NNNN.npz
+    semantics/ NNNN.png (uint8 ids), depth/ NNNN.png (uint8, 1/4 size), hdmap/ NNNN.png,
+    radar/ NNNN.npz, each with its *_perturbated twin (perturbate_sensors = True)
+    lidar/NNNN.laz (point format 0, 0.1 m, extra dimension `time`)
     metas/NNNN.pkl, bboxes/NNNN.pkl   lzma pickles (common_utils.write_pickle) of plain
                                       dicts/lists and numpy arrays, as the expert writes them
     results.json                      route 4k+3 failed (left out), 4k+2 completed with only
@@ -35,8 +36,9 @@ FUTURE = 60                 # ego_num_temporal_data_points_saved
 DEFAULT_SIZE = (384, 384)   # (height, width) of each camera
 CAMERAS = (("front_left", "left"), ("front", "front"), ("front_right", "right"))
 SCENARIOS = ("Accident", "VehicleOpensDoorTwoWays")
-FOLDERS = ("rgb", "rgb_perturbated", "semantics", "depth", "hdmap", "lidar", "radar", "metas",
-           "bboxes")
+FOLDERS = ("rgb", "rgb_perturbated", "semantics", "semantics_perturbated", "depth",
+           "depth_perturbated", "hdmap", "hdmap_perturbated", "lidar", "radar",
+           "radar_perturbated", "metas", "bboxes")
 TARGET_EVERY = 40.0         # m between the synthetic route's target points
 # metas keys the loader copies as they are (carla_dataset.py l.224-300), at quiet values
 STATIC_METAS = {
@@ -122,25 +124,29 @@ class _LeadRoute:
         self._images(name, step, trans, rot, boxes)
         pts, _ = lidar_points(self.rng, boxes)
         (self.route / "lidar" / f"{name}.laz").write_bytes(lidar_laz(pts, self.rng))
-        (self.route / "radar" / f"{name}.npz").write_bytes(radar_npz(self.rng, boxes))
+        for folder in ("radar", "radar_perturbated"):
+            (self.route / folder / f"{name}.npz").write_bytes(radar_npz(self.rng, boxes))
         (self.route / "metas" / f"{name}.pkl").write_bytes(lead_pickle(self.meta(t, trans, rot)))
         (self.route / "bboxes" / f"{name}.pkl").write_bytes(lead_pickle(self.boxes(step)))
 
     def _images(self, name: str, step: int, trans: float, rot: float, boxes: list) -> None:
+        """rgb, semantics, depth and hdmap from the cameras, and from the perturbated ones
+        (shifted `trans` m sideways, turned `rot` deg) into the *_perturbated folders."""
         x, y, theta = self.pose(step)
         s_t = float(self.sim["s"][step])
         aug = (x - trans * math.sin(theta), y + trans * math.cos(theta),
                theta + math.radians(rot))
-        for folder, pose in (("rgb", (x, y, theta)), ("rgb_perturbated", aug)):
+        for suffix, pose in (("", (x, y, theta)), ("_perturbated", aug)):
             strip = np.concatenate([self.renderer.render(self.sim["road"], s_t, pose, view)
                                     for _, view in CAMERAS], axis=1)
-            (self.route / folder / f"{name}.jpg").write_bytes(encode(".jpg", strip, "rgb"))
-            if folder == "rgb":
-                (self.route / "semantics" / f"{name}.png").write_bytes(
-                    encode(".png", semantics_of(strip), "semantics"))
-        (self.route / "depth" / f"{name}.png").write_bytes(encode(".png", self.depth, "depth"))
-        (self.route / "hdmap" / f"{name}.png").write_bytes(
-            encode(".png", bev_semantics(self.sim["road"], (x, y, theta), boxes), "hdmap"))
+            folder = self.route / f"rgb{suffix}"
+            (folder / f"{name}.jpg").write_bytes(encode(".jpg", strip, "rgb"))
+            (self.route / f"semantics{suffix}" / f"{name}.png").write_bytes(
+                encode(".png", semantics_of(strip), "semantics"))
+            (self.route / f"depth{suffix}" / f"{name}.png").write_bytes(
+                encode(".png", self.depth, "depth"))
+            (self.route / f"hdmap{suffix}" / f"{name}.png").write_bytes(
+                encode(".png", bev_semantics(self.sim["road"], pose, boxes), "hdmap"))
 
     def _future(self, step: int) -> list[int]:
         return [step + k for k in range(FUTURE + 1) if step + k < self.n]

@@ -44,7 +44,7 @@ class Lead(Dataset):
         spec = lead_spec(layout, opts.image_format or "jpg")
         encoder = LeadEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
                               allow_pickle=opts.allow_pickle_input, twin=layout.twin,
-                              optional=layout.optional)
+                              optional=layout.optional, sensor_twins=layout.sensor_twins)
         total = sum(_frames(r) for r in routes)
         return PackInput(layout, spec, routes, lambda r: _checked(r, opts), encoder,
                          total), opts

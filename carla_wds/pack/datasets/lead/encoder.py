@@ -19,6 +19,7 @@ from ...sources import read_bytes
 from . import sensors
 from .archive import held_route_files
 from .pickles import plain, read_lead_pickle
+from .plan import SENSORS
 from .routes import LeadRoute
 
 
@@ -26,6 +27,7 @@ from .routes import LeadRoute
 class LeadEncoder(FrameEncoder):
     twin: bool = True
     optional: tuple[str, ...] = ()
+    sensor_twins: tuple[str, ...] = ()   # folders whose <folder>_perturbated twin is packed
 
     def encode(self, task: Any) -> Encoded | Skip:   # type: ignore[override]
         route = LeadRoute(task.episode, Path(task.route),
@@ -70,39 +72,44 @@ class LeadEncoder(FrameEncoder):
 
     def _members(self, route: Path, t: int, n: int
                  ) -> list[tuple[str, Callable[[bytes], dict[str, bytes]]]]:
-        """(file, bytes -> members) of every sensor file of frame t."""
-        cams, name = self.spec.cameras, f"{t:04d}"
+        """(file, bytes -> members) of every sensor file of frame t: each folder's, then its
+        `<folder>_perturbated` twin's under the members' `_augmented` names."""
+        name, sensor = f"{t:04d}", self._sensors(n)
+        folders = [f for f in sensor if f in SENSORS or f in self.optional]
+        out = [(f"{f}/{name}.{sensor[f][0]}", sensor[f][1]) for f in folders]
+        out.append((f"bboxes/{name}.pkl", lambda d: {"bboxes.json": codec_named("json").encode(
+            self._boxes(d, route, name))}))
+        if self.twin:
+            out.append((f"rgb_perturbated/{name}.jpg", self._twin))
+        for f in self.sensor_twins:
+            ext, read = sensor[f]
+            out.append((f"{f}_perturbated/{name}.{ext}",
+                        lambda d, read=read: {_augmented(m): v for m, v in read(d).items()}))
+        return out
+
+    def _sensors(self, n: int) -> dict[str, tuple[str, Callable[[bytes], dict[str, bytes]]]]:
+        """folder -> (file extension, bytes -> members)."""
+        cams = self.spec.cameras
 
         def per_camera(prefix: str, parts: list[bytes]) -> dict[str, bytes]:
             return {f"{prefix}_{c}.png": p for c, p in zip(cams, parts)}
 
-        def checked(member: str, codec: str) -> Callable[[bytes], dict[str, bytes]]:
-            def read(data: bytes) -> dict[str, bytes]:
-                problem = codec_named(codec).check(data)
-                if problem:
-                    raise ValueError(problem)
-                return {member: data}
-            return read
+        def hdmap(data: bytes) -> dict[str, bytes]:
+            problem = codec_named("bev_classes").check(data)
+            if problem:
+                raise ValueError(problem)
+            return {"hdmap.png": data}
 
-        out: list[tuple[str, Callable[[bytes], dict[str, bytes]]]] = [
-            (f"semantics/{name}.png",
-             lambda d: per_camera("semantic", sensors.gray_pngs(d, n, "semantics"))),
-            (f"depth/{name}.png", lambda d: per_camera("depth", sensors.gray_pngs(d, n, "depth"))),
-            (f"hdmap/{name}.png", checked("hdmap.png", "bev_classes")),
-            (f"lidar/{name}.laz", lambda d: {"lidar.npy": codec_named("points").encode(
+        return {
+            "semantics": ("png", lambda d: per_camera("semantic",
+                                                      sensors.gray_pngs(d, n, "semantics"))),
+            "depth": ("png", lambda d: per_camera("depth", sensors.gray_pngs(d, n, "depth"))),
+            "instance": ("png", lambda d: per_camera("instance", sensors.instance_pngs(d, n))),
+            "hdmap": ("png", hdmap),
+            "lidar": ("laz", lambda d: {"lidar.npy": codec_named("points").encode(
                 sensors.lidar_points(d))}),
-            (f"radar/{name}.npz", lambda d: {"radar.npy": sensors.npy(sensors.radar_rows(d))}),
-            (f"bboxes/{name}.pkl", lambda d: {"bboxes.json": codec_named("json").encode(
-                self._boxes(d, route, name))})]
-        if self.twin:
-            out.append((f"rgb_perturbated/{name}.jpg", self._twin))
-        if "instance" in self.optional:
-            out.append((f"instance/{name}.png",
-                        lambda d: per_camera("instance", sensors.instance_pngs(d, n))))
-        if "camera_pc" in self.optional:
-            out.append((f"camera_pc/{name}.npz",
-                        lambda d: {"camera_pc.npy": sensors.npy(sensors.camera_pc(d))}))
-        return out
+            "radar": ("npz", lambda d: {"radar.npy": sensors.npy(sensors.radar_rows(d))}),
+            "camera_pc": ("npz", lambda d: {"camera_pc.npy": sensors.npy(sensors.camera_pc(d))})}
 
     def _twin(self, data: bytes) -> dict[str, bytes]:
         images, _, _ = self._strip(data, "rgb_perturbated", "_augmented")
@@ -114,6 +121,12 @@ class LeadEncoder(FrameEncoder):
             raise ValueError(f"holds a {type(boxes).__name__}; expected LEAD's list of box "
                              "dicts")
         return plain(boxes)
+
+
+def _augmented(member: str) -> str:
+    """A member's twin name: semantic_front.png -> semantic_front_augmented.png."""
+    stem, _, ext = member.partition(".")
+    return f"{stem}_augmented.{ext}"
 
 
 __all__ = ["LeadEncoder"]

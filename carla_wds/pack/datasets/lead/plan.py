@@ -9,7 +9,7 @@ a recorded skip.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,9 @@ SAMPLES = SampleRule(head=SKIP_FIRST, tail=0, loader=(
     f"range(skip_first={SKIP_FIRST}, num_seq - skip_last={SKIP_LAST})"))
 OPTIONAL = ("instance", "camera_pc")   # saved in LEAD's debug runs only
 SENSORS = ("semantics", "depth", "hdmap", "lidar", "radar")
+# sensors LEAD also saves from the perturbated cameras (<folder>_perturbated/, expert_data.py
+# l.958-1071): packed as the `_augmented` twins of their members
+TWINNED = ("semantics", "depth", "instance", "hdmap", "radar")
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,15 @@ class LeadLayout:
     cameras: tuple[str, ...]
     twin: bool
     optional: tuple[str, ...] = ()
+    sensor_twins: tuple[str, ...] = ()
     name: str = LAYOUT
     rate_hz: float = RATE_HZ
     samples: SampleRule = SAMPLES
 
     def spec_doc(self) -> dict[str, Any]:
         return {"strip_cameras": list(self.cameras), "twin": "rgb_perturbated" if self.twin
-                else "", "waypoint_spacing_steps_20hz": 5, "radar_columns":
+                else "", "sensor_twins": [f"{f}_perturbated" for f in self.sensor_twins],
+                "waypoint_spacing_steps_20hz": 5, "radar_columns":
                 "the saved columns, then the sensor number 1..4",
                 "lidar_columns": "x, y, z m, time (LEAD's accumulation step)"}
 
@@ -74,9 +79,11 @@ def inspect_routes(routes: list[LeadRoute], allow_pickle: bool) -> LeadLayout:
                     continue
                 meta = read_lead_pickle(read_bytes(r.path / "metas" / "0000.pkl"), where,
                                         allow_pickle)
+                optional = tuple(o for o in OPTIONAL if is_dir(r.path / o))
+                twins = tuple(f for f in TWINNED if (f in SENSORS or f in optional)
+                              and is_dir(r.path / f"{f}_perturbated"))
                 return LeadLayout(strip_cameras(meta["sensor_information"]["num_cameras"]),
-                                  is_dir(r.path / "rgb_perturbated"),
-                                  tuple(o for o in OPTIONAL if is_dir(r.path / o)))
+                                  is_dir(r.path / "rgb_perturbated"), optional, twins)
         except PickleRefused:
             raise
         except (ValueError, OSError, KeyError, TypeError) as exc:
@@ -90,25 +97,35 @@ def inspect_routes(routes: list[LeadRoute], allow_pickle: bool) -> LeadLayout:
 
 def lead_spec(layout: LeadLayout, image_format: str) -> SampleSpec:
     """Cameras from the strip, the twin, per-camera semantics/depth (+ instance), the BEV map,
-    LiDAR, radar, the metas and boxes as JSON and the measurements record."""
-    cams, cam = layout.cameras, f"camera {{}}"
+    LiDAR, radar (+ camera_pc), each packed sensor twin, the metas and boxes as JSON and the
+    measurements record."""
+    cams = layout.cameras
     extras: list[Extra] = []
     if layout.twin:
         extras += [Extra(f"{c}_augmented", f"{c}_augmented.{image_format}", image_format, "rgb",
                          "uint8", (), "", FRAME, twin_of=c) for c in cams]
-    extras += [Extra(f"semantic_{c}", f"semantic_{c}.png", "semantics", "semantics", "uint8",
-                     (), "class id (LEAD grouped)", cam.format(c)) for c in cams]
-    extras += [Extra(f"depth_{c}", f"depth_{c}.png", DEPTH_CODEC, "depth", "float32", (), "m",
-                     cam.format(c)) for c in cams]
-    if "instance" in layout.optional:
-        extras += [Extra(f"instance_{c}", f"instance_{c}.png", "instance", "instance", "uint8",
-                         (), "R tag, G/B instance id", cam.format(c)) for c in cams]
-    extras += [Extra("hdmap", "hdmap.png", "bev_classes", "bev", "uint8", (), "class id", FRAME),
-               Extra("lidar", "lidar.npy", "points", "lidar", "float32", (None, 4), "m", FRAME),
-               Extra("radar", "radar.npy", "npy", "radar", "float32", (None, None), "", FRAME)]
-    if "camera_pc" in layout.optional:
-        extras.append(Extra("camera_pc", "camera_pc.npy", "npy", "radar", "float32",
-                            (None, None), "", FRAME))
+    by_folder = {
+        "semantics": [Extra(f"semantic_{c}", f"semantic_{c}.png", "semantics", "semantics",
+                            "uint8", (), "class id (LEAD grouped)", f"camera {c}") for c in cams],
+        "depth": [Extra(f"depth_{c}", f"depth_{c}.png", DEPTH_CODEC, "depth", "float32", (),
+                        "m", f"camera {c}") for c in cams],
+        "instance": [Extra(f"instance_{c}", f"instance_{c}.png", "instance", "instance",
+                           "uint8", (), "R tag, G/B instance id", f"camera {c}") for c in cams],
+        "hdmap": [Extra("hdmap", "hdmap.png", "bev_classes", "bev", "uint8", (), "class id",
+                        FRAME)],
+        "lidar": [Extra("lidar", "lidar.npy", "points", "lidar", "float32", (None, 4), "m",
+                        FRAME)],
+        "radar": [Extra("radar", "radar.npy", "npy", "radar", "float32", (None, None), "",
+                        FRAME)],
+        "camera_pc": [Extra("camera_pc", "camera_pc.npy", "npy", "radar", "float32",
+                            (None, None), "", FRAME)]}
+    for folder, own in by_folder.items():
+        if folder in SENSORS or folder in layout.optional:
+            extras += own
+    for folder in layout.sensor_twins:
+        extras += [replace(e, name=f"{e.name}_augmented", twin_of=e.name,
+                           member=e.member.replace(".", "_augmented.", 1))
+                   for e in by_folder[folder]]
     extras += [Extra("bboxes", "bboxes.json", "json", "json", "json", (), "", FRAME),
                Extra("metas", "metas.json", "json", "json", "json", (), "", FRAME),
                record_extra()]

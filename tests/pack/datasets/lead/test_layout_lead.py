@@ -152,6 +152,7 @@ def test_the_strip_is_cut_exactly_into_named_cameras(raw, packed):
         twin = cv2.cvtColor(cv2.imread(str(folder / f"rgb_perturbated/{t}.jpg")),
                             cv2.COLOR_BGR2RGB)
         sem = cv2.imread(str(folder / f"semantics/{t}.png"), cv2.IMREAD_UNCHANGED)
+        sem_twin = cv2.imread(str(folder / f"semantics_perturbated/{t}.png"), -1)
         depth = cv2.imread(str(folder / f"depth/{t}.png"), cv2.IMREAD_UNCHANGED)
         for k, cam in enumerate(("front_left", "front", "front_right")):
             png = cv2.cvtColor(cv2.imdecode(np.frombuffer(s[f"{cam}.png"], np.uint8), 1),
@@ -161,10 +162,14 @@ def test_the_strip_is_cut_exactly_into_named_cameras(raw, packed):
             assert (cv2.cvtColor(aug, cv2.COLOR_BGR2RGB) == twin[:, k * w:(k + 1) * w]).all()
             got = cv2.imdecode(np.frombuffer(s[f"semantic_{cam}.png"], np.uint8), -1)
             assert (got == sem[:, k * w:(k + 1) * w]).all()
+            got = cv2.imdecode(np.frombuffer(s[f"semantic_{cam}_augmented.png"], np.uint8), -1)
+            assert (got == sem_twin[:, k * w:(k + 1) * w]).all()
             got = cv2.imdecode(np.frombuffer(s[f"depth_{cam}.png"], np.uint8), -1)
             assert (got == depth[:, k * w // 4:(k + 1) * w // 4]).all()
     manifest = json.loads((packed / "manifest.json").read_text())
     assert manifest["spec"]["strip_cameras"] == ["front_left", "front", "front_right"]
+    assert manifest["spec"]["sensor_twins"] == ["semantics_perturbated", "depth_perturbated",
+                                                "hdmap_perturbated", "radar_perturbated"]
     assert manifest["image_sizes"] == {c: [h, w] for c in ("front_left", "front", "front_right")}
 
 
@@ -216,7 +221,7 @@ def test_the_twin_is_served_with_lead_loaders_perturbated_labels(packed):
     point moved as LEAD's perturbate_waypoints / perturbate_target_point move them."""
     by_key = {s["__key__"]: s for s in samples(packed)}
     data = CARLAWebData(str(packed), batch_size=4, image_size=SIZE, twin_p=1.0,
-                        fields=["measurements"])
+                        fields=["measurements", "semantic", "radar"])
     for b in data:
         assert (b.camera_set == 1).all()
         for k, key in enumerate(b.keys):
@@ -227,6 +232,11 @@ def test_the_twin_is_served_with_lead_loaders_perturbated_labels(packed):
                                        rec["target_point_perturbated"], atol=1e-4)
             twin = cv2.imdecode(np.frombuffer(by_key[key]["front_augmented.png"], np.uint8), 1)
             assert (b.images[k, 1].permute(1, 2, 0).numpy() == twin[..., ::-1]).all()
+            sem = cv2.imdecode(np.frombuffer(by_key[key]["semantic_front_augmented.png"],
+                                             np.uint8), -1)
+            assert (b.semantics[k, 1].numpy() == sem).all()   # the sensor twins move too
+            radar = np.load(io.BytesIO(by_key[key]["radar_augmented.npy"]))
+            assert (b.fields["radar"][k, :len(radar)].numpy() == radar).all()
 
 
 def test_all_frames_takes_every_frame_whose_metas_hold_the_full_future(raw, tmp_path):
