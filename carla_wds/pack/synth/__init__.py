@@ -22,7 +22,8 @@ Writer = Callable[..., list[Path]]
 # the writers pull in cv2 and h5py), or a registered writer.
 _WRITERS: dict[str, Union[str, Writer]] = {
     **{name: "tcp" for name in LAYOUT_CAMERAS}, "garage": "garage",
-    "transfuser2022": "transfuser2022", "bench2drive": "bench2drive", "tcp_roach": "roach"}
+    "transfuser2022": "transfuser2022", "bench2drive": "bench2drive", "tcp_roach": "roach",
+    "garage_lb2": "garage_lb2", "garage_lb2_simlingo": "garage_lb2"}
 
 
 def register_writer(layout: str, writer: Writer) -> None:
