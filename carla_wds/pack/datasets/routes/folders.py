@@ -135,11 +135,17 @@ class FilterFileError(ValueError):
 
 def route_filter_reason(route: Path, flt: RouteFilter) -> str:
     """Why a route is left out by the layout's filter, or "" to keep it (carla_garage's
-    loader keeps only routes whose results file scores at least `min`). A results file it
+    loader keeps only routes whose results file scores at least `min`; with `keep_also`, a
+    project's rule may keep one the score drops: RouteFilter.reason). A results file it
     cannot read (carla_garage's loader stops on it) raises FilterFileError."""
     path = route / flt.file
     if not is_file(path):
         return f"no {flt.file}; the layout keeps only routes whose {flt.key} >= {flt.min:g}"
+    if flt.keep_also:   # the score or the project's own rule (RouteFilter.reason)
+        try:
+            return flt.reason(read_json(path))
+        except (ValueError, OSError) as exc:
+            raise FilterFileError(f"unreadable ({exc})") from None
     try:
         score = lookup(read_json(path), flt.key)
     except (ValueError, OSError, KeyError) as exc:

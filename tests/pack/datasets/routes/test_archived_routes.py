@@ -268,3 +268,31 @@ def test_a_corrupt_zip_member_is_a_skipped_frame_naming_it(garage, tmp_path):
     assert not (tmp_path / "fail").exists()
     m = run_pack(arc, tmp_path / "skip", layout="garage", on_error="skip")
     assert [s["file"] for s in m["skipped"] if s["frame"] == 2] == ["rgb/0002.jpg"]
+
+
+def test_the_folder_planner_applies_a_filters_route_rule(tmp_path):
+    """folders.route_filter_reason delegates to RouteFilter.reason when the filter names a
+    route rule (garage_lb2_simlingo's keep_also), so archived routes are filtered by it too:
+    SimLingo keeps score_composed < 100 when score_route > 94 and every infraction is a
+    min-speed or outside-lane one (dataset_base.py l.229-262, as written in the test here)."""
+    import gzip
+
+    from carla_wds.pack.datasets.routes.folders import FilterFileError, route_filter_reason
+    from carla_wds.pack.datasets.routes.layouts import load_layout
+    flt = load_layout("garage_lb2_simlingo").route_filter
+
+    def reason(composed, route, minor, other):
+        doc = {"scores": {"score_composed": composed, "score_route": route},
+               "num_infractions": minor + other,
+               "infractions": {"min_speed_infractions": ["slow"] * minor,
+                               "outside_route_lanes": [], "collisions_vehicle": ["c"] * other}}
+        (tmp_path / "results.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+        return route_filter_reason(tmp_path, flt)
+
+    assert reason(100, 100, 0, 0) == ""
+    assert reason(90, 96, 2, 0) == ""                                   # kept by the rule
+    assert reason(90, 96, 2, 1).startswith("results.json.gz: scores.score_composed is 90")
+    assert reason(90, 94, 2, 0) != ""                                   # score_route > 94 only
+    (tmp_path / "results.json.gz").write_bytes(gzip.compress(b'{"scores": {}}'))
+    with pytest.raises(FilterFileError, match="unreadable"):
+        route_filter_reason(tmp_path, flt)
