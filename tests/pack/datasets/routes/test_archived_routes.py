@@ -296,3 +296,25 @@ def test_the_folder_planner_applies_a_filters_route_rule(tmp_path):
     (tmp_path / "results.json.gz").write_bytes(gzip.compress(b'{"scores": {}}'))
     with pytest.raises(FilterFileError, match="unreadable"):
         route_filter_reason(tmp_path, flt)
+
+
+@pytest.mark.parametrize("form", ["simlingo", "pdm_lite"])
+def test_garage_lb2_from_its_releases_archives(form, tmp_path):
+    """garage_lb2 packed from the archives as SimLingo (.tar.gz chunks holding data/simlingo/
+    ..., beside a label chunk) and PDM-Lite (Town12/data/<Scenario>.zip holding <Scenario>/)
+    ship them (synth_archives) equals the pack of the same archives extracted as their
+    instructions say."""
+    from carla_wds.pack.synth.garage_lb2 import synth_archives
+    arc = tmp_path / "archives"
+    written = synth_archives(arc, form, episodes=4, frames=40, seed=2, image_size=(32, 64))
+    assert written and all(p.name.endswith(".tar.gz" if form == "simlingo" else ".zip")
+                           for p in written)
+    label_tree(arc / "commentary_simlingo_chunk_001.tar.gz")
+    extract_all(arc, tmp_path / "extracted")
+    m_arc = run_pack(arc, tmp_path / "a", layout="garage_lb2")
+    m_dir = run_pack(tmp_path / "extracted", tmp_path / "f", layout="garage_lb2")
+    assert shard_hashes(tmp_path / "a") == shard_hashes(tmp_path / "f")
+    assert m_arc["counts"] == m_dir["counts"] and m_arc["total_samples"] > 0
+    top = "data__simlingo__" if form == "simlingo" else "Town12__data__"
+    keys = list(read_pack(tmp_path / "a"))
+    assert all(k.startswith(top) for k in keys), keys[:2]
