@@ -71,6 +71,16 @@ def strip_cameras(n: int) -> tuple[str, ...]:
     return tuple(c.name for c in rigs[n].cameras)
 
 
+def strip_geometry(size: tuple[int, int]) -> tuple[str, ...] | None:
+    """The cameras of a strip of (height, width) px when its geometry says: 3 or 6 cameras
+    of 384 x 384 (CAMERA_WIDTH), or the one 1024 x 512 camera; None otherwise (a strip of
+    other sizes: the metas' num_cameras says)."""
+    h, w = size
+    if h == CAMERA_WIDTH and w in (3 * CAMERA_WIDTH, 6 * CAMERA_WIDTH):
+        return strip_cameras(w // CAMERA_WIDTH)
+    return strip_cameras(1) if (w, h) == RIG1.image_size else None
+
+
 def rig_of(cameras: tuple[str, ...]) -> Rig:
     """The rig whose cameras these are (3, 6 or 1)."""
     return {3: RIG, 6: RIG6, 1: RIG1}[len(cameras)]
@@ -99,4 +109,4 @@ INFO = DatasetInfo(
     rig=RIG, doc="kesai-labs/lead@44891760")
 
 __all__ = ["CAMERA_WIDTH", "DEPTH_CODEC", "DEPTH_MAX", "DepthLead8Codec", "FRAME", "INFO",
-           "LAYOUT", "RIG", "RIG1", "RIG6", "rig_of", "strip_cameras"]
+           "LAYOUT", "RIG", "RIG1", "RIG6", "rig_of", "strip_cameras", "strip_geometry"]

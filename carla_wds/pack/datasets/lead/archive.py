@@ -30,9 +30,8 @@ def _rename(route: str):
 
 
 def _open(route: LeadRoute) -> tuple[MemberTree, Any]:
-    archive = open_archive(route.archive, _rename(route.path.name),
-                           f"route archive {route.archive}")
-    return MemberTree(str(route.path), archive.names(), archive.read), archive
+    archive = open_archive(route.path, _rename(route.folder.name), f"route archive {route.path}")
+    return MemberTree(str(route.folder), archive.names(), archive.read), archive
 
 
 @contextmanager

@@ -53,7 +53,7 @@ class Lead(Dataset):
 def _frames(route: LeadRoute) -> int:
     try:
         with route_files(route):
-            return frame_count(route.path)
+            return frame_count(route.folder)
     except ValueError:   # a bad zip: its plan says so
         return 0
 

@@ -30,8 +30,7 @@ class LeadEncoder(FrameEncoder):
     sensor_twins: tuple[str, ...] = ()   # folders whose <folder>_perturbated twin is packed
 
     def encode(self, task: Any) -> Encoded | Skip:   # type: ignore[override]
-        route = LeadRoute(task.episode, Path(task.route),
-                          None if task.archive is None else Path(task.archive))
+        route = LeadRoute(task.episode, Path(task.archive or task.route))
         with held_route_files(route):
             return self._encode(task)
 

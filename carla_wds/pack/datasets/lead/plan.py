@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ....datasets.lead import DEPTH_CODEC, FRAME, LAYOUT, strip_cameras
+from ....datasets.lead import DEPTH_CODEC, FRAME, LAYOUT, strip_cameras, strip_geometry
 from ....extras import Extra
+from ....imagesize import image_size
 from ....schema import SampleSpec, make_key
 from ...errors import PackError
 from ...routes import RoutePlan, Skip
@@ -68,22 +69,17 @@ class LeadTask:
 
 
 def inspect_routes(routes: list[LeadRoute], allow_pickle: bool) -> LeadLayout:
-    """The cameras (metas/0000.pkl's sensor_information.num_cameras), the twin and the
-    optional folders of the first route LEAD would train on; every other route must match
-    or its frames are skips."""
+    """The cameras, the twin and the optional folders of the first route LEAD would train on
+    (every other route must match or its frames are skips). The cameras: metas/0000.pkl's
+    sensor_information.num_cameras with --allow-pickle-input, else the strip's width (LEAD's
+    384 px cameras), so listing the routes (`carla-wds plan`) needs no unpickling."""
     for r in routes:
         where = f"{r.name}/metas/0000.pkl"
         try:
             with route_files(r):
-                if left_out(r.path):
+                if left_out(r.folder):
                     continue
-                meta = read_lead_pickle(read_bytes(r.path / "metas" / "0000.pkl"), where,
-                                        allow_pickle)
-                optional = tuple(o for o in OPTIONAL if is_dir(r.path / o))
-                twins = tuple(f for f in TWINNED if (f in SENSORS or f in optional)
-                              and is_dir(r.path / f"{f}_perturbated"))
-                return LeadLayout(strip_cameras(meta["sensor_information"]["num_cameras"]),
-                                  is_dir(r.path / "rgb_perturbated"), optional, twins)
+                return _layout_of(r, where, allow_pickle)
         except PickleRefused:
             raise
         except (ValueError, OSError, KeyError, TypeError) as exc:
@@ -93,6 +89,20 @@ def inspect_routes(routes: list[LeadRoute], allow_pickle: bool) -> LeadLayout:
     raise PackError(f"no route LEAD trains on: all {len(routes)} are left out by its route "
                     "filter (results.json). Fix: check the routes' results.json, or point "
                     "INPUT_DIR at other routes")
+
+
+def _layout_of(r: LeadRoute, where: str, allow_pickle: bool) -> LeadLayout:
+    cams = None
+    if not allow_pickle:
+        cams = strip_geometry(image_size(read_bytes(r.folder / "rgb" / "0000.jpg")[:1 << 16]))
+    if cams is None:   # refused here without the flag: the count is only in the pickle
+        meta = read_lead_pickle(read_bytes(r.folder / "metas" / "0000.pkl"), where,
+                                allow_pickle)
+        cams = strip_cameras(meta["sensor_information"]["num_cameras"])
+    optional = tuple(o for o in OPTIONAL if is_dir(r.folder / o))
+    twins = tuple(f for f in TWINNED if (f in SENSORS or f in optional)
+                  and is_dir(r.folder / f"{f}_perturbated"))
+    return LeadLayout(cams, is_dir(r.folder / "rgb_perturbated"), optional, twins)
 
 
 def lead_spec(layout: LeadLayout, image_format: str) -> SampleSpec:
@@ -142,10 +152,10 @@ def plan_lead_route(route: LeadRoute, opts: Any) -> RoutePlan:
 
 
 def _plan(route: LeadRoute, opts: Any) -> RoutePlan:
-    why = left_out(route.path)
+    why = left_out(route.folder)
     if why:   # listed in the manifest's filtered_routes, its frames not counted
         return RoutePlan(route.name, filtered=why)
-    n = frame_count(route.path)
+    n = frame_count(route.folder)
     plan = RoutePlan(route.name, n_frames=n)
     keep = sample_frames(n, opts.all_frames)
     plan.head = min(keep.start, n)
@@ -164,7 +174,7 @@ def _plan(route: LeadRoute, opts: Any) -> RoutePlan:
 def _task(route: LeadRoute, t: int, opts: Any) -> LeadTask | Skip | None:
     file = f"metas/{t:04d}.pkl"
     try:
-        meta = read_lead_pickle(read_bytes(route.path / file), f"{route.name}/{file}",
+        meta = read_lead_pickle(read_bytes(route.folder / file), f"{route.name}/{file}",
                                 opts.allow_pickle_input)
         if not isinstance(meta, dict):
             raise ValueError(f"holds a {type(meta).__name__}; expected LEAD's metas dict")
@@ -172,7 +182,7 @@ def _task(route: LeadRoute, t: int, opts: Any) -> LeadTask | Skip | None:
             return None
         labels, record = frame_values(meta, route.name, t)
         return LeadTask(route.name, t, make_key(route.name, t, opts.dot_replacement), labels,
-                        record, str(route.path), None if route.archive is None else
+                        record, str(route.folder), None if route.archive is None else
                         str(route.archive), plain(meta))
     except PickleRefused:
         raise

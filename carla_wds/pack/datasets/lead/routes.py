@@ -29,12 +29,21 @@ _MARKERS = ("bboxes", "metas", "rgb", RESULTS)
 
 @dataclass(frozen=True)
 class LeadRoute:
-    """One route: `name` its path below INPUT_DIR ("scenario/route"), `path` its folder (for
-    a `.zip` route, where it would be extracted: the zip's path less `.zip`), `archive` the
-    zip (None: a folder)."""
+    """One route: `name` its path below INPUT_DIR ("scenario/route"), `path` its folder or
+    its `.zip` (what is on disk: the cluster plan sizes it)."""
     name: str
     path: Path
-    archive: Path | None = None
+
+    @property
+    def archive(self) -> Path | None:
+        """The route's zip, or None for a folder."""
+        return self.path if self.path.name.endswith(ZIP) else None
+
+    @property
+    def folder(self) -> Path:
+        """Where its files are read: the folder, or where the zip would be extracted (its
+        path less `.zip`; archive.py serves the members there)."""
+        return self.path.with_name(self.path.name[:-len(ZIP)]) if self.archive else self.path
 
 
 def _is_route(path: Path) -> bool:
@@ -42,7 +51,7 @@ def _is_route(path: Path) -> bool:
 
 
 def _zip_route(zipped: Path, name: str) -> LeadRoute:
-    return LeadRoute(name[:-len(ZIP)], zipped.with_name(zipped.name[:-len(ZIP)]), zipped)
+    return LeadRoute(name[:-len(ZIP)], zipped)
 
 
 def _routes_in(child: Path) -> list[LeadRoute]:

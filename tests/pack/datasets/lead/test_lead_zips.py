@@ -69,3 +69,23 @@ def test_a_truncated_zip_is_left_out_and_listed_with_on_error_skip(both, tmp_pat
     assert len(left) == 1 and bad.name[:-4] in left[0]["episode"]
     assert manifest["counts"]["samples"] == 3 * 2
     json.dumps(manifest)
+
+
+def test_a_cluster_plan_of_real_size_zips_needs_no_unpickling(tmp_path):
+    """`carla-wds plan` lists and sizes the zips without --allow-pickle-input (LEAD's 384 px
+    strips say their camera count); packing still refuses the pickles without the flag."""
+    from carla_wds.pack.plan_parts import make_plan
+    routes = synth_dataset(tmp_path / "raw", episodes=2, frames=17, seed=2, progress=False)
+    write_route_zips(routes, tmp_path / "zips")
+    plan = make_plan(str(tmp_path / "zips"), PackOptions.of(layout="lead_carla"), 2)
+    sizes = {n: s for part in plan["part_list"] for n, s in part["episodes"].items()}
+    assert sorted(sizes) == ["Accident/Town12_Rep0_3790_0_route0_01_10_05_46_05",
+                             "VehicleOpensDoorTwoWays/Town13_Rep0_3791_0_route1_01_10_05_46_05"]
+    assert all(s == (tmp_path / "zips" / f"{n}.zip").stat().st_size for n, s in sizes.items())
+    with pytest.raises(PackError, match="metas/0008.pkl.*--allow-pickle-input"):
+        pack(tmp_path / "zips", tmp_path / "out", PackOptions.of(layout="lead_carla",
+                                                                 progress=False))
+    assert not (tmp_path / "out").exists()
+    manifest = pack(tmp_path / "zips", tmp_path / "ok", _opts())
+    assert manifest["cameras"] == ["front_left", "front", "front_right"]
+    assert manifest["image_sizes"]["front"] == [384, 384]
