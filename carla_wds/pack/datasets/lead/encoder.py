@@ -29,6 +29,11 @@ class LeadEncoder(FrameEncoder):
     optional: tuple[str, ...] = ()
     sensor_twins: tuple[str, ...] = ()   # folders whose <folder>_perturbated twin is packed
 
+    @property
+    def decodes(self) -> bool:
+        """Always: every strip is decoded to be cut into cameras (work for --workers)."""
+        return True
+
     def encode(self, task: Any) -> Encoded | Skip:   # type: ignore[override]
         route = LeadRoute(task.episode, Path(task.archive or task.route))
         with held_route_files(route):
