@@ -28,12 +28,15 @@ from pathlib import Path
 from . import common
 
 COMMIT = "44891760e45e10980033008547bfdc7975c24b54"
-BLOBS = {  # the files whose code builds the labels, at COMMIT
-    "lead/data_loader/carla_dataset.py": None, "lead/data_loader/carla_dataset_utils.py": None,
-    "lead/data_buckets/abstract_bucket_collection.py": None,
-    "lead/data_buckets/full_posttrain_bucket_collection.py": None,
-    "lead/data_buckets/route_filtering.py": None, "lead/data_buckets/bucket.py": None,
-    "lead/training/config_training.py": None, "lead/common/common_utils.py": None,
+BLOBS = {  # the files whose code builds the labels, at COMMIT (git blob ids)
+    "lead/data_loader/carla_dataset.py": "871ff91bd0d0377e907e0261099f10df8cb6bf65",
+    "lead/data_loader/carla_dataset_utils.py": "3e68b85a90e8d878fa448d8fb300ebfcb5030003",
+    "lead/data_buckets/abstract_bucket_collection.py": "582582e7728c9807ff5ed75100342aff1022f3ed",
+    "lead/data_buckets/full_posttrain_bucket_collection.py": "9a3cdce087f10ba33a2dae31cd38b3f12addd27b",
+    "lead/data_buckets/route_filtering.py": "180c5e0f5e09304cf7f2dfc13646c32e55e71383",
+    "lead/data_buckets/bucket.py": "07473d4fe115acb6b5d5049953294b3c28916e3b",
+    "lead/training/config_training.py": "2bfb15efb06cd5ae7b1bc9d013557bfee86f0200",
+    "lead/common/common_utils.py": "6703e6aa14cce649daf39c1952a735902f1b7f78",
 }
 SYNTH = {"layout": "lead_carla", "episodes": 4, "frames": 20, "seed": 3, "image_size": [32, 48]}
 OUT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "lead.json"
@@ -57,16 +60,6 @@ def _stubs() -> None:
     for name in ("agents", "agents.navigation"):
         sys.modules[name] = types.ModuleType(name)
     sys.modules["agents.navigation.local_planner"] = planner
-
-
-def _blob_ids(repo_dir: Path) -> dict[str, str]:
-    import subprocess
-    mirror = Path("/work/.mirror/kesai-labs+lead/repo")
-    out = {}
-    for rel in BLOBS:
-        out[rel] = subprocess.run(["git", f"--git-dir={mirror}", "rev-parse", f"{COMMIT}:{rel}"],
-                                  capture_output=True, text=True, check=True).stdout.strip()
-    return out
 
 
 def run(repo_dir: Path, data: Path) -> list[dict]:
@@ -99,8 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo-dir", type=Path, required=True)
     args = parser.parse_args()
-    blobs = _blob_ids(args.repo_dir)
-    common.check_pinned(args.repo_dir, blobs, COMMIT)
+    common.check_pinned(args.repo_dir, BLOBS, COMMIT)
     from carla_wds.pack.synth import register_writer
     from carla_wds.pack.synth.lead import synth_dataset
     register_writer(SYNTH["layout"], synth_dataset)   # as the registry has it
@@ -110,7 +102,7 @@ def main() -> None:
     doc = {"schema": common.SCHEMA, "project": "kesai-labs/lead", "commit": COMMIT,
            "loader": "lead/data_loader/carla_dataset.py CARLAData(random=False, "
            "build_buckets=True), TrainingConfig(use_planning_decoder=True)",
-           "files": blobs, "synth": SYNTH, "raw_sha256": raw_sha, "samples": samples}
+           "files": BLOBS, "synth": SYNTH, "raw_sha256": raw_sha, "samples": samples}
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {OUT}: {len(samples)} samples")
 
