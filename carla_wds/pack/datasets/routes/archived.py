@@ -80,8 +80,13 @@ def find_archives(input_dir: str | Path, remote: RemoteOptions | None
                       if archive_ext(p.rsplit("/", 1)[-1])]
             todo.extend(dirs)
         return sorted(found, key=lambda f: (f[0], f[1].name))
-    root = Path(input_dir)
+    root, seen = Path(input_dir), set()
     for dirpath, dirnames, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:   # a folder reached again through a symlink: searched once
+            dirnames.clear()
+            continue
+        seen.add(real)
         dirnames.sort()
         rel = Path(dirpath).relative_to(root).as_posix()
         found += [("" if rel == "." else rel, Path(dirpath) / f) for f in sorted(files)

@@ -317,3 +317,19 @@ def test_garage_lb2_from_its_releases_archives(form, tmp_path):
     top = "data__simlingo__" if form == "simlingo" else "Town12__data__"
     keys = list(read_pack(tmp_path / "a"))
     assert all(k.startswith(top) for k in keys), keys[:2]
+
+
+def test_worker_processes_encode_archived_tasks_from_their_bytes(dataset, tmp_path):
+    """With --resize every image is decoded, so tasks go to 2 worker processes: they get
+    each frame's files as bytes (no worker opens an archive) and give the folders' shards.
+    A symlink loop beside the archives is searched once."""
+    layout, arc, extracted = dataset
+    loop = arc / "loop"
+    loop.symlink_to(arc, target_is_directory=True)
+    try:
+        kw = {"layout": layout, "workers": 2, "resize": (16, 32), "max_samples": 9}
+        run_pack(arc, tmp_path / "a", **kw)
+    finally:
+        loop.unlink()
+    run_pack(extracted, tmp_path / "f", **kw)
+    assert shard_hashes(tmp_path / "a") == shard_hashes(tmp_path / "f")
