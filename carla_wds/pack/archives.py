@@ -40,6 +40,7 @@ ARCHIVE_EXTS = (TAR_GZ, ZIP)
 DEFAULT_SPOOL_BYTES = 1 << 30
 GZ_CHUNK = 1 << 16      # compressed bytes read from an archive at a time
 TAR_BUFSIZE = 1 << 16   # decompressed bytes tarfile takes at a time
+LIST_BUFSIZE = 1 << 20  # the same, when only member names are wanted (keep=False)
 UNPACKED = "unpacked size (bytes)"
 RATIO_FREE = 64 << 20   # unpacked bytes before clip_ratio applies (tar headers compress well)
 # What a member name is mapped to: its key in the archive's index, or None to leave it out.
@@ -187,6 +188,8 @@ class TarGzArchive:
                  ) -> None:
         self.path, self.what, self._rename, self._keep = path, what, rename, keep
         self._ratio_free, self._kind = ratio_free, kind   # kind: a store's errors name it
+        # a listing skips every member's data: larger reads halve its Python overhead
+        self._bufsize = TAR_BUFSIZE if keep else LIST_BUFSIZE
         self.spool = Spool(spool_bytes, what)
         self.members, self.last = 0, ""   # members read, and the last one's name
         try:
@@ -200,7 +203,7 @@ class TarGzArchive:
         try:
             raw = open_raw(self.path, remote, self._kind)
             gz = Gunzip(raw, UNPACKED, self._ratio_free)
-            with tarfile.open(fileobj=gz, mode="r|", bufsize=TAR_BUFSIZE) as tar:
+            with tarfile.open(fileobj=gz, mode="r|", bufsize=self._bufsize) as tar:
                 self._members(tar, gz, limits.active())
                 check_tar_end(tar)
         except (RemoteError, ResourceError, ArchiveError):
