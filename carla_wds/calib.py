@@ -13,7 +13,7 @@ from .modalities.calibration import (HANDEDNESS, LEFT2RIGHT, LIDAR_TO_RIGHTHAND_
 B2D_RIG: tuple[tuple[str, str, str, float, float, float, float, float], ...] = RIG_ROWS
 B2D_LIDAR_MOUNT = RIG.lidar_mount
 B2D_RADARS = RIG.radars
-B2D_IMAGE_SIZE = RIG.image_size   # (width, height)
+B2D_IMAGE_SIZE = RIG.image_size   # (height, width)
 
 __all__ = ["B2D_IMAGE_SIZE", "B2D_LIDAR_MOUNT", "B2D_RADARS", "B2D_RIG", "HANDEDNESS",
            "LEFT2RIGHT", "LIDAR_TO_RIGHTHAND_EGO", "STAND_TO_UE4", "carla_matrix", "intrinsic",

@@ -75,7 +75,8 @@ class Camera:
 @dataclass(frozen=True)
 class Rig:
     """A fixed sensor rig: cameras, the LiDAR mount (x, y, z m), the radars' names in the
-    order carla-wds numbers them, and the cameras' image size (width, height)."""
+    order carla-wds numbers them, and the cameras' image size (height, width), as
+    `image_size` is written everywhere in carla-wds."""
     cameras: tuple[Camera, ...]
     lidar_mount: tuple[float, float, float]
     radars: tuple[str, ...]

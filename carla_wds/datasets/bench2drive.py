@@ -31,7 +31,7 @@ RIG = Rig(
     lidar_mount=(-0.39, 0.0, 1.84),
     radars=("radar_front", "radar_front_left", "radar_front_right", "radar_back_left",
             "radar_back_right"),
-    image_size=(1600, 900))
+    image_size=(900, 1600))
 # the rig as the tuples carla_wds.calib.B2D_RIG has always held
 RIG_ROWS = tuple(c.row() for c in RIG.cameras)
 

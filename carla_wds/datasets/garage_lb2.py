@@ -34,7 +34,7 @@ TABLE_CLASSES = ("ego_car", "car", "walker", "traffic_light", "stop_sign")
 # every class the LB2 expert writes (data_agent.py get_bounding_boxes); others are refused
 OTHER_CLASSES = ("traffic_light_vqa", "stop_sign_vqa", "static_car", "static_trafficwarning",
                  "static", "landmark", "weather", "ego_info")
-IMAGE_SIZE = (1024, 512)   # (width, height), config.py camera_width / camera_height
+IMAGE_SIZE = (512, 1024)   # (height, width): config.py camera_height / camera_width
 RIG = Rig(cameras=(Camera("front", "rgb", "rgb", -1.5, 0.0, 2.0, 0.0, 110.0),),
           lidar_mount=(0.0, 0.0, 2.5), radars=(), image_size=IMAGE_SIZE)
 

@@ -55,10 +55,10 @@ def _rig(rows: tuple, fov: float, size: tuple[int, int]) -> Rig:
                image_size=size)
 
 
-RIG = _rig(_CAMERAS_3, 60.0, (CAMERA_WIDTH, 384))     # what the expert collects by default
-RIG6 = _rig(_CAMERAS_6, 60.0, (CAMERA_WIDTH, 384))
+RIG = _rig(_CAMERAS_3, 60.0, (384, CAMERA_WIDTH))     # what the expert collects by default
+RIG6 = _rig(_CAMERAS_6, 60.0, (384, CAMERA_WIDTH))
 # CARLA_LEADERBOARD2_1CAMERA: one 1024 x 512 camera, fov 110 (config_base.py l.216-226)
-RIG1 = _rig((("front", 1, -1.5, 0.0, 2.0, 0.0),), 110.0, (1024, 512))
+RIG1 = _rig((("front", 1, -1.5, 0.0, 2.0, 0.0),), 110.0, (512, 1024))
 
 
 def strip_cameras(n: int) -> tuple[str, ...]:
@@ -78,7 +78,7 @@ def strip_geometry(size: tuple[int, int]) -> tuple[str, ...] | None:
     h, w = size
     if h == CAMERA_WIDTH and w in (3 * CAMERA_WIDTH, 6 * CAMERA_WIDTH):
         return strip_cameras(w // CAMERA_WIDTH)
-    return strip_cameras(1) if (w, h) == RIG1.image_size else None
+    return strip_cameras(1) if (h, w) == RIG1.image_size else None
 
 
 def rig_of(cameras: tuple[str, ...]) -> Rig:

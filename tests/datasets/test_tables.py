@@ -67,7 +67,7 @@ def test_the_rig_is_calibs_old_one():
         ("back", "CAM_BACK", "back", -2.0, 0.0, 1.60, 180.0, 110.0),
         ("back_left", "CAM_BACK_LEFT", "back_left", -0.32, -0.55, 1.60, -110.0, 70.0),
         ("back_right", "CAM_BACK_RIGHT", "back_right", -0.32, 0.55, 1.60, 110.0, 70.0))
-    assert rig.lidar_mount == (-0.39, 0.0, 1.84) and rig.image_size == (1600, 900)
+    assert rig.lidar_mount == (-0.39, 0.0, 1.84) and rig.image_size == (900, 1600)
     assert rig.radars == ("radar_front", "radar_front_left", "radar_front_right",
                           "radar_back_left", "radar_back_right")
     with pytest.raises(KeyError, match="has no fixed sensor rig"):

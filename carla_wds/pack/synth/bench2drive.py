@@ -323,7 +323,7 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
     `archives`, each as out_dir/archives/<clip>.tar.gz), plus the split file naming the last
     clip val. image_size (height, width), default (900, 1600). Returns the clip folders, sorted.
     Byte-identical for the same arguments; FileExistsError if a clip folder holds files."""
-    width, height = RIG.image_size   # the rig table's (width, height), B2D's image_size_x/y
+    height, width = RIG.image_size   # the rig table's (height, width): B2D's image_size_y/x
     size = base.writer_size(layout, "bench2drive", episodes, frames, seed, image_size,
                             (height, width))
     _need_h5py()   # before anything is written: no half-written clip without radar files
