@@ -140,12 +140,13 @@ def main(verbose: bool) -> None:
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="s3:// INPUT_DIR or OUTPUT_DIR: further attempts per object after a failure.")
 @click.option("--spool-bytes", type=int, default=1 << 30, show_default=True,
-              help="Archived episodes (clips): bytes of one held in memory; the rest goes to "
-                   "one temporary file.")
+              help="Archived episodes (clips, route .tar.gz archives): bytes of one archive "
+                   "held in memory; the rest goes to one temporary file.")
 @limit_option
 def pack(input_dir, output_dir, resize, part, plan, **kw) -> None:
-    """Pack raw CARLA route folders (or Bench2Drive clips and their .tar.gz) into WebDataset
-    shards plus manifest.json. OUTPUT_DIR is a folder or an s3:// prefix (credentials and
+    """Pack raw CARLA route folders or their .tar.gz/.zip archives (or Bench2Drive clips and
+    their .tar.gz) into WebDataset shards plus manifest.json. INPUT_DIR is a folder or (for
+    archives) an s3:// prefix. OUTPUT_DIR is a folder or an s3:// prefix (credentials and
     endpoint from the AWS environment: AWS_PROFILE or AWS_ACCESS_KEY_ID/..., AWS_ENDPOINT_URL)."""
     from .cli_cluster import run_plan_part
     from .pack.packer import PackOptions
