@@ -1,6 +1,7 @@
 """The declarative YAML adapter: route folders described by a layout YAML (layouts/*.yaml ship
 the built-in ones; any other .yaml path works the same), planned frame by frame from their
-measurements (folders.py, measure.py) into the shared RoutePlan/FrameTask stream.
+measurements (folders.py, measure.py) into the shared RoutePlan/FrameTask stream; or the same
+route folders inside `.tar.gz` / `.zip` archives, read in place (archived.py).
 
 Adding a YAML dataset is a layouts/<name>.yaml file (it registers under its stem) plus a
 synthetic writer in pack/synth/.
