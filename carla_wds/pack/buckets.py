@@ -18,8 +18,8 @@ Buckets (values are strings; a value that cannot be known is "unknown"):
   bins' first edge) within START_WINDOW s before, in the same route; else "other";
 - `town`: the first TownNN token of the route name; `scenario`: a Bench2Drive clip's scenario
   (the name before _TownNN_), a `Scenario<N>` token of the route path, else "none";
-- `lead`: the class of the nearest box ahead in the ego's corridor (a car or a walker with
-  0 < x < LEAD_AHEAD m and |y| < LEAD_HALF_WIDTH m in the box table's ego frame, x forward):
+- `leading`: the class of the nearest box ahead in the ego's corridor (a car or a walker with
+  0 < x < LEADING_AHEAD m and |y| < LEADING_HALF_WIDTH m in the box table's ego frame, x forward):
   "car", "walker" or "none"; "unknown" in packs without boxes.
 - `crossing`: the class of the nearest car or walker ahead (0 < x < CROSS_AHEAD m,
   |y| < CROSS_LATERAL m) that moves (speed >= CROSS_MOVING m/s) across the ego's path: its
@@ -53,10 +53,10 @@ BINS: dict[str, tuple[tuple[float, ...], tuple[str, ...]]] = {
     "yaw_rate": ((-0.3, -0.05, 0.05, 0.3), ("left_sharp", "left", "straight", "right",
                                              "right_sharp")),
 }
-NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario", "lead",
+NAMES = ("command", "speed", "accel", "yaw_rate", "start", "town", "scenario", "leading",
          "crossing")
 START_MOVING, START_WINDOW = 0.5, 2.0   # m/s, s
-LEAD_AHEAD, LEAD_HALF_WIDTH = 30.0, 2.0   # m
+LEADING_AHEAD, LEADING_HALF_WIDTH = 30.0, 2.0   # m
 CROSS_AHEAD, CROSS_LATERAL, CROSS_MOVING = 20.0, 15.0, 0.5   # m, m, m/s
 CROSS_ANGLE, CROSS_HORIZON = 30.0, 3.0   # degrees, s
 _TOWN = re.compile(r"Town\d+\w*?(?=_|/|$)", re.IGNORECASE)
@@ -104,13 +104,13 @@ def _nearest(cls: np.ndarray, x: np.ndarray, chosen: np.ndarray) -> str:
     return _AGENTS[int(cls[chosen][np.argmin(x[chosen])])]
 
 
-def lead(sample: Mapping[str, Any]) -> str:
+def leading(sample: Mapping[str, Any]) -> str:
     """The class of the nearest car or walker ahead in the ego's corridor (module doc)."""
     rows = _box_rows(sample)
     if rows is None:
         return "unknown"
     cls, x, y = (rows[:, CORE_COLUMNS.index(c)] for c in ("class", "x", "y"))
-    ahead = np.isin(cls, list(_AGENTS)) & (x > 0) & (x < LEAD_AHEAD) & (np.abs(y) < LEAD_HALF_WIDTH)
+    ahead = np.isin(cls, list(_AGENTS)) & (x > 0) & (x < LEADING_AHEAD) & (np.abs(y) < LEADING_HALF_WIDTH)
     return _nearest(cls, x, ahead)
 
 
@@ -123,7 +123,7 @@ def crossing(sample: Mapping[str, Any]) -> str:
     cls, x, y, yaw, speed = (rows[:, CORE_COLUMNS.index(c)]
                              for c in ("class", "x", "y", "yaw", "speed"))
     sideways = np.where(speed >= 0, speed, 0.0) * np.sin(yaw)   # velocity along y
-    to_corridor = np.maximum(np.abs(y) - LEAD_HALF_WIDTH, 0.0)
+    to_corridor = np.maximum(np.abs(y) - LEADING_HALF_WIDTH, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         reach = np.where(to_corridor > 0, to_corridor / np.abs(sideways), 0.0)
     across = (np.isin(cls, list(_AGENTS)) & (x > 0) & (x < CROSS_AHEAD)
@@ -169,7 +169,7 @@ class BucketCounter:
                   "speed": binned("speed", speed), "accel": binned("accel", accel),
                   "yaw_rate": binned("yaw_rate", turn),
                   "start": "from_stop" if speed >= START_MOVING and stopped_before else "other",
-                  "town": town, "scenario": scenario, "lead": lead(sample),
+                  "town": town, "scenario": scenario, "leading": leading(sample),
                   "crossing": crossing(sample)}
         for name, value in values.items():
             runs = self.runs[name]
@@ -199,7 +199,7 @@ def bucket_doc(shards: list[Mapping[str, Any]]) -> dict[str, Any] | None:
         return None
     return {"bins": {k: {"edges": list(e), "names": list(n)} for k, (e, n) in BINS.items()},
             "start": {"moving_m_s": START_MOVING, "window_s": START_WINDOW},
-            "lead": {"ahead_m": LEAD_AHEAD, "half_width_m": LEAD_HALF_WIDTH},
+            "leading": {"ahead_m": LEADING_AHEAD, "half_width_m": LEADING_HALF_WIDTH},
             "crossing": {"ahead_m": CROSS_AHEAD, "lateral_m": CROSS_LATERAL,
                          "moving_m_s": CROSS_MOVING, "angle_deg": CROSS_ANGLE,
                          "horizon_s": CROSS_HORIZON},

@@ -59,7 +59,7 @@ def expected(pack, rate_hz):
                 "yaw_rate": binned(turn, (-0.3, -0.05, 0.05, 0.3),
                                    ("left_sharp", "left", "straight", "right", "right_sharp")),
                 "start": "from_stop" if speed >= 0.5 and was_stopped else "other",
-                "town": town, "scenario": "none", "lead": "unknown",   # tcp: no boxes
+                "town": town, "scenario": "none", "leading": "unknown",   # tcp: no boxes
                 "crossing": "unknown"})
             history.append((frame, speed, yaw))
     return out
@@ -127,10 +127,10 @@ def boxes_pack(tmp_path, layout: str):
 
 
 @pytest.mark.parametrize("layout", ["garage", "bench2drive"])
-def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
+def test_the_leading_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
     pack = boxes_pack(tmp_path, layout)
     manifest = json.loads((pack / "manifest.json").read_text())
-    got = [r["lead"] for r in decoded(manifest)]
+    got = [r["leading"] for r in decoded(manifest)]
     want = []
     for shard in manifest["shards"]:
         with tarfile.open(pack / shard["name"]) as tar:
@@ -143,7 +143,7 @@ def test_the_lead_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
             want.append("none" if not near else ("car", "walker")[min(near)[1]])
     assert got == want and set(got) - {"none"}
     # packs without boxes: unknown
-    assert set(r["lead"] for r in decoded(json.loads(
+    assert set(r["leading"] for r in decoded(json.loads(
         (make_pack(tmp_path / "tcp", episodes=1, frames=12) / "manifest.json").read_text()))
                ) == {"unknown"}
 
