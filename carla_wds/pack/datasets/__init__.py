@@ -25,11 +25,8 @@ from .lead import DATASETS as _LEAD
 from .routes import RoutesDataset, yaml_datasets
 # a code dataset says which frames its loader serves with the YAML adapter's rule
 from .routes.layout_parts import SampleRule
-from .routes.rule_filter import RuleRoutesDataset
 
-# YAML layouts through RuleRoutesDataset: RoutesDataset, plus a route filter's keep_also rule
-_REGISTRY: dict[str, Dataset] = {**{name: RuleRoutesDataset(name) for name in yaml_datasets()},
-                                 **_CODE_DATASETS, **_LEAD}
+_REGISTRY: dict[str, Dataset] = {**yaml_datasets(), **_CODE_DATASETS, **_LEAD}
 _BUILT_IN = tuple(_REGISTRY)   # the layouts shipped with the package
 DEFAULT_LAYOUT = "tcp"   # `carla-wds pack` and PackOptions without a --layout
 
@@ -59,7 +56,7 @@ def dataset_for(layout: str) -> Dataset:
         raise PackError(f"--layout {name}: unknown layout {name!r}"
                         f"{did_you_mean(name, _REGISTRY)}; built-in layouts are "
                         f"{builtin_layouts()}, or pass a path to a layout .yaml file")
-    return RuleRoutesDataset(name)
+    return RoutesDataset(name)
 
 
 def all_options() -> list[DatasetOption]:
