@@ -69,7 +69,7 @@ def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[tuple[PurePos
         for name in sorted(dirs + files):
             path = Path(top) / name
             if path.is_symlink():
-                raise PackError(f"overlay file {path}: a symlink; refused, since it may lead "
+                raise PackError(f"overlay file {path}: a symlink; refused, since it may point "
                                 "out of the overlay folder. Fix: replace it with the file itself")
         for name in sorted(files):
             if name.endswith(suffixes):
