@@ -1,9 +1,5 @@
-"""LEAD / TransFuser v6 (kesai-labs/lead@4489176, CVPR 2026): the `lead_carla` layout's names,
+"""LEAD / TransFuser v6 (kesai-labs/lead@4489176, CVPR 2026): the `lead` layout's names,
 camera strips, rig and 8-bit depth codec `depth_lead8` (docs/datasets/lead.md).
-
-The layout is `lead_carla` (the data set's own name, HF ln2697/lead_carla), not `lead`:
-carla-wds already calls the nearest car ahead the `lead` bucket (pack/buckets.py), and a
-dataset word may not appear in code outside the rooms (tests/test_rooms.py).
 
 - Cameras: lead/common/base_agent.py l.230-240 stitches the cameras side by side
   (`np.concatenate(rgb_cameras, axis=1)`) into one `rgb/NNNN.jpg`; the order is the camera
@@ -32,7 +28,7 @@ from ..modalities.pngs import imencode, is_bytes
 from .base import Camera, DatasetCodec, DatasetInfo, Rig
 from .garage import FRAME as CARLA_VEHICLE_FRAME
 
-LAYOUT = "lead_carla"
+LAYOUT = "lead"
 FRAME = CARLA_VEHICLE_FRAME
 DEPTH_MAX = 50.0
 DEPTH_CODEC = "depth_lead8"
@@ -103,7 +99,7 @@ class DepthLead8Codec(QuantizedDepthCodec):
 
 
 INFO = DatasetInfo(
-    name=LAYOUT, aliases=("transfuser_v6", "tfv6"), layouts=(LAYOUT,),
+    name=LAYOUT, aliases=("lead_carla", "transfuser_v6", "tfv6"), layouts=(LAYOUT,),
     codecs=(DatasetCodec("depth", CodecUse(DEPTH_CODEC, "float32", (), "m"),
                          DepthLead8Codec()),),
     rig=RIG, doc="kesai-labs/lead@44891760")

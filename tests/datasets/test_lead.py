@@ -1,4 +1,4 @@
-"""The lead_carla core room: the strip's cameras by LEAD's targets (config_base.py
+"""The lead core room: the strip's cameras by LEAD's targets (config_base.py
 camera_calibration) and its 8-bit depth (common_utils.py encode/decode_depth_8bit)."""
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def test_the_strip_names_its_cameras_left_to_right():
     assert strip_cameras(6)[3] == "back_right"
     with pytest.raises(ValueError, match="num_cameras is 4"):
         strip_cameras(4)
-    yaws = [c.yaw for c in rig("lead_carla").cameras]
-    assert yaws == [-54.5, 0.0, 54.5] and dataset("tfv6").name == "lead_carla"
+    yaws = [c.yaw for c in rig("lead").cameras]
+    assert yaws == [-54.5, 0.0, 54.5] and dataset("tfv6").name == "lead"
 
 
 def test_depth_is_leads_8_bit_encoding():

@@ -115,9 +115,9 @@ def test_every_name_and_abbreviation_is_listed():
     assert {"tcp", "tcp_roach", "roach", "transfuser4", "transfuser2021", "transfuser2022",
             "tf2021", "tf2022", "garage", "carla_garage", "bench2drive", "b2d",
             "garage_lb2", "garage_lb2_simlingo", "pdm_lite", "simlingo",
-            "lead_carla", "transfuser_v6", "tfv6"} == set(names)
+            "lead", "lead_carla", "transfuser_v6", "tfv6"} == set(names)
     assert ds.layouts() == ("tcp", "tcp_roach", "transfuser4", "transfuser2022", "garage",
-                            "garage_lb2", "garage_lb2_simlingo", "bench2drive", "lead_carla")
+                            "garage_lb2", "garage_lb2_simlingo", "bench2drive", "lead")
     pat = ds.name_pattern()
     for hit in ("depth_garage8", "B2D_RIG", "TCP_BRAKE_MU", "tf2022_boxes", "synth_roach"):
         assert pat.search(hit), hit

@@ -1,4 +1,4 @@
-"""Golden for `--layout lead_carla`: LEAD's OWN loader (kesai-labs/lead@44891760,
+"""Golden for `--layout lead`: LEAD's OWN loader (kesai-labs/lead@44891760,
 lead/data_loader/carla_dataset.py CARLAData with build_buckets=True: the meta part of
 __getitem__, which builds every label carla-wds packs) on small synthetic LEAD routes.
 
@@ -38,7 +38,7 @@ BLOBS = {  # the files whose code builds the labels, at COMMIT (git blob ids)
     "lead/training/config_training.py": "2bfb15efb06cd5ae7b1bc9d013557bfee86f0200",
     "lead/common/common_utils.py": "6703e6aa14cce649daf39c1952a735902f1b7f78",
 }
-SYNTH = {"layout": "lead_carla", "episodes": 4, "frames": 20, "seed": 3, "image_size": [32, 48]}
+SYNTH = {"layout": "lead", "episodes": 4, "frames": 20, "seed": 3, "image_size": [32, 48]}
 OUT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "lead.json"
 
 

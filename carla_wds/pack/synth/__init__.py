@@ -23,7 +23,7 @@ Writer = Callable[..., list[Path]]
 _WRITERS: dict[str, Union[str, Writer]] = {
     **{name: "tcp" for name in LAYOUT_CAMERAS}, "garage": "garage",
     "transfuser2022": "transfuser2022", "bench2drive": "bench2drive", "tcp_roach": "roach",
-    "garage_lb2": "garage_lb2", "garage_lb2_simlingo": "garage_lb2", "lead_carla": "lead"}
+    "garage_lb2": "garage_lb2", "garage_lb2_simlingo": "garage_lb2", "lead": "lead"}
 
 
 def register_writer(layout: str, writer: Writer) -> None:

@@ -299,22 +299,22 @@ def write_route_zips(routes: list[Path], out_dir: str | Path,
     return out
 
 
-def synth_dataset(out_dir: str | Path, layout: str = "lead_carla", episodes: int = 4,
+def synth_dataset(out_dir: str | Path, layout: str = "lead", episodes: int = 4,
                   frames: int = 40, seed: int = 0, image_size: tuple[int, int] | None = None,
                   progress: bool = True) -> list[Path]:
     """Write `episodes` LEAD route folders (4 Hz, `frames` frames each) under out_dir and return
     them sorted. image_size (height, width) of each camera of the strip, default (384, 384).
     Byte-identical output for the same arguments; FileExistsError if a route folder to be
     written already holds files."""
-    if layout != "lead_carla":
-        raise ValueError(f"this writer writes layout 'lead_carla', not {layout!r}")
+    if layout != "lead":
+        raise ValueError(f"this writer writes layout 'lead', not {layout!r}")
     base.check_args(episodes, frames, seed, image_size)
     size = tuple(int(v) for v in (image_size or DEFAULT_SIZE))
     if size[0] < 16 or size[1] < 16 or size[0] % 4 or size[1] % 4:
         raise ValueError(f"image_size must be (height, width), multiples of 4 and >= 16 "
                          f"(depth is saved at 1/4), got {image_size!r}")
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
-    return write_routes("lead_carla", out_dir, routes, lambda route, ep: _LeadRoute(
+    return write_routes("lead", out_dir, routes, lambda route, ep: _LeadRoute(
         route, ep, int(seed), int(frames), size).write(), frames, size, progress)
 
 

@@ -1,4 +1,4 @@
-"""`carla-wds synth --layout lead_carla`: LEAD's route structure as its expert writes it
+"""`carla-wds synth --layout lead`: LEAD's route structure as its expert writes it
 (kesai-labs/lead@44891760 expert_data.py), byte-identical for the same arguments."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tools.golden.common import tree_sha256
 
 def _synth(out, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "carla_wds.cli", "synth", str(out), "--layout",
-                           "lead_carla", "--episodes", "2", "--frames", "3", "--image-size",
+                           "lead", "--episodes", "2", "--frames", "3", "--image-size",
                            "16x24", *extra], capture_output=True, text=True, timeout=300)
 
 

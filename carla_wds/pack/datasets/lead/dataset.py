@@ -1,4 +1,4 @@
-"""The LEAD / TransFuser v6 dataset of the pack registry (`--layout lead_carla`, the page
+"""The LEAD / TransFuser v6 dataset of the pack registry (`--layout lead`, the page
 docs/datasets/lead.md): finds the routes (folders, or one `.zip` per route read in place),
 settles the cameras and folders the pack holds, and plans each route (plan.py) for the
 encoder (encoder.py). The metas and boxes are pickles: read only with --allow-pickle-input,
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class Lead(Dataset):
-    """--layout lead_carla: LEAD / TransFuser v6 route folders (docs/datasets/lead.md)."""
+    """--layout lead: LEAD / TransFuser v6 route folders (docs/datasets/lead.md)."""
 
     def summary(self, manifest: Mapping[str, Any]) -> str | None:
         c = manifest["counts"]

@@ -1,4 +1,4 @@
-"""`--layout lead_carla`: one LEAD route -> its frames' tasks (main process), and the sample
+"""`--layout lead`: one LEAD route -> its frames' tasks (main process), and the sample
 spec of a pack (which cameras the strip holds, which sensor folders the routes have).
 
 Per route: LEAD's route filter (routes.py), its frame count (bboxes/ entries), and for every
@@ -39,7 +39,7 @@ TWINNED = ("semantics", "depth", "instance", "hdmap", "radar")
 
 @dataclass(frozen=True)
 class LeadLayout:
-    """What the manifest says of a lead_carla pack."""
+    """What the manifest says of a lead pack."""
     cameras: tuple[str, ...]
     twin: bool
     optional: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""--layout lead_carla against tests/golden/lead.json: what LEAD's OWN loader
+"""--layout lead against tests/golden/lead.json: what LEAD's OWN loader
 (kesai-labs/lead@44891760 CARLAData, tools/golden/lead.py) served on the same synthetic routes:
 the same samples in the same order, and every label it builds."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ def packed(tmp_path_factory) -> Path:
     synth_dataset(root / "data", s["layout"], episodes=s["episodes"], frames=s["frames"],
                   seed=s["seed"], image_size=tuple(s["image_size"]), progress=False)
     assert tree_sha256(root / "data") == GOLDEN["raw_sha256"], "synth output changed"
-    pack(root / "data", root / "out", PackOptions.of(layout="lead_carla", progress=False,
+    pack(root / "data", root / "out", PackOptions.of(layout="lead", progress=False,
                                                      allow_pickle_input=True))
     return root / "out"
 

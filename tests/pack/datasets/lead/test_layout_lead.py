@@ -1,4 +1,4 @@
-"""--layout lead_carla on synthetic LEAD routes: the sample set and labels equal LEAD's loader
+"""--layout lead on synthetic LEAD routes: the sample set and labels equal LEAD's loader
 (kesai-labs/lead@44891760), by formulas written here from its sources; the camera strip is
 cut exactly; the pack round-trips through CARLAWebData."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ def raw(tmp_path_factory) -> Path:
 
 
 def _pack(raw: Path, out: Path, **kw) -> dict:
-    return pack(raw, out, PackOptions.of(layout="lead_carla", allow_pickle_input=True,
+    return pack(raw, out, PackOptions.of(layout="lead", allow_pickle_input=True,
                                          progress=False, **kw))
 
 

@@ -49,7 +49,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_pickle_without_the_flag_is_one_line_naming_file_and_fix(raw, tmp_path):
     out = tmp_path / "out"
-    result = _cli("pack", str(raw), str(out), "--layout", "lead_carla")
+    result = _cli("pack", str(raw), str(out), "--layout", "lead")
     assert result.returncode != 0
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("Error")]
     assert len(lines) == 1, result.stderr
@@ -59,11 +59,11 @@ def test_a_pickle_without_the_flag_is_one_line_naming_file_and_fix(raw, tmp_path
 
 def test_with_the_flag_the_cli_packs_and_no_member_is_a_pickle(raw, tmp_path):
     out = tmp_path / "out"
-    result = _cli("pack", str(raw), str(out), "--layout", "lead_carla",
+    result = _cli("pack", str(raw), str(out), "--layout", "lead",
                   "--allow-pickle-input")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["layout"] == "lead_carla" and manifest["counts"]["samples"] == 2
+    assert manifest["layout"] == "lead" and manifest["counts"]["samples"] == 2
     assert _cli("verify", str(out), "--deep").returncode == 0
 
 
@@ -72,13 +72,13 @@ def test_a_forbidden_global_is_refused_even_with_the_flag_and_never_run(raw, tmp
     (raw / ROUTE / "metas" / "0009.pkl").write_bytes(
         lzma.compress(pickle.dumps({"speed": _Evil(marker)})))
     with pytest.raises(PackError) as err:
-        pack(raw, tmp_path / "out", PackOptions.of(layout="lead_carla", progress=False,
+        pack(raw, tmp_path / "out", PackOptions.of(layout="lead", progress=False,
                                                    allow_pickle_input=True))
     message = str(err.value)
     assert "metas/0009.pkl" in message and "system" in message and "\n" not in message
     assert not marker.exists() and not (tmp_path / "out").exists()
     manifest = pack(raw, tmp_path / "skip", PackOptions.of(
-        layout="lead_carla", progress=False, allow_pickle_input=True, on_error="skip"))
+        layout="lead", progress=False, allow_pickle_input=True, on_error="skip"))
     assert [s["frame"] for s in manifest["skipped"]] == [9] and not marker.exists()
 
 
@@ -110,7 +110,7 @@ def test_a_bad_sensor_file_is_a_skip_naming_it(raw, tmp_path, file, cut):
     path = raw / ROUTE / file
     path.write_bytes(path.read_bytes()[:cut])
     manifest = pack(raw, tmp_path / "out", PackOptions.of(
-        layout="lead_carla", progress=False, allow_pickle_input=True, on_error="skip"))
+        layout="lead", progress=False, allow_pickle_input=True, on_error="skip"))
     assert [(s["frame"], s["file"]) for s in manifest["skipped"]] == [(9, file)]
     assert manifest["counts"]["samples"] == 1
 
@@ -123,7 +123,7 @@ def test_a_failed_route_and_a_route_without_results_are_left_out(raw, tmp_path):
     doc["infractions"]["collisions_vehicle"] = ["x"]
     results.write_text(json.dumps(doc))
     with pytest.raises(PackError, match="left out by its route filter"):
-        pack(raw, tmp_path / "out", PackOptions.of(layout="lead_carla", progress=False,
+        pack(raw, tmp_path / "out", PackOptions.of(layout="lead", progress=False,
                                                    allow_pickle_input=True))
 
 

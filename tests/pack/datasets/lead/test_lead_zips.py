@@ -17,7 +17,7 @@ from tests.pack.datasets.lead.test_layout_lead import samples
 
 
 def _opts(**kw) -> PackOptions:
-    return PackOptions.of(layout="lead_carla", allow_pickle_input=True, progress=False, **kw)
+    return PackOptions.of(layout="lead", allow_pickle_input=True, progress=False, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +77,13 @@ def test_a_cluster_plan_of_real_size_zips_needs_no_unpickling(tmp_path):
     from carla_wds.pack.plan_parts import make_plan
     routes = synth_dataset(tmp_path / "raw", episodes=2, frames=17, seed=2, progress=False)
     write_route_zips(routes, tmp_path / "zips")
-    plan = make_plan(str(tmp_path / "zips"), PackOptions.of(layout="lead_carla"), 2)
+    plan = make_plan(str(tmp_path / "zips"), PackOptions.of(layout="lead"), 2)
     sizes = {n: s for part in plan["part_list"] for n, s in part["episodes"].items()}
     assert sorted(sizes) == ["Accident/Town12_Rep0_3790_0_route0_01_10_05_46_05",
                              "VehicleOpensDoorTwoWays/Town13_Rep0_3791_0_route1_01_10_05_46_05"]
     assert all(s == (tmp_path / "zips" / f"{n}.zip").stat().st_size for n, s in sizes.items())
     with pytest.raises(PackError, match="metas/0008.pkl.*--allow-pickle-input"):
-        pack(tmp_path / "zips", tmp_path / "out", PackOptions.of(layout="lead_carla",
+        pack(tmp_path / "zips", tmp_path / "out", PackOptions.of(layout="lead",
                                                                  progress=False))
     assert not (tmp_path / "out").exists()
     manifest = pack(tmp_path / "zips", tmp_path / "ok", _opts())
