@@ -66,7 +66,10 @@ def _tree_bytes(path: Path) -> int:
 
 
 def episode_sizes(input_dir: str, episodes: list[Any], opts: PackOptions) -> dict[str, int]:
-    """name -> bytes of each episode: the store's listing for s3:// inputs, else the files."""
+    """name -> bytes of each episode: its own `size` where it knows it (a route in an
+    archive: its members' bytes), else the store's listing for s3:// inputs, else the files."""
+    if all(getattr(e, "size", None) is not None for e in episodes):
+        return {episode_name(e): e.size for e in episodes}
     if is_objstore(input_dir):
         listing = StoreWriter(input_dir, opts.remote(), "INPUT_DIR").listing()
         root = input_dir.rstrip("/") + "/"
