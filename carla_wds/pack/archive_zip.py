@@ -128,6 +128,10 @@ class ZipArchive:
     def names(self) -> list[str]:
         return sorted(self._index)
 
+    def size(self, key: str) -> int:
+        """A member's unpacked size, as its central directory declares it."""
+        return self._index[key].file_size
+
     def read(self, key: str) -> bytes:
         info = self._index[key]
         try:

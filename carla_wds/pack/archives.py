@@ -243,8 +243,11 @@ class TarGzArchive:
                 raise ArchiveError(f"member {member.name} is in the archive twice; expected one "
                                    "file per name (which copy is meant is unknown). Fix: keep "
                                    "one copy of each file (rebuild the archive from its folder)")
-            data = tar.extractfile(member).read() if self._keep else b""
-            if self._keep and len(data) != member.size:
+            if not self._keep:   # a listing: the name and its size, nothing spooled
+                index[key] = (0, member.size)
+                continue
+            data = tar.extractfile(member).read()
+            if len(data) != member.size:
                 raise EOFError(f"member {member.name} is cut short")
             self.spool.put(key, data)
 
@@ -253,6 +256,10 @@ class TarGzArchive:
 
     def read(self, key: str) -> bytes:
         return self.spool.read(key)
+
+    def size(self, key: str) -> int:
+        """A member's unpacked size (after a listing too)."""
+        return self.spool.index[key][1]
 
     def close(self) -> None:
         self.spool.close()

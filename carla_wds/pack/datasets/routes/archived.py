@@ -117,6 +117,32 @@ def routes_in(names: list[str], measurements: str) -> dict[str, int]:
             if not any(r != o and (o == "" or r.startswith(o + "/")) for o in found)}
 
 
+class ArchivedRoute(str):
+    """An archived route's episode (a str, as a route folder's), with its archive and its
+    members' unpacked bytes (`size`: what a cluster plan balances and fingerprints)."""
+
+    def __new__(cls, episode: str, archive: Path | ArchiveURL, size: int) -> "ArchivedRoute":
+        self = super().__new__(cls, episode)
+        self.archive, self.size = archive, size
+        return self
+
+    def __reduce__(self):
+        return ArchivedRoute, (str(self), self.archive, self.size)
+
+
+def _route_bytes(sizes: dict[str, int], routes: dict[str, int]) -> dict[str, int]:
+    """Each route's members' bytes (a member counts for the route folder it lies under)."""
+    held = dict.fromkeys(routes, 0)
+    for name, size in sizes.items():
+        parts = name.split("/")
+        for i in range(len(parts)):
+            route = "/".join(parts[:i])
+            if route in held:
+                held[route] += size
+                break
+    return held
+
+
 class RouteArchives:
     """The routes of INPUT_DIR's archives (one listing pass), planned route by route."""
 
@@ -125,6 +151,7 @@ class RouteArchives:
         self.input_dir, self.remote, self.spool_bytes = input_dir, remote, spool_bytes
         self.where: dict[str, tuple[Holder, str]] = {}   # episode -> (archive, route in it)
         self.frames: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}   # episode -> its members' unpacked bytes
         self.without_routes: list[str] = []
         self.archives = find_archives(input_dir, remote)
         for folder, path in self.archives:
@@ -142,11 +169,13 @@ class RouteArchives:
                             f"{said}. Fix: download it again (compare its size and checksum "
                             "with the source's), or move it out of INPUT_DIR") from None
         names = archive.names()
+        sizes = {n: archive.size(n) for n in names}
         archive.close()
         holder = Holder(path, _into(folder, path, names))
         found = routes_in(names, measurements)
         if not found:
             self.without_routes.append(str(path))
+        held = _route_bytes(sizes, found)
         for route, n in found.items():
             episode = str(PurePosixPath(holder.into, route)) if route else holder.into
             if episode in ("", "."):
@@ -161,9 +190,11 @@ class RouteArchives:
                     "and pack the folder")
             self.where[episode] = (holder, route)
             self.frames[episode] = n
+            self.sizes[episode] = held[route]
 
-    def routes(self) -> list[str]:
-        return sorted(self.where)
+    def routes(self) -> list[ArchivedRoute]:
+        """The episodes, sorted, each with its archive and bytes (a cluster plan's sizes)."""
+        return [ArchivedRoute(e, self.where[e][0].path, self.sizes[e]) for e in sorted(self.where)]
 
     def start(self, episodes: list[str]) -> None:
         """The routes to be planned, in order: each archive is closed after its last one."""
@@ -237,4 +268,5 @@ def _carry_bytes(plan: RoutePlan, route: str) -> bool:
     return bad > 0
 
 
-__all__ = ["ArchivedEncoder", "ArchivedTask", "RouteArchives", "find_archives", "routes_in"]
+__all__ = ["ArchivedEncoder", "ArchivedRoute", "ArchivedTask", "RouteArchives", "find_archives",
+           "routes_in"]

@@ -333,3 +333,26 @@ def test_worker_processes_encode_archived_tasks_from_their_bytes(dataset, tmp_pa
         loop.unlink()
     run_pack(extracted, tmp_path / "f", **kw)
     assert shard_hashes(tmp_path / "a") == shard_hashes(tmp_path / "f")
+
+
+def test_a_cluster_plan_of_archives_equals_the_folders_plan(dataset, tmp_path, cli):
+    """`carla-wds plan` sizes an archived route by its members' unpacked bytes, which are its
+    extracted files' bytes: the plan (parts, sizes, fingerprint) equals the folders', and each
+    part packed with --plan gives the folders' part's shards."""
+    layout, arc, extracted = dataset
+    plans = {}
+    for name, src in (("a", arc), ("f", extracted)):
+        out = tmp_path / name
+        result = cli("plan", src, out, "--layout", layout, "--parts", "2")
+        assert result.exit_code == 0, result.output
+        plans[name] = json.loads((out / "plan.json").read_text())
+        for i in (0, 1):
+            result = cli("pack", src, out, "--layout", layout, "--plan", out / "plan.json",
+                         "--part", str(i))
+            assert result.exit_code == 0, result.output
+    for key in ("fingerprint", "names", "bytes", "part_list"):
+        assert plans["a"][key] == plans["f"][key], key
+    assert plans["a"]["bytes"] > 0
+    parts = [p["dir"] for p in plans["a"]["part_list"]]
+    for d in parts:
+        assert shard_hashes(tmp_path / "a" / d) == shard_hashes(tmp_path / "f" / d)
