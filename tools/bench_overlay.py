@@ -9,9 +9,10 @@
                  samples, so compared per sample, not per epoch)
 
 for each num_workers in --workers-list. Each measurement runs in a fresh process, timed from
-after its imports to the last batch of one epoch (worker start-up included), and the kinds
-alternate within each repeat (a, b, c, a, b, c, ...), so that drift on a shared machine hits
-them alike; the table gives the median samples/s of the repeats and (b)/(a).
+after its imports to the last batch of --epochs epochs (worker start-up included), and the
+kinds alternate within each repeat, each one first in turn (a b c, b c a, c a b, ...), so
+that drift and a cold first run on a shared machine hit them alike; the table gives the
+median samples/s of the repeats and the ratios to (a).
 
     .venv/bin/python tools/bench_overlay.py --workdir /tmp/bench_overlay [--episodes 4 --frames 60]
 """
@@ -49,7 +50,7 @@ def prepare(workdir: Path, episodes: int, frames: int, size: tuple[int, int],
 
 
 def child(args: argparse.Namespace) -> None:
-    """One measurement: one epoch of one kind; prints {"samples", "seconds"}."""
+    """One measurement: --epochs epochs of one kind; prints {"samples", "seconds"}."""
     from carla_wds import CARLAWebData
     workdir = Path(args.workdir)
     extra = {} if args.child == "base" else {"overlays": [str(workdir / "overlay")],
@@ -58,16 +59,19 @@ def child(args: argparse.Namespace) -> None:
     data = CARLAWebData(str(workdir / "shards"), batch_size=args.batch_size,
                         num_workers=args.workers, image_size=tuple(args.image_size), **extra)
     samples = 0
-    for batch in data:
-        samples += int(batch.valid.sum())
-        if args.child != "base":   # the text is there, as a training step would read it
-            assert len(batch.fields["simlingo_commentary"]) == len(batch)
+    for epoch in range(args.epochs):
+        data.set_epoch(epoch)
+        for batch in data:
+            samples += int(batch.valid.sum())
+            if args.child != "base":   # the text is there, as a training step would read it
+                assert len(batch.fields["simlingo_commentary"]) == len(batch)
     print(json.dumps({"samples": samples, "seconds": time.perf_counter() - t0}))
 
 
 def measure(args: argparse.Namespace, kind: str, workers: int) -> float:
     out = subprocess.run([sys.executable, __file__, "--child", kind, "--workers", str(workers),
                           "--workdir", args.workdir, "--batch-size", str(args.batch_size),
+                          "--epochs", str(args.epochs),
                           "--image-size", *map(str, args.image_size)],
                          capture_output=True, text=True, check=True)
     run = json.loads(out.stdout.strip().splitlines()[-1])
@@ -84,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the cameras' size as synthesised and as loaded")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--coverage", type=float, default=0.5)
+    p.add_argument("--epochs", type=int, default=3, help="epochs per measurement")
     p.add_argument("--workers-list", default="0,2")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -101,11 +106,11 @@ def main() -> None:
     prepare(workdir, args.episodes, args.frames, tuple(args.image_size), args.coverage)
     workers_list = [int(w) for w in args.workers_list.split(",")]
     rates = {(k, w): [] for k in KINDS for w in workers_list}
-    for _ in range(args.repeats):
+    for r in range(args.repeats):
         for w in workers_list:
-            for kind in KINDS:
+            for kind in KINDS[r % 3:] + KINDS[:r % 3]:   # each kind first in turn
                 rates[kind, w].append(measure(args, kind, w))
-    print(f"\nsamples/s, median of {args.repeats} (one epoch each, fresh process)")
+    print(f"\nsamples/s, median of {args.repeats} ({args.epochs} epochs each, fresh process)")
     print("| workers | base | overlay | required | overlay / base | required / base |")
     print("|---|---|---|---|---|---|")
     for w in workers_list:
