@@ -13,7 +13,7 @@ from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts, dataset
 from .pack.errors import PackError
 from .pack.synth import synth_layouts
 from .remote import RemoteError
-from .schema import SchemaError
+from .schema import IMAGE_FORMATS, SchemaError
 
 # Errors about the user's input or folders: shown as "Error: message", never as a traceback.
 USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError, RemoteError)
@@ -106,8 +106,10 @@ def main(verbose: bool) -> None:
                    "--max-samples closes at the next route's start, so few routes span shards "
                    "and history windows (history=K) still shuffle whole shards.")
 @click.option("--prefix", default="shard", show_default=True)
-@click.option("--image-format", type=click.Choice(["png", "jpg"]), default=None,
-              help="Re-encode images; default copies the source bytes verbatim.")
+@click.option("--image-format", type=click.Choice(list(IMAGE_FORMATS)), default=None,
+              help="Re-encode images; default copies the source bytes verbatim. raw: decode "
+                   "once here and store uint8 HxWx3 .npy (no decode when loading; larger "
+                   "shards).")
 @click.option("--quality", default=95, show_default=True, help="JPEG quality.")
 @click.option("--resize", default=None, help="HxW: resize images before encoding.")
 @click.option("--workers", default=1, show_default=True)

@@ -25,7 +25,8 @@ import cv2
 import numpy as np
 
 from . import limits
-from .imagesize import PNG_SIG, ImageHeaderError, check_size, image_size
+from .imagesize import (PNG_SIG, ImageHeaderError, check_size, image_size, npy_header,
+                        npy_header_end)
 from .limits import LimitError
 
 try:  # pyspng decodes PNG ~1.3x faster than cv2 here; optional ([fast] extra)
@@ -107,6 +108,11 @@ class ImageCodec(Codec):
         if img is None:
             raise SchemaError("image bytes do not decode")
         return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+    def pixels(self, data: Data) -> np.ndarray:
+        """The decoded pixels, possibly a read-only view of `data` (the raw codec's), for a
+        caller that copies them at once (the loader's resize into its batch slot)."""
+        return self.decode(data)
 
     def size(self, data: Data) -> tuple[int, int]:
         """(H, W) from the header, without decoding (raises ImageHeaderError)."""
@@ -195,7 +201,7 @@ class NpyCodec(Codec):
         return _npy_header(arr.dtype.str, arr.shape) + arr.tobytes()
 
     def decode(self, data: Data) -> np.ndarray:
-        end = _npy_header_end(data)
+        end = npy_header_end(data)
         known = self._headers.get(bytes(data[:end])) if end else None
         if known is None:
             shape, _, dtype, _ = npy_header(data)
@@ -229,22 +235,6 @@ class NpyCodec(Codec):
         return None
 
 
-def npy_header(data: Data) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """(shape, fortran order, dtype, offset of the data) from an .npy header, never
-    unpickling anything; ValueError for a header numpy cannot parse."""
-    f = io.BytesIO(bytes(data[:65536 + 12]))   # a header is at most 64 KiB (numpy's limit)
-    try:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, fortran, dtype = read(f)
-    except (SyntaxError, TypeError, OverflowError, MemoryError) as exc:   # odd header text
-        raise ValueError(f"unreadable .npy header ({type(exc).__name__})") from None
-    if any(int(d) < 0 for d in shape):   # (-2, -2) multiplies out positive; np.load refuses it
-        raise ValueError(f"an .npy header with a negative dimension {shape}")
-    return tuple(int(d) for d in shape), bool(fortran), dtype, f.tell()
-
-
 def check_npy_bytes(shape: tuple[int, ...], dtype: np.dtype, what: str = ".npy") -> int:
     """The bytes an array of this header holds, refused (LimitError, array_bytes) when over
     the limit: checked from the header, before np.load allocates them."""
@@ -260,15 +250,6 @@ def _npy_header(dtype: str, shape: tuple[int, ...]) -> bytes:
     empty = np.zeros(shape, np.dtype(dtype))
     np.save(buf, empty, allow_pickle=False)
     return buf.getvalue()[:buf.tell() - empty.nbytes]
-
-
-def _npy_header_end(data: Data) -> int:
-    """Offset of an .npy's data (after magic, version, header length, header); 0 if unclear."""
-    if data[:6] != b"\x93NUMPY" or len(data) < 12:
-        return 0
-    if data[6] == 1:
-        return 10 + int.from_bytes(data[8:10], "little")
-    return 12 + int.from_bytes(data[8:12], "little")
 
 
 class JsonCodec(Codec):
@@ -340,7 +321,7 @@ class RecordCodec(NpyCodec):
 
     def decode(self, data: Data) -> np.ndarray:
         # one record per sample: the bound reads each distinct header once (ast-parsed)
-        head = bytes(data[:_npy_header_end(data)])
+        head = bytes(data[:npy_header_end(data)])
         known = self._bounds.get(head)
         if known is None:
             shape, _, dtype, _ = npy_header(data)

@@ -40,7 +40,7 @@ READABLE_VERSIONS = (1, 2)
 # the first four: TCP and TransFuser; front and the last five: Bench2Drive's nuScenes-like rig
 CAMERAS = ("front", "rear", "left", "right", "front_left", "front_right", "back", "back_left",
            "back_right")
-IMAGE_FORMATS = ("png", "jpg")
+IMAGE_FORMATS = ("png", "jpg", "raw")   # raw: decoded at pack time (modalities/image.py)
 _KEY_OK = re.compile(r"^[A-Za-z0-9_\-~+=,@]+$")
 # No camera image of a CARLA dataset comes near this (Bench2Drive: 1600x900 = 1.4 MP); an
 # 8192x8192 RGB image is 200 MB decoded. The default of the limit image_pixels (limits.py),

@@ -47,6 +47,16 @@ def test_our_half_runs_on_a_tiny_pack(tmp_path: Path) -> None:
     assert re.search(r"^\| PNG decode \| [0-9.]+ \| \d+% \|$", proc.stdout, re.M), proc.stdout
 
 
+def test_ours_from_a_raw_pack(tmp_path: Path) -> None:
+    """--ours-image-format raw packs ours with cameras decoded at pack time, in its own folder."""
+    proc = _bench(tmp_path, "--ours-image-format", "raw")
+    rows = {m.group(1): m.groups() for m in re.finditer(ROW, proc.stdout, re.M)}
+    assert set(rows) == {"0", "1"} and all(int(r[1]) == 4 for r in rows.values())
+    assert "tcp: ours from shards_raw (" in proc.stdout
+    manifest = (tmp_path / "work" / "tcp_1x8" / "shards_raw" / "manifest.json").read_text()
+    assert '"image_format": "raw"' in manifest
+
+
 def _module(monkeypatch):
     """The tool as a module (registered by name: dataclasses and _call look it up)."""
     spec = importlib.util.spec_from_file_location("bench_adapters", BENCH)

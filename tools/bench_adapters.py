@@ -22,13 +22,13 @@ alternate ABBA over the repeats. The table gives medians and ranges of samples/s
 seconds per sample (the cell's process plus its reaped workers). --torch-threads 1 sets the
 main process's intra-op threads (workers always run one): on a busy 2-core machine torch's
 default two threads can wait on each other for milliseconds per operation, which swamps a
-0-worker cell of either side. --profile SIDE:W runs one more
-cell of that side in-process under cProfile and prints where its time goes (at 0 workers the
-whole pipeline; at W > 0 the main process: the IPC).
+0-worker cell of either side. --profile SIDE:W runs one more cell of that side in-process under
+cProfile and prints where its time goes (at 0 workers the whole pipeline; at W > 0 the main
+process: the IPC). --ours-image-format raw packs ours with cameras decoded at pack time.
 
     .venv/bin/python tools/bench_adapters.py --workdir /tmp/bench_adapters \
         --repo-dir tcp=/tmp/golden_src/TCP [--adapters tcp] [--episodes 2 --frames 36] \
-        [--repeats 3] [--profile theirs:0] [--out docs/benchmarks.md]
+        [--repeats 3] [--profile theirs:0] [--ours-image-format raw] [--out docs/benchmarks.md]
 """
 from __future__ import annotations
 
@@ -201,14 +201,15 @@ def cli(python: str, *args: str) -> None:
 def prepare(name: str, entry: Entry, args: argparse.Namespace) -> tuple[Path, Path]:
     """Synthesise and pack the routes once (kept in --workdir), and run their preprocessing."""
     work = Path(args.workdir) / f"{name}_{args.episodes}x{args.frames}"
-    raw, shards = work / "raw", work / "shards"
+    fmt = args.ours_image_format   # ours reads a pack of these cameras (None: the source's)
+    raw, shards = work / "raw", work / ("shards" if fmt is None else f"shards_{fmt}")
     if not raw.is_dir():
         cli(sys.executable, "synth", str(raw), "--layout", entry.layout, "--episodes",
             str(args.episodes), "--frames", str(args.frames), "--seed", str(args.seed),
             "--image-size", entry.image_size)
     if not (shards / "manifest.json").exists():
         cli(sys.executable, "pack", str(raw), str(shards), "--layout", entry.layout,
-            "--no-fsync", *entry.pack_args)
+            "--no-fsync", *entry.pack_args, *(("--image-format", fmt) if fmt else ()))
     if name in args.repo_dirs:
         fresh({"side": "prepare", "adapter": name, "repo_dir": args.repo_dirs[name],
                "raw": str(raw)}, args.python)
@@ -352,6 +353,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workers-list", default="0,1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--augment", action="store_true", help="their augmentation on both sides")
+    ap.add_argument("--ours-image-format", choices=("png", "jpg", "raw"),
+                    help="pack ours with --image-format (default: the source's bytes)")
     ap.add_argument("--torch-threads", type=int, default=0,
                     help="torch.set_num_threads in each cell's main process (0: torch's default)")
     ap.add_argument("--python", default=sys.executable,
@@ -378,7 +381,11 @@ def main(argv: list[str] | None = None) -> int:
              f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}."]
     for name in usable(args.adapters.split(","), args.repo_dirs):
         raw, shards = prepare(name, ENTRIES[name], args)
-        parts += ["", table(name, measure(name, raw, shards, args), args.workers)]
+        mib = [sum(p.stat().st_size for p in d.rglob("*") if p.is_file()) / 2**20
+               for d in (shards, raw)]
+        parts += ["", f"{name}: ours from {shards.name} ({mib[0]:.1f} MiB; the raw routes "
+                  f"{mib[1]:.1f} MiB)", "",
+                  table(name, measure(name, raw, shards, args), args.workers)]
     load = os.getloadavg()
     parts += ["", f"Load average at the end: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}."]
     text = "\n".join(parts)

@@ -82,8 +82,8 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str | ImageCodec
     except ImageHeaderError as exc:
         raise SchemaError(f"image refused before decoding: {exc}") from None
     img = decode_reduced(data, source, image_size) if reduced and codec.name == "jpg" else None
-    if img is None:
-        img = codec.decode(data)
+    if img is None:   # a raw member's pixels are a view of `data` (no decode, no copy)
+        img = codec.pixels(data) if out is not None else codec.decode(data)
     h, w = image_size
     if img.shape[:2] != (h, w):
         return cv2.resize(img, (w, h), dst=out, interpolation=cv2.INTER_LINEAR)

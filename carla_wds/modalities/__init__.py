@@ -10,7 +10,7 @@ kind is `register_modality(Modality(...), codecs)`, from a file here or from out
 
 | kind         | codecs                                  | batch                    | collate |
 |--------------|-----------------------------------------|--------------------------|---------|
-| rgb          | png, jpg                                | images                   | cameras |
+| rgb          | png, jpg, raw                           | images                   | cameras |
 | depth        | depth_carla24 (+ datasets' 8-bit ones)  | depth                    | fixed   |
 | semantics    | semantics                               | semantics                | fixed   |
 | bev          | bev_classes (+ datasets' bit planes)    | bev                      | fixed   |
@@ -131,7 +131,7 @@ def markdown_table() -> str:
 
 
 _TABLE = (   # one row per kind: (its Modality, the codecs its file defines)
-    (image.RGB, ()),
+    (image.RGB, image.KIND_CODECS),
     (depth.DEPTH, depth.KIND_CODECS),
     (semantics.SEMANTICS, semantics.SEMANTICS_CODECS),
     (bev.BEV, bev.KIND_CODECS),

@@ -21,7 +21,7 @@ from ..extras import MEASUREMENTS, make_record
 from ..imagesize import image_size
 from ..limits import LimitError
 from ..modalities import points_problem
-from ..schema import SampleSpec, SchemaError, encode_sample
+from ..schema import IMAGE_FORMATS, SampleSpec, SchemaError, encode_sample
 from .routes import FIX_SKIP, FrameTask, Reader, Skip
 from .sources import decode_json, read_bytes, read_file, read_npy
 
@@ -245,9 +245,9 @@ class ImageSizes:
     def _check_extras(self, item: Encoded) -> dict[str, Any] | Skip:
         """Each extra image member's header size against the first frame's (the codecs have
         held it to image_pixels already, before decoding)."""
-        cameras = {f"{c}.{ext}" for c in item.stored_sizes for ext in ("png", "jpg")}
+        cameras = {f"{c}.{ext}" for c in item.stored_sizes for ext in IMAGE_FORMATS}
         for member, data in item.sample.items():
-            if member in cameras or member.rsplit(".", 1)[-1] not in ("png", "jpg"):
+            if member in cameras or member.rsplit(".", 1)[-1] not in IMAGE_FORMATS:
                 continue
             try:
                 hw = image_size(data)
