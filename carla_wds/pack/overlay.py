@@ -123,11 +123,11 @@ def join_entries(kind: OverlayKind, overlay_dir: Path, index: RouteIndex
     joined: dict[str, Entry] = {}
     unmatched: list[dict[str, Any]] = []
     count = 0
-    for rel, path in entry_files(overlay_dir, kind.suffixes):
-        entry = read_entry(kind, rel, path)
+    for found in entry_files(overlay_dir, kind.suffixes):
+        entry = read_entry(kind, found)
         count += 1
         if isinstance(entry, str):
-            unmatched.append({"file": str(rel), "why": entry})
+            unmatched.append({"file": found[3], "why": entry})
             continue
         route = index.route_of(entry)
         key = f"{route}__{entry.frame:04d}" if route is not None else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
+from .archives import TAR_GZ, ArchiveError, TarGzArchive
 from .errors import PackError
 from .sources import decode_json, read_bytes
 
@@ -35,7 +36,7 @@ class OverlayKind:
 @dataclass(frozen=True)
 class Entry:
     """One overlay file, read and located."""
-    file: str                  # relative to OVERLAY_DIR
+    file: str                  # relative to OVERLAY_DIR (archive:member in an archive)
     route: tuple[str, ...]
     frame: int
     value: Any
@@ -57,13 +58,24 @@ def route_and_frame(parts: tuple[str, ...], stem: str, file: str) -> Located | s
     return tuple(parts), frame
 
 
-def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[tuple[PurePosixPath, Path]]:
-    """(relative path, path) of every file under root whose name ends with a suffix, sorted;
-    a symlink anywhere below root is refused: an overlay's files are read where they are,
-    never through a link that may lead out of the tree."""
+Read = Callable[[], bytes]   # an entry file's bytes, bounded
+
+
+# (path inside the tree or archive, where (for errors), read, name in the unmatched list)
+Found = tuple[PurePosixPath, str, Read, str]
+
+
+def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[Found]:
+    """(path, where, read, name) of every file under root whose name ends with a suffix,
+    then of every such member of the `.tar.gz` archives under root (as the projects ship
+    their label chunks), read without extraction (pack/archives.py: members that leave the
+    archive, links and duplicates refused). A symlink anywhere below root is refused: an
+    overlay's files are read where they are, never through a link that may point out of
+    the tree."""
     if root.is_symlink() or not root.is_dir():
         raise PackError(f"overlay folder {root}: not a folder (a symlink is refused). Fix: "
-                        "pass the folder the overlay's archives were extracted into")
+                        "pass the folder holding the overlay's files or its .tar.gz chunks")
+    archives = []
     for top, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(dirs + files):
@@ -72,26 +84,47 @@ def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[tuple[PurePos
                 raise PackError(f"overlay file {path}: a symlink; refused, since it may point "
                                 "out of the overlay folder. Fix: replace it with the file itself")
         for name in sorted(files):
+            path = Path(top) / name
             if name.endswith(suffixes):
-                path = Path(top) / name
-                yield PurePosixPath(path.relative_to(root).as_posix()), path
+                rel = PurePosixPath(path.relative_to(root).as_posix())
+                yield rel, str(path), lambda p=path: read_bytes(p), str(rel)
+            elif name.endswith(TAR_GZ):
+                archives.append(path)
+    for path in archives:
+        yield from _archive_members(path, path.relative_to(root).as_posix(), suffixes)
 
 
-def read_entry(kind: OverlayKind, rel: PurePosixPath, path: Path) -> Entry | str:
+def _archive_members(path: Path, rel: str, suffixes: tuple[str, ...]) -> Iterator[Found]:
+    what = f"overlay archive {path}"
+    try:
+        archive = TarGzArchive(path, lambda n: n if n.endswith(suffixes) else None, what)
+    except ArchiveError as exc:
+        raise PackError(f"{what}: {exc}. Fix: re-download it, or extract it and pass the "
+                        "folder") from None
+    try:
+        for name in archive.names():
+            yield (PurePosixPath(name), f"{path} member {name}",
+                   lambda n=name: archive.read(n), f"{rel}:{name}")
+    finally:
+        archive.close()
+
+
+def read_entry(kind: OverlayKind, found: Found) -> Entry | str:
     """One file -> Entry (bounded read, gunzip and JSON depth: limits.py), or why it names
     no base frame (an unmatched entry). A file that cannot be read or is not the kind's
     JSON is a PackError naming the file and the fix."""
+    rel, where, read, name = found
     try:
-        value = decode_json(read_bytes(path), path.name.endswith(".gz"))
+        value = decode_json(read(), rel.name.endswith(".gz"))
     except (ValueError, OSError) as exc:   # LimitError is a ValueError
-        raise PackError(f"overlay file {path}: {exc}. Fix: re-download or re-extract it, or "
+        raise PackError(f"overlay file {where}: {exc}. Fix: re-download or re-extract it, or "
                         "raise the limit it names (--limit NAME=N) if the file is genuine"
                         ) from None
     problem = kind.check(value)
     if problem:
-        raise PackError(f"overlay file {path}: {problem} (--kind {kind.name}: "
+        raise PackError(f"overlay file {where}: {problem} (--kind {kind.name}: "
                         f"{kind.source}). Fix: pass the --kind this tree is")
     located = kind.locate(rel, value)
     if isinstance(located, str):
         return located
-    return Entry(str(rel), located[0], located[1], value)
+    return Entry(name, located[0], located[1], value)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,42 @@ def test_cli_pack_overlay_one_line_errors(garage, tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "not a folder" in bad.stderr
     assert not (tmp_path / "o2").exists()
+
+
+def _chunk(tree: Path, archive: Path, prefix: str, edit=None) -> Path:
+    """A SimLingo-style label chunk: the tree's files under `prefix/` in one .tar.gz."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+            info = tar.gettarinfo(str(path), f"{prefix}/{path.relative_to(tree).as_posix()}")
+            if edit:
+                edit(info)
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+    return archive
+
+
+def test_label_chunks_are_read_without_extraction(garage, tmp_path):
+    """An OVERLAY_DIR of .tar.gz chunks gives the same overlay shards as the extracted tree."""
+    kind = "simlingo_dreamer"
+    (tmp_path / "chunks").mkdir()
+    _chunk(_tree(garage, kind), tmp_path / "chunks" / "dreamer_chunk_001.tar.gz",
+           "dreamer/simlingo")
+    from_chunks = pack_overlay(tmp_path / "chunks", garage / "shards", tmp_path / "a", kind)
+    pack_overlay(_tree(garage, kind), garage / "shards", tmp_path / "b", kind)
+    shards = sorted(p.name for p in (tmp_path / "b").glob("overlay-*.tar"))
+    assert shards and all((tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes()
+                          for n in shards)
+    assert all(u["file"].startswith("dreamer_chunk_001.tar.gz:dreamer/simlingo/")
+               for u in from_chunks.unmatched) and from_chunks.unmatched
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda i: setattr(i, "name", "../../escape/" + i.name), "leaves the archive's folder"),
+    (lambda i: (setattr(i, "type", tarfile.SYMTYPE), setattr(i, "linkname", "/etc/passwd"),
+                setattr(i, "size", 0)), "is a symlink, not a plain file")])
+def test_hostile_label_chunks_are_refused(garage, tmp_path, edit, match):
+    kind = "simlingo_dreamer"
+    (tmp_path / "chunks").mkdir()
+    _chunk(_tree(garage, kind), tmp_path / "chunks" / "c.tar.gz", "dreamer", edit)
+    _refused(lambda: pack_overlay(tmp_path / "chunks", garage / "shards", tmp_path / "o", kind),
+             rf"overlay archive .*c.tar.gz.*{match}.*Fix", tmp_path / "o")
