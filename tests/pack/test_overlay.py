@@ -213,3 +213,26 @@ def test_hostile_label_chunks_are_refused(garage, tmp_path, edit, match):
     _chunk(_tree(garage, kind), tmp_path / "chunks" / "c.tar.gz", "dreamer", edit)
     _refused(lambda: pack_overlay(tmp_path / "chunks", garage / "shards", tmp_path / "o", kind),
              rf"overlay archive .*c.tar.gz.*{match}.*Fix", tmp_path / "o")
+
+
+@pytest.fixture(scope="module")
+def lb2(tmp_path_factory) -> Path:
+    """A garage_lb2_simlingo pack (SimLingo's own route filter and frames) of SimLingo's tree,
+    <root>/data/simlingo/..., with each label tree beside data/ as SimLingo's database has."""
+    root = tmp_path_factory.mktemp("ovl_lb2")
+    routes = synth_dataset(root, "garage_lb2", episodes=3, frames=40, seed=2,
+                           image_size=(24, 32), progress=False)
+    pack(root / "data", root / "shards", PackOptions.of(layout="garage_lb2_simlingo",
+                                                        max_samples=8, progress=False))
+    for i, kind in enumerate(GARAGE_KINDS):
+        synth_overlay(_tree(root, kind), kind, routes, root / "data", coverage=0.5, seed=i)
+    return root
+
+
+@pytest.mark.parametrize("kind", GARAGE_KINDS)
+def test_the_kinds_join_a_garage_lb2_pack_by_simlingos_formula(lb2, tmp_path, kind):
+    want = expected_entries(lb2, kind)
+    report = pack_overlay(_tree(lb2, kind), lb2 / "shards", tmp_path / "o", kind)
+    members = overlay_entries(tmp_path / "o")
+    assert list(members) == all_keys(lb2 / "shards") and report.with_entry == len(want) > 0
+    assert {k for k, v in members.items() if v is not None} == set(want)
