@@ -123,7 +123,7 @@ def join_entries(kind: OverlayKind, overlay_dir: Path, index: RouteIndex
     joined: dict[str, Entry] = {}
     unmatched: list[dict[str, Any]] = []
     count = 0
-    for found in entry_files(overlay_dir, kind.suffixes):
+    for found in entry_files(overlay_dir, kind):
         entry = read_entry(kind, found)
         count += 1
         if isinstance(entry, str):

@@ -31,6 +31,14 @@ class OverlayKind:
     suffixes: tuple[str, ...]   # endings of an entry's file name, e.g. (".json.gz",)
     locate: Locate        # (path relative to OVERLAY_DIR, parsed JSON) -> Located or why not
     check: Check          # parsed JSON -> None, or what its structure lacks
+    folder: str | None = None   # the folder an entry file must be in (others are not read)
+    keep: tuple[str, ...] = ()  # the keys of an entry's JSON object stored (all if empty)
+
+    def wants(self, path: str) -> bool:
+        """Whether the file (or archive member) at this posix path is one of its entries."""
+        parts = path.rsplit("/", 2)
+        return parts[-1].endswith(self.suffixes) and (
+            self.folder is None or (len(parts) > 1 and parts[-2] == self.folder))
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,8 @@ Read = Callable[[], bytes]   # an entry file's bytes, bounded
 Found = tuple[PurePosixPath, str, Read, str]
 
 
-def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[Found]:
-    """(path, where, read, name) of every file under root whose name ends with a suffix,
+def entry_files(root: Path, kind: OverlayKind) -> Iterator[Found]:
+    """(path, where, read, name) of every entry file of `kind` under root (kind.wants),
     then of every such member of the `.tar.gz` archives under root (as the projects ship
     their label chunks), read without extraction (pack/archives.py: members that leave the
     archive, links and duplicates refused). A symlink anywhere below root is refused: an
@@ -85,19 +93,19 @@ def entry_files(root: Path, suffixes: tuple[str, ...]) -> Iterator[Found]:
                                 "out of the overlay folder. Fix: replace it with the file itself")
         for name in sorted(files):
             path = Path(top) / name
-            if name.endswith(suffixes):
-                rel = PurePosixPath(path.relative_to(root).as_posix())
+            rel = PurePosixPath(path.relative_to(root).as_posix())
+            if kind.wants(str(rel)):
                 yield rel, str(path), lambda p=path: read_bytes(p), str(rel)
             elif name.endswith(TAR_GZ):
                 archives.append(path)
     for path in archives:
-        yield from _archive_members(path, path.relative_to(root).as_posix(), suffixes)
+        yield from _archive_members(path, path.relative_to(root).as_posix(), kind)
 
 
-def _archive_members(path: Path, rel: str, suffixes: tuple[str, ...]) -> Iterator[Found]:
+def _archive_members(path: Path, rel: str, kind: OverlayKind) -> Iterator[Found]:
     what = f"overlay archive {path}"
     try:
-        archive = TarGzArchive(path, lambda n: n if n.endswith(suffixes) else None, what)
+        archive = TarGzArchive(path, lambda n: n if kind.wants(n) else None, what)
     except ArchiveError as exc:
         raise PackError(f"{what}: {exc}. Fix: re-download it, or extract it and pass the "
                         "folder") from None
@@ -127,4 +135,6 @@ def read_entry(kind: OverlayKind, found: Found) -> Entry | str:
     located = kind.locate(rel, value)
     if isinstance(located, str):
         return located
+    if kind.keep:   # a kind whose file repeats the base's own labels keeps only its own
+        value = {k: value[k] for k in kind.keep if k in value}
     return Entry(name, located[0], located[1], value)

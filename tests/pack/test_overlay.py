@@ -91,25 +91,48 @@ def test_coverage_and_entries_equal_the_projects_formula(garage, tmp_path, kind)
         (garage / "shards" / "manifest.json").read_bytes()).hexdigest()
 
 
-def test_b2d_vl_on_a_bench2drive_pack(tmp_path):
-    synth_dataset(tmp_path / "raw", "bench2drive", episodes=2, frames=30, seed=2,
+@pytest.fixture(scope="module")
+def b2d(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ovl_b2d")
+    synth_dataset(root / "raw", "bench2drive", episodes=2, frames=30, seed=2,
                   image_size=(24, 32), progress=False)
-    pack(tmp_path / "raw" / "archives", tmp_path / "shards",
+    pack(root / "raw" / "archives", root / "shards",
          PackOptions.of(layout="bench2drive", max_samples=8, progress=False,
                         dataset_options={"stride": 1}))
-    vqa = tmp_path / "vqa"
-    synth_overlay(vqa, "b2d_vl", raw_routes(tmp_path / "raw" / "v1", "b2d_vl"),
-                  tmp_path / "raw" / "v1", coverage=0.5, unmatched=3)
-    report = pack_overlay(vqa, tmp_path / "shards", tmp_path / "o", "b2d_vl")
-    members = overlay_entries(tmp_path / "o")
+    for kind in ("b2d_vl", "b2d_speed"):
+        synth_overlay(root / kind, kind, raw_routes(root / "raw" / "v1", kind),
+                      root / "raw" / "v1", coverage=0.5, unmatched=3)
+    return root
+
+
+def test_b2d_vl_on_a_bench2drive_pack(b2d, tmp_path):
+    report = pack_overlay(b2d / "b2d_vl", b2d / "shards", tmp_path / "o", "b2d_vl")
     # Bench2Drive-VL's B2DVLDataset.load_vqa_data: <vqa_dir>/<clip>/<frame:05d>.json
     want = {}
-    for key in all_keys(tmp_path / "shards"):
+    for key in all_keys(b2d / "shards"):
         clip, frame = split_key(key)
-        path = vqa / clip / f"{frame:05d}.json"
+        path = b2d / "b2d_vl" / clip / f"{frame:05d}.json"
         want[key] = json.loads(path.read_text()) if path.is_file() else None
-    assert members == want and report.with_entry == sum(v is not None for v in want.values())
-    assert report.with_entry > 0 and len(report.unmatched) >= 3
+    assert overlay_entries(tmp_path / "o") == want
+    assert report.with_entry == sum(v is not None for v in want.values()) > 0
+    assert len(report.unmatched) >= 3
+
+
+def test_b2d_speed_keeps_the_appended_speeds_only(b2d, tmp_path):
+    """Bench2Drive-Speed's append_virtual_target_speed.py: <clip>/appended_anno/<frame>.json.gz
+    is the frame's anno plus three keys; the overlay holds those three."""
+    (b2d / "b2d_speed" / "stray").mkdir(exist_ok=True)   # a .json.gz outside appended_anno/
+    (b2d / "b2d_speed" / "stray" / "00001.json.gz").write_bytes(gzip.compress(b"{}"))
+    report = pack_overlay(b2d / "b2d_speed", b2d / "shards", tmp_path / "o", "b2d_speed")
+    keep = ("virtual_target_speed", "tendency_speed", "fut_speed")
+    want = {}
+    for key in all_keys(b2d / "shards"):
+        clip, frame = split_key(key)
+        path = b2d / "b2d_speed" / clip / "appended_anno" / f"{frame:05d}.json.gz"
+        anno = json.loads(gzip.decompress(path.read_bytes())) if path.is_file() else None
+        want[key] = None if anno is None else {k: anno[k] for k in keep}
+    assert overlay_entries(tmp_path / "o") == want and report.with_entry > 0
+    assert not any("stray" in u["file"] for u in report.unmatched)   # not read at all
 
 
 def _refused(fn, match: str, out: Path):

@@ -76,12 +76,25 @@ def _b2d_vl(out: Path, rel: Path, frame: int) -> Path:
     return path
 
 
+def _b2d_speed(out: Path, rel: Path, frame: int) -> Path:
+    """Bench2Drive-Speed: <clip>/appended_anno/<frame:05d>.json.gz, the frame's anno with its
+    speeds appended (here only a part of the anno: speed, and a box list standing for the
+    rest, which the overlay leaves out)."""
+    path = out / rel.name / "appended_anno" / f"{frame:05d}.json.gz"
+    speed = 0.25 * (frame % 20)
+    _write_json(path, {"speed": speed, "bounding_boxes": [{"class": "ego_vehicle"}],
+                       "fut_speed": [speed + 0.1 * i for i in range(1, 5)],
+                       "tendency_speed": speed + 0.4, "virtual_target_speed": speed + 1.5},
+                gz=True)
+    return path
+
+
 WRITERS = {"simlingo_commentary": _simlingo("commentary", _commentary),
            "simlingo_drivelm": _simlingo("vqa", lambda r, f: {"QA": _qa(r, f)}),
            "simlingo_dreamer": _simlingo("dreamer", _dreamer),
-           "drivelm": _drivelm, "b2d_vl": _b2d_vl}
+           "drivelm": _drivelm, "b2d_vl": _b2d_vl, "b2d_speed": _b2d_speed}
 # where a route's (clip's) frames are listed in its raw folder
-_FRAMES = {"b2d_vl": "anno"}
+_FRAMES = {"b2d_vl": "anno", "b2d_speed": "anno"}
 
 
 def route_frames(route: Path, kind: str) -> list[int]:
