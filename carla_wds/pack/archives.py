@@ -182,7 +182,7 @@ class TarGzArchive:
     maps each plain file member's safe name to its key (None: left out); `what` names the
     archive in errors ("clip <path>", "archive <path>")."""
 
-    def __init__(self, path: Path | ArchiveURL, rename: Rename, what: str,
+    def __init__(self, path: Path | ArchiveURL, rename: Rename | None, what: str,
                  spool_bytes: int = DEFAULT_SPOOL_BYTES, remote: RemoteOptions | None = None,
                  keep: bool = True, ratio_free: int = RATIO_FREE, kind: str = "archive"
                  ) -> None:
@@ -227,22 +227,14 @@ class TarGzArchive:
             tar.members.clear()   # a stream's TarFile keeps every TarInfo (~800 bytes each)
             self.members, self.last = self.members + 1, member.name
             lim.check("clip_members", self.members, "member count")
-            if member.isdir():
-                continue
-            if not member.isfile():
-                raise ArchiveError(f"{self.what}: member {member.name!r} is a "
-                                   f"{tar_kind(member)}, not a plain file; expected files and "
-                                   "folders only. Fix: rebuild the archive without links "
-                                   "(tar --dereference)")
-            key = self._rename(safe_name(member.name, self.what))
+            key = self.member_key(member)
             if key is None:
                 continue
             lim.check("raw_file_bytes", member.size, f"member {member.name}'s size (bytes)")
             lim.check("clip_bytes", gz.total + member.size, UNPACKED)
             if key in index:
                 raise ArchiveError(f"member {member.name} is in the archive twice; expected one "
-                                   "file per name (which copy is meant is unknown). Fix: keep "
-                                   "one copy of each file (rebuild the archive from its folder)")
+                                   "file per name (which copy is meant is unknown)")
             if not self._keep:   # a listing: the name and its size, nothing spooled
                 index[key] = (0, member.size)
                 continue
@@ -250,6 +242,17 @@ class TarGzArchive:
             if len(data) != member.size:
                 raise EOFError(f"member {member.name} is cut short")
             self.spool.put(key, data)
+
+    def member_key(self, member: tarfile.TarInfo) -> str | None:
+        """The key a member is kept under, or None (a folder, or a file `rename` leaves out);
+        ArchiveError for a member that is no plain file or whose name leaves the archive."""
+        if member.isdir():
+            return None
+        if not member.isfile():
+            raise ArchiveError(f"{self.what}: member {member.name!r} is a {tar_kind(member)}, "
+                               "not a plain file; expected files and folders only. Fix: "
+                               "rebuild the archive without links (tar --dereference)")
+        return self._rename(safe_name(member.name, self.what))
 
     def names(self) -> list[str]:
         return sorted(self.spool.index)

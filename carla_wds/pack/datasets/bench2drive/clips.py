@@ -26,6 +26,7 @@ objects, a request each.
 from __future__ import annotations
 
 import os
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -88,15 +89,20 @@ class ArchiveClip(TarGzArchive):
 
     def __init__(self, ref: ClipRef, spool_bytes: int = DEFAULT_SPOOL_BYTES) -> None:
         self.ref = ref
-        super().__init__(ref.path, self._member_name, f"clip {ref.path}", spool_bytes,
-                         ref.remote, ratio_free=RATIO_FREE, kind="clip archive")
+        super().__init__(ref.path, None, f"clip {ref.path}", spool_bytes, ref.remote,
+                         ratio_free=RATIO_FREE, kind="clip archive")
 
-    def _member_name(self, name: str) -> str:
-        """The member's path inside its clip folder: anything not under it is refused."""
-        parts = name.split("/")
-        if len(parts) < 2 or parts[0] != self.ref.name:
-            raise ClipError(f"member {name!r} is not a plain file under {self.ref.name}/; "
-                            "expected a Bench2Drive clip archive")
+    def member_key(self, member: tarfile.TarInfo) -> str | None:
+        """The member's path inside its clip folder; None for folders. Anything that is not a
+        plain file of this clip (a link, a device, a path out of it) is refused: the archive
+        is data, and nothing of it is ever written out under its own name."""
+        if member.isdir():
+            return None
+        parts = PurePosixPath(member.name).parts
+        if not member.isfile() or len(parts) < 2 or parts[0] != self.ref.name or any(
+                p in ("..", "") for p in parts) or member.name.startswith("/"):
+            raise ClipError(f"member {member.name!r} is not a plain file under "
+                            f"{self.ref.name}/; expected a Bench2Drive clip archive")
         return "/".join(parts[1:])
 
 
