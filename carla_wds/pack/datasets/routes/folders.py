@@ -24,6 +24,7 @@ from .layout_parts import RouteFilter, SampleRule, lookup
 from .layouts import Layout
 from .measure import read_measurement, read_source, record_values
 from ...routes import FIX_MISSING, RoutePlan, Skip, frame_file
+from ...archives import archive_ext
 from ...sources import is_dir, is_file, listdir, read_json
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def route_folders(input_dir: str | Path, layout: Layout) -> list[str]:
     root = Path(input_dir)
     if not root.is_dir():
         raise PackError(f"INPUT_DIR {root} is not a directory")
-    routes, seen = [], {}
-    for dirpath, dirnames, _ in os.walk(root, followlinks=True):
+    routes, seen, archives = [], {}, []
+    for dirpath, dirnames, files in os.walk(root, followlinks=True):
         real = os.path.realpath(dirpath)
         if real in seen:
             log.warning("%s is %s again (through a symlink); not searched twice", dirpath,
@@ -58,9 +59,14 @@ def route_folders(input_dir: str | Path, layout: Layout) -> list[str]:
             continue
         seen[real] = dirpath
         dirnames.sort()
+        archives += [Path(dirpath) / f for f in files if archive_ext(f)]
         if layout.measurements in dirnames:
             routes.append(Path(dirpath).relative_to(root).as_posix())
             dirnames.clear()   # a route's own subfolders are never routes
+    if routes and archives:   # never a silent half: say what is not read
+        log.warning("INPUT_DIR %s holds route folders and %d .tar.gz/.zip archives (e.g. %s); "
+                    "the folders are packed, the archives are not read (pack them apart)",
+                    root, len(archives), archives[0])
     return sorted(routes)
 
 

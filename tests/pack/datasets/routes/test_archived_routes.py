@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shutil
 import stat
 import tarfile
 import zipfile
@@ -356,3 +357,18 @@ def test_a_cluster_plan_of_archives_equals_the_folders_plan(dataset, tmp_path, c
     parts = [p["dir"] for p in plans["a"]["part_list"]]
     for d in parts:
         assert shard_hashes(tmp_path / "a" / d) == shard_hashes(tmp_path / "f" / d)
+
+
+def test_archives_beside_route_folders_are_said_not_to_be_read(dataset, tmp_path, caplog):
+    """A folder holding route folders is packed as folders; archives beside them are not read,
+    and the pack says so (a partly extracted download is never a silent half)."""
+    layout, arc, extracted = dataset
+    mixed = tmp_path / "mixed"
+    shutil.copytree(extracted, mixed)
+    shutil.copy(arc / "flat.zip", mixed / "flat_copy.zip")
+    with caplog.at_level(logging.WARNING):
+        run_pack(mixed, tmp_path / "out", layout=layout, max_samples=50)
+    said = [r.getMessage() for r in caplog.records if "archives are not read" in r.getMessage()]
+    assert said and "1 .tar.gz/.zip archives" in said[0] and "flat_copy.zip" in said[0]
+    run_pack(extracted, tmp_path / "ref", layout=layout, max_samples=50)
+    assert shard_hashes(tmp_path / "out") == shard_hashes(tmp_path / "ref")
