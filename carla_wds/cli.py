@@ -280,12 +280,22 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
 @click.option("--image-size", default=None,
               help="HxW (height x width, as image_size everywhere), e.g. 90x320; default: the "
                    "layout's real camera size.")
-def synth(out_dir, layout, episodes, frames, seed, image_size) -> None:
+@click.option("--archives", "form", default=None, metavar="FORM",
+              help="Write the routes as archives, in a form their dataset is distributed in "
+                   "(an unknown FORM lists the layout's forms); default: route folders.")
+def synth(out_dir, layout, episodes, frames, seed, image_size, form) -> None:
     """Write procedural CARLA-like routes in the raw layout (no simulator needed)."""
-    from .pack.synth import synth_dataset
+    from .pack.synth import synth_archives, synth_dataset
+    size = _pair(image_size, "HxW", "300x400")
     try:
+        if form is not None:
+            archives = synth_archives(out_dir, layout, form, episodes=episodes, frames=frames,
+                                      seed=seed, image_size=size)
+            click.echo(f"wrote {episodes} routes of {frames} frames as {len(archives)} "
+                       f"{form} archives to {out_dir}")
+            return
         routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
-                               image_size=_pair(image_size, "HxW", "300x400"))
+                               image_size=size)
     except (ValueError, FileExistsError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")

@@ -64,3 +64,39 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
 
 __all__ = ["DEFAULT_IMAGE_SIZE", "LAYOUT_CAMERAS", "Writer", "register_writer", "synth_dataset",
            "synth_layouts", "writer"]
+
+
+def _module(layout: str):
+    found = writer_module(layout)
+    return None if found is None else importlib.import_module(f"{__name__}.{found}")
+
+
+def writer_module(layout: str) -> str | None:
+    """The module (of this package) that writes `layout`, or None for a registered writer."""
+    writer(layout)   # ValueError naming the valid layouts for an unknown one
+    found = _WRITERS[layout]
+    return found if isinstance(found, str) else None
+
+
+def archive_forms(layout: str) -> list[str]:
+    """The forms in which `layout`'s dataset distributes its routes as archives (its writer
+    module's ARCHIVE_FORMS), which `synth_archives` writes; [] where it has none."""
+    module = _module(layout)
+    return sorted(getattr(module, "ARCHIVE_FORMS", ()))
+
+
+def synth_archives(out_dir: str | Path, layout: str, form: str, episodes: int = 4,
+                   frames: int = 40, seed: int = 0, image_size: tuple[int, int] | None = None
+                   ) -> list[Path]:
+    """Write `episodes` routes of `layout` as its dataset distributes them (`form`, one of
+    archive_forms(layout)): the archives only, sorted. The same routes as synth_dataset's;
+    ValueError naming the layout's forms for another one."""
+    forms = archive_forms(layout)
+    if form not in forms:
+        raise ValueError(f"archives {form!r}: layout {layout!r} is distributed as "
+                         + (f"one of {forms}" if forms else "route folders only (no archive "
+                            "form); write it without archives")
+                         )
+    return _module(layout).synth_archives(out_dir, form=form, episodes=episodes, frames=frames,
+                                          seed=seed, image_size=image_size)
+

@@ -120,13 +120,14 @@ def write_routes(layout: str, out_dir: str | Path, routes: list[Path],
                  write: Callable[[Path, int], None], frames: int, size: tuple[int, int],
                  progress: bool) -> list[Path]:
     """Write each route with `write(route, episode)` after refusing folders that hold files;
-    the routes, sorted. The one loop of every per-route synthetic writer."""
+    the routes, sorted. The one loop of every per-route synthetic writer. `size`: the
+    renderer's (width, height), logged as HxW."""
     refuse_busy(routes)
     for ep, route in enumerate(progress_bar(routes, desc=f"synth {layout}", unit="route",
                                     disable=not progress)):
         write(route, ep)
-    logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,
-                frames, size[0], size[1], out_dir)
+    logger.info("wrote %d %s routes of %d frames (%dx%d, HxW) under %s", len(routes), layout,
+                frames, size[1], size[0], out_dir)   # size: the renderer's (width, height)
     return sorted(routes)
 
 

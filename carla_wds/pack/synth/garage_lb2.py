@@ -159,6 +159,9 @@ def _files(route: Path) -> list[Path]:
     return sorted(p for p in route.rglob("*") if p.is_file())
 
 
+ARCHIVE_FORMS = ("simlingo", "pdm_lite")   # synth_archives' forms (carla-wds synth --archives)
+
+
 def synth_archives(out_dir: str | Path, form: str = "simlingo", episodes: int = 4,
                    frames: int = 40, seed: int = 0,
                    image_size: tuple[int, int] | None = None) -> list[Path]:

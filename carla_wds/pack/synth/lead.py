@@ -22,6 +22,7 @@ import json
 import lzma
 import math
 import pickle
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -315,7 +316,25 @@ def synth_dataset(out_dir: str | Path, layout: str = "lead", episodes: int = 4,
                          f"(depth is saved at 1/4), got {image_size!r}")
     routes = [route_dir(Path(out_dir), ep) for ep in range(int(episodes))]
     return write_routes("lead", out_dir, routes, lambda route, ep: _LeadRoute(
-        route, ep, int(seed), int(frames), size).write(), frames, size, progress)
+        route, ep, int(seed), int(frames), size).write(), frames, size[::-1], progress)
 
 
-__all__ = ["DEFAULT_SIZE", "lead_pickle", "route_dir", "synth_dataset", "write_route_zips"]
+ARCHIVE_FORMS = ("zip",)   # synth_archives' forms (carla-wds synth --archives)
+
+
+def synth_archives(out_dir: str | Path, form: str = "zip", episodes: int = 4, frames: int = 40,
+                   seed: int = 0, image_size: tuple[int, int] | None = None) -> list[Path]:
+    """The routes of synth_dataset as LEAD distributes them, one .zip per route
+    (write_route_zips); the route folders written on the way are removed. The zips, sorted."""
+    if form not in ARCHIVE_FORMS:
+        raise ValueError(f"form {form!r}; expected one of {list(ARCHIVE_FORMS)}")
+    staging = Path(out_dir) / ".synth_routes"
+    routes = synth_dataset(staging, episodes=episodes, frames=frames, seed=seed,
+                           image_size=image_size, progress=False)
+    zips = write_route_zips(routes, out_dir)
+    shutil.rmtree(staging)
+    return sorted(zips)
+
+
+__all__ = ["ARCHIVE_FORMS", "DEFAULT_SIZE", "lead_pickle", "route_dir", "synth_archives",
+           "synth_dataset", "write_route_zips"]

@@ -89,6 +89,6 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
     for ep, route in enumerate(progress_bar(routes, desc=f"synth {layout}", unit="route",
                                     disable=not progress)):
         _write_episode(route, layout, ep, int(seed), int(frames), size)
-    logger.info("wrote %d %s routes of %d frames (%dx%d) under %s", len(routes), layout,
-                frames, size[0], size[1], out_dir)
+    logger.info("wrote %d %s routes of %d frames (%dx%d, HxW) under %s", len(routes), layout,
+                frames, size[1], size[0], out_dir)   # size: the renderer's (width, height)
     return sorted(routes)
