@@ -55,6 +55,8 @@ SKIPS: dict[str, str] = {
     # twice: two runs of it, at two sizes
     "docs/benchmarks.md:.venv/bin/python tools/bench_adapters.py --workdir /tmp/bench_adapters "
     "--repo-dir tcp=/tmp/golden_src/TCP \\": _TCP_CHECKOUT,
+    "docs/benchmarks.md:.venv/bin/python tools/bench_adapters.py --workdir "
+    "/tmp/bench_adapters_raw --repo-dir tcp=/tmp/golden_src/TCP \\": _TCP_CHECKOUT,   # raw cameras
 }
 _AB = ("checks out the baseline commit as a git worktree of this repository, from its root: a "
        "record of that comparison, not runnable in a temporary folder")
