@@ -2,8 +2,9 @@
 for the source format) and stored as uint8 (H, W, 3) .npy members, which the loader reads with
 no image decode. The same routes packed png/jpg (the source bytes) and raw serve identical
 batches through the adapters (TCP from PNG cameras, TransFuser++ from JPEG cameras, its camera
-twin and colour augmentation on), and the raw packs still equal their codebase's golden; a
-hostile raw member is refused in one line naming the shard and the sample."""
+twin and colour augmentation on; Bench2Drive's six JPEG cameras), and the raw packs still
+equal their codebase's golden; history windows, `view` and `show` read them; a hostile raw
+member is refused in one line naming the shard and the sample."""
 from __future__ import annotations
 
 import io
@@ -111,10 +112,12 @@ def test_history_windows_and_fields_from_raw(tcp_packs):
         assert torch.equal(a.waypoints, b.waypoints)
 
 
-def test_view_reads_a_raw_pack(cli, tcp_packs, tmp_path):
-    out = tmp_path / "report.html"
+def test_view_and_show_read_a_raw_pack(cli, tcp_packs, tmp_path):
+    out, montage = tmp_path / "report.html", tmp_path / "montage.png"
     result = cli("view", str(tcp_packs[1]), "--out", str(out), "-n", "3")
     assert result.exit_code == 0 and out.is_file(), result.output
+    result = cli("show", str(tcp_packs[1]), "--out", str(montage), "-n", "2")
+    assert result.exit_code == 0 and montage.stat().st_size > 0, result.output
 
 
 def _npy(arr: np.ndarray, allow_pickle: bool = False) -> bytes:
@@ -178,3 +181,21 @@ def test_the_codec_round_trips_and_refuses_what_is_not_a_raw_image():
         codec.encode(data[:-1])
     assert "header declares" in codec.check(data[:-1])
     assert "Fortran" in codec.check(_npy(np.asfortranarray(img)))
+
+
+def test_bench2drive_jpeg_cameras_from_raw(tmp_path):
+    """Six JPEG cameras: the raw pack serves the jpg pack's pixels at the packed size, and
+    below half of it the pixels of exact_resize=True (the JPEG's reduced-DCT decode is off)."""
+    from carla_wds.pack.synth import synth_dataset
+    from tests.conftest import run_pack
+    synth_dataset(tmp_path / "raw", "bench2drive", episodes=1, frames=30, seed=1,
+                  image_size=(90, 160), progress=False)
+    packs = [tmp_path / f"shards_{fmt}" for fmt in ("jpg", "raw")]
+    for out in packs:
+        run_pack(tmp_path / "raw" / "archives", out, layout="bench2drive", stride=1,
+                 image_format=out.name.split("_")[1])
+    for size, exact in (((90, 160), False), ((45, 80), True)):
+        jpg, raw = ([b.images for b in CARLAWebData(str(p), batch_size=4, image_size=size,
+                                                    mode="eval", exact_resize=exact)]
+                    for p in packs)
+        assert len(jpg) == len(raw) > 0 and all(map(torch.equal, jpg, raw))
