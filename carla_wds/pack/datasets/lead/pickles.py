@@ -33,6 +33,38 @@ ALLOWED_GLOBALS = frozenset(
 ) | {("numpy", "ndarray"), ("numpy", "dtype")}
 
 
+class _CheckedArray(np.ndarray):
+    """What a pickled array is rebuilt as: numpy's own ndarray.__setstate__ trusts the state
+    it is given (an object array whose list is shorter than its shape reads past it; a huge
+    shape allocates at once), so the state is checked first: a numeric dtype, and data bytes
+    of exactly the shape's size, within array_bytes."""
+
+    def __setstate__(self, state: Any) -> None:
+        shape, dtype, data = (state[1], state[2], state[4]) if len(state) == 5 else \
+            (state[0], state[1], state[3]) if len(state) == 4 else (None, None, None)
+        ok = (isinstance(dtype, np.dtype) and not dtype.hasobject
+              and isinstance(data, (bytes, bytearray)) and isinstance(shape, tuple)
+              and all(isinstance(n, int) and n >= 0 for n in shape)
+              and math.prod(shape) * dtype.itemsize == len(data)
+              and len(data) <= limits.active().array_bytes)
+        if not ok:
+            raise pickle.UnpicklingError(
+                "an array whose state is not numeric data of its own size within array_bytes "
+                "(object arrays, or a shape its bytes do not fill); refused")
+        super().__setstate__(state)
+
+
+def _reconstruct(real: Any) -> Any:
+    """numpy's _reconstruct for the one call its pickles make, an empty ndarray that BUILD
+    then fills: built as _CheckedArray, whose state is checked."""
+    def build(subtype: Any, shape: Any, dtype: Any) -> Any:
+        if subtype is not np.ndarray or tuple(shape) != (0,):
+            raise pickle.UnpicklingError(f"the pickle builds a {getattr(subtype, '__name__', subtype)} "
+                                         f"of shape {shape!r} before its data; refused")
+        return real(_CheckedArray, shape, dtype)
+    return build
+
+
 class SafeUnpickler(pickle.Unpickler):
     """pickle.Unpickler that resolves only ALLOWED_GLOBALS; anything else is UnpicklingError
     naming the global (nothing is imported for it)."""
@@ -42,7 +74,8 @@ class SafeUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(
                 f"the pickle names the global {module}.{name}, which LEAD's writer never "
                 "writes (only numpy arrays and scalars); refused, nothing was run")
-        return super().find_class(module, name)
+        found = super().find_class(module, name)
+        return _reconstruct(found) if name == "_reconstruct" else found
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("the pickle uses persistent ids; refused")
@@ -94,6 +127,9 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     if isinstance(value, np.ndarray):
+        if value.dtype.hasobject or value.nbytes > limits.active().array_bytes:
+            raise ValueError(f"holds an array of {value.dtype} and {value.nbytes:,} bytes; "
+                             "expected numeric arrays within array_bytes")
         return plain(value.tolist())
     if isinstance(value, np.generic):
         return value.item()

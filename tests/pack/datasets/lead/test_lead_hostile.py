@@ -94,6 +94,33 @@ def test_the_unpickler_allows_numpy_and_plain_values_only(value):
         pickles.read_lead_pickle(lead_pickle(ok), "f.pkl", False)
 
 
+def _reconstruct_pickle(shape: tuple, typecode: bytes, state: tuple | None) -> bytes:
+    """A hand-written pickle: numpy's _reconstruct(ndarray, shape, typecode), then BUILD with
+    `state` (what a crafted file can say, which numpy's own pickles never do)."""
+    body = (b"cnumpy.core.multiarray\n_reconstruct\n" + b"cnumpy\nndarray\n"
+            + pickle.dumps(shape, 3)[2:-1] + pickle.dumps(typecode, 3)[2:-1] + b"\x87R")
+    if state is not None:   # (the dtype pickles through numpy.dtype, an allowed global)
+        body += pickle.dumps(state, 3)[2:-1] + b"b"
+    return b"\x80\x03" + body + b"."
+
+
+@pytest.mark.parametrize("shape,state,why", [
+    ((10 ** 6,), None, "before its data"),                          # allocates at once
+    ((0,), (1, (10 ** 9,), np.dtype("O"), False, [None]), "object"),  # reads past its list
+    ((0,), (1, (10 ** 9,), np.dtype("f8"), False, b"\0" * 8), "object"),  # bytes too few
+    ((0,), (1, (1 << 20,), np.dtype("u1"), False, b"\0" * (1 << 20)), "object"),  # too big
+])
+def test_an_array_state_that_numpy_would_trust_is_refused(shape, state, why):
+    with limits.using(limits.active().with_overrides({"array_bytes": 1 << 16})):
+        with pytest.raises(ValueError, match=f"refused.*{why}"):
+            pickles.read_lead_pickle(_reconstruct_pickle(shape, b"b", state), "f.pkl", True)
+    # numpy's own pickle of the same kind of array still reads
+    ok = np.arange(6, dtype=np.float64).reshape(2, 3)
+    for protocol in (3, 4, 5):   # LEAD writes HIGHEST_PROTOCOL
+        got = pickles.read_lead_pickle(pickle.dumps(ok, protocol), "f.pkl", True)
+        assert got.tolist() == ok.tolist() and got.dtype == ok.dtype
+
+
 def test_a_bomb_and_a_truncated_stream_are_bounded_errors():
     bomb = lzma.compress(pickle.dumps(b"\0" * (1 << 20)))
     with limits.using(limits.active().with_overrides({"array_bytes": 1 << 16})):
