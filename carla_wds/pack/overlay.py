@@ -68,11 +68,15 @@ def base_keys(shard: Path, samples: int) -> list[str]:
     """The sample keys of one base shard, in order, from its tar headers (tarfile seeks over
     the members' data); the manifest's count must hold."""
     keys: list[str] = []
-    with tarfile.open(shard, "r:") as tar:
-        for member in tar:
-            match = _KEY.match(member.name)
-            if match and (not keys or keys[-1] != match.group(1)):
-                keys.append(match.group(1))
+    try:
+        with tarfile.open(shard, "r:") as tar:
+            for member in tar:
+                match = _KEY.match(member.name)
+                if match and (not keys or keys[-1] != match.group(1)):
+                    keys.append(match.group(1))
+    except (tarfile.TarError, OSError) as exc:
+        raise PackError(f"base shard {shard}: not a readable tar ({exc}). Fix: `carla-wds "
+                        "verify` the base pack, re-pack or re-download it") from None
     if len(keys) != samples:
         raise PackError(f"base shard {shard}: holds {len(keys)} samples, its manifest says "
                         f"{samples}. Fix: `carla-wds verify` the base pack, re-pack it")

@@ -259,3 +259,13 @@ def test_the_kinds_join_a_garage_lb2_pack_by_simlingos_formula(lb2, tmp_path, ki
     members = overlay_entries(tmp_path / "o")
     assert list(members) == all_keys(lb2 / "shards") and report.with_entry == len(want) > 0
     assert {k for k, v in members.items() if v is not None} == set(want)
+
+
+def test_a_corrupt_base_shard_is_one_line_naming_it(garage, tmp_path):
+    base = _copy_tree(garage / "shards", tmp_path / "base")
+    shard = sorted(base.glob("*.tar"))[0]
+    shard.write_bytes(b"not a tar header" * 64)   # as long as a header block: no clean end
+    kind = "simlingo_commentary"
+    info = _refused(lambda: pack_overlay(_tree(garage, kind), base, tmp_path / "o", kind),
+                    "base shard", tmp_path / "o")
+    assert shard.name in str(info.value) and "not a readable tar" in str(info.value)

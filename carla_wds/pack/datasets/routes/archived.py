@@ -210,10 +210,11 @@ class RouteArchives:
         try:
             archive = self._archive(holder)
         except ArchiveError as exc:   # read whole at listing: it changed since, or a member
+            said = f"{exc}" if str(holder.path) in str(exc) else f"archive {holder.path}: {exc}"
             if fail:
-                raise PackError(f"{exc}. Fix: download the archive again, or pack with "
+                raise PackError(f"{said}. Fix: download the archive again, or pack with "
                                 "--on-error skip to list its routes and go on") from None
-            return RoutePlan(episode, filtered=str(exc))
+            return RoutePlan(episode, filtered=said)
         root = str(Path(self.input_dir) / holder.into) if holder.into else str(
             Path(self.input_dir))
         try:
