@@ -87,7 +87,9 @@ class RouteIndex:
     """The base's routes by their folder name (a key's route part, `/` written as `__`), to
     find the one an overlay entry's route path names (its longest common tail of parts)."""
 
-    def __init__(self, keys: list[list[str]]) -> None:
+    def __init__(self, keys: list[list[str]], dot_replacement: str | None = None) -> None:
+        # the base's --dot-replacement: its keys name a route `a.b` as `a_b` (schema.make_key)
+        self.dots = dot_replacement
         self.frames: dict[str, set[int]] = defaultdict(set)
         for shard in keys:
             for key in shard:
@@ -101,10 +103,12 @@ class RouteIndex:
 
     def route_of(self, entry: Entry) -> str | None:
         """The base route an entry names, None if none; a PackError if several could be."""
-        found = self.by_name.get(entry.route[-1], [])
+        route = tuple(p.replace(".", self.dots) for p in entry.route) if self.dots \
+            else entry.route
+        found = self.by_name.get(route[-1], [])
         if len(found) <= 1:
             return "__".join(found[0]) if found else None
-        tail = [_common_tail(entry.route, parts) for parts in found]
+        tail = [_common_tail(route, parts) for parts in found]
         best = [parts for parts, n in zip(found, tail) if n == max(tail)]
         if len(best) > 1:
             raise PackError(f"overlay file {entry.file}: its route {'/'.join(entry.route)} "
@@ -198,7 +202,8 @@ def pack_overlay(overlay_dir: str | Path, base_pack: str | Path, out: str | Path
         raise FileExistsError(f"{out} already holds files; pack-overlay writes a new folder. "
                               "Fix: remove it or choose another OUT")
     keys = [base_keys(Path(u), s.samples) for u, s in zip(base.shard_urls(), base.shards)]
-    joined, unmatched, count = join_entries(the_kind, Path(overlay_dir), RouteIndex(keys))
+    dots = (base.doc.get("pack_args") or {}).get("dot_replacement")
+    joined, unmatched, count = join_entries(the_kind, Path(overlay_dir), RouteIndex(keys, dots))
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

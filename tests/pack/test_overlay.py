@@ -269,3 +269,12 @@ def test_a_corrupt_base_shard_is_one_line_naming_it(garage, tmp_path):
     info = _refused(lambda: pack_overlay(_tree(garage, kind), base, tmp_path / "o", kind),
                     "base shard", tmp_path / "o")
     assert shard.name in str(info.value) and "not a readable tar" in str(info.value)
+
+
+def test_routes_with_dots_match_a_base_packed_with_dot_replacement():
+    from carla_wds.pack.overlay import RouteIndex
+    from carla_wds.pack.overlay_kinds import Entry
+    keys = [["Town12__route_1_5__0003", "Town12__route_1_5__0004"]]   # make_key, "_" for "."
+    entry = Entry("x/route_1.5/0003.json.gz", ("Town12", "route_1.5"), 3, {})
+    assert RouteIndex(keys, "_").route_of(entry) == "Town12__route_1_5"
+    assert RouteIndex(keys).route_of(entry) is None   # without the base's mapping: unmatched
