@@ -9,6 +9,7 @@ component named like the route (the zip's name less `.zip`), or as it is when no
 """
 from __future__ import annotations
 
+import atexit
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -19,6 +20,14 @@ from .routes import LeadRoute
 
 # the archive a worker process holds open (one at a time: tasks come route by route)
 _HELD: dict[str, Any] = {}
+
+
+@atexit.register
+def release_held() -> None:
+    """Close the held archive (the last route's stays open until its process ends)."""
+    for held in _HELD.values():
+        held[1].close()
+    _HELD.clear()
 
 
 def _rename(route: str):
@@ -57,9 +66,7 @@ def held_route_files(route: LeadRoute) -> Iterator[None]:
         return
     key = str(route.archive)
     if key not in _HELD:
-        for old in _HELD.values():
-            old[1].close()
-        _HELD.clear()
+        release_held()
         _HELD[key] = _open(route)
     with files_from(_HELD[key][0]):
         yield
