@@ -144,7 +144,8 @@ for layout in $YAML_LAYOUTS; do
     step "synth + pack + verify --deep: $layout (in $PWD)"
     # some layouts ship pickled .npy (supervision, LiDAR); synth wrote these, so they are trusted
     trust="--allow-pickle-input"
-    carla-wds synth "raw/$layout" --layout "$layout" --episodes 2 --frames 20 --seed 0 --image-size 64x96
+    # 40 frames: SimLingo's loader leaves out 10 frames at a route's start and 14 at its end
+    carla-wds synth "raw/$layout" --layout "$layout" --episodes 2 --frames 40 --seed 0 --image-size 64x96
     carla-wds pack "raw/$layout" "shards/$layout" --layout "$layout" --max-samples 8 --workers 2 $trust
     carla-wds verify --deep "shards/$layout"
     [ -f "shards/$layout/manifest.json" ] || fail "pack --layout $layout wrote no manifest.json"
@@ -154,6 +155,10 @@ carla-wds synth raw/b2d --layout bench2drive --episodes 2 --frames 30 --seed 0 -
 carla-wds pack raw/b2d/archives shards/b2d --layout bench2drive --max-samples 4 \
     --split raw/b2d/bench2drive_base_train_val_split.json --subset all
 carla-wds verify --deep shards/b2d
+step "synth (a .zip per route) + pack + verify --deep: lead (in $PWD)"
+carla-wds synth raw/lead --layout lead --archives zip --episodes 2 --frames 30 --seed 0 --image-size 32x32
+carla-wds pack raw/lead shards/lead --layout lead --max-samples 8 --workers 2 --allow-pickle-input
+carla-wds verify --deep shards/lead
 carla-wds inspect shards/transfuser4 >/dev/null
 
 check_run() {
