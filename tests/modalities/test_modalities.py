@@ -148,6 +148,28 @@ def test_bev_tf2022_decodes_the_agents_file_and_round_trips():
         codec.encode(np.zeros((16, H, W)))
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (9, 1), (H, W), (500, 500)])
+def test_bev_unpack_is_their_decode_on_every_byte(shape):
+    """unpack_bit_planes (one pass) against TransFuser's decode formula restated per plane:
+    plane i = bit 7 - i % 5 of channel i // 5, on random bytes whose low 3 bits are set too (the
+    decode must ignore them), every byte value present, odd sizes and a strided input."""
+    from carla_wds.modalities.bev import unpack_bit_planes
+    packed = RNG.integers(0, 256, shape + (3,), dtype=np.uint8)
+    packed.reshape(-1)[:min(packed.size, 256)] = np.arange(256, dtype=np.uint8)[:packed.size]
+    want = np.stack([(packed[:, :, i // 5] >> (8 - i % 5 - 1)) & 1 for i in range(15)])
+    got = unpack_bit_planes(packed)
+    assert got.dtype == np.uint8 and got.shape == (15,) + shape and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want)
+    flipped = packed[::-1, ::-1]                         # a strided, non-contiguous view
+    np.testing.assert_array_equal(unpack_bit_planes(flipped), want[:, ::-1, ::-1])
+    codec = codec_named("bev_tf2022")                    # through a real PNG file too
+    np.testing.assert_array_equal(codec.decode(_png(packed)), want)
+    with pytest.raises(SchemaError, match="expected uint8"):
+        unpack_bit_planes(packed[:, :, :2])
+    with pytest.raises(SchemaError, match="expected uint8"):
+        unpack_bit_planes(packed.astype(np.int16))
+
+
 # ---------------------------------------------------------------- structure: truncation, channels
 
 PNG_CODECS = {"depth_carla24": 3, "depth_garage8": 1, "semantics": 1, "bev_tf2022": 3,
