@@ -73,22 +73,55 @@ def depth01(metres: np.ndarray) -> np.ndarray:
     """get_depth: code / (2^24 - 1) clipped at 0.05, times 20, float64. The code is recovered
     from the float32 metres the pack decodes (code * 1000 / (2^24 - 1)): exact below 250 m,
     and anything beyond 50 m is clipped to 1 anyway."""
-    code = np.rint(np.asarray(metres, np.float64) * DEPTH_CODES / 1000.0)
-    return np.clip(code / DEPTH_CODES, 0.0, DEPTH_CLIP) * DEPTH_SCALE
+    # the formula's own operations in its order, in one float64 buffer (no temporaries)
+    d = np.multiply(metres, float(DEPTH_CODES), dtype=np.float64)
+    np.divide(d, 1000.0, out=d)
+    np.rint(d, out=d)
+    np.divide(d, DEPTH_CODES, out=d)
+    np.clip(d, 0.0, DEPTH_CLIP, out=d)
+    return np.multiply(d, DEPTH_SCALE, out=d)
 
 
 def bev_target(planes: np.ndarray, degree: float) -> np.ndarray:
-    """load_crop_bev_npy on planes 0:2 (C, H, W) -> int64 (160, 160) classes 0/1/2."""
-    bev = np.moveaxis(np.asarray(planes[:2]), 0, -1).astype(np.float32)
-    shifted = np.zeros_like(bev)
-    shifted[BEV_SHIFT:] = bev[:-BEV_SHIFT]
-    if degree:   # skimage's rotate by 0 is the identity (bilinear at whole pixels)
-        from skimage.transform import rotate   # imgaug's dependency; only with augment
-        shifted = rotate(shifted, degree)
+    """load_crop_bev_npy on planes 0:2 (C, H, W) -> int64 (160, 160) classes 0/1/2: planes 0:2
+    as float32 (H, W, 2), rows shifted down by 7 (zeros on top), rotated by skimage's rotate
+    unless degree is 0 (then the identity), the window at rows 90.., columns 170.., then
+    argmax over (0, plane 0, plane 0 + plane 1). Only the window is computed."""
     y0, x0 = BEV_CENTRE - BEV_PIXELS, BEV_CENTRE - BEV_PIXELS // 2
-    win = np.moveaxis(shifted[y0:y0 + BEV_PIXELS, x0:x0 + BEV_PIXELS], -1, 0)
-    stack = np.concatenate((np.zeros_like(win[:1]), win[:1], win[:1] + win[1:2]), axis=0)
-    return np.argmax(stack, axis=0)
+    rows, cols = y0 + BEV_PIXELS, x0 + BEV_PIXELS          # the window's far corner
+    if degree:
+        bev = np.moveaxis(np.asarray(planes[:2]), 0, -1).astype(np.float32)
+        shifted = np.zeros_like(bev)
+        shifted[BEV_SHIFT:] = bev[:-BEV_SHIFT]
+        win = np.moveaxis(_rotated(shifted, degree, rows, cols)[y0:, x0:], -1, 0)
+    else:   # the shifted rows y0.. are the planes' rows y0 - 7.., cut where the BEV ends
+        stop = min(rows, planes.shape[1]) - BEV_SHIFT
+        win = np.asarray(planes[:2, y0 - BEV_SHIFT:stop, x0:cols], np.float32)
+    return _argmax_classes(win[0], win[1])
+
+
+def _rotated(image: np.ndarray, degree: float, rows: int, cols: int) -> np.ndarray:
+    """skimage.transform.rotate(image, degree)[:rows, :cols]: rotate's transform built as
+    rotate builds it (scikit-image 0.26 transform/_warps.py rotate: about (cols, rows) / 2 -
+    0.5, tform3 + tform2 + tform1, bottom row (0, 0, 1)) and its warp (bilinear, constant 0,
+    clipped to the input's range), asked for the first rows x cols output pixels only: warp's
+    affine path maps each output pixel on its own, so these are the full rotation's."""
+    from skimage.transform import SimilarityTransform, warp   # imgaug's dependency
+    h, w = image.shape[:2]
+    centre = np.array((w, h)) / 2.0 - 0.5
+    tform = (SimilarityTransform(translation=-centre)
+             + SimilarityTransform(rotation=np.deg2rad(degree))
+             + SimilarityTransform(translation=centre))
+    tform.params[2] = (0, 0, 1)
+    return warp(image, tform, output_shape=(min(rows, h), min(cols, w)))
+
+
+def _argmax_classes(p0: np.ndarray, p1: np.ndarray) -> np.ndarray:
+    """np.argmax((0, p0, p0 + p1), axis=0) (float32, first maximum wins) without the stack:
+    2 where p0 + p1 beats both 0 and p0, else 1 where p0 beats 0, else 0."""
+    out = (p0 > 0).astype(np.int64)
+    out[(p0 + p1) > np.maximum(p0, 0)] = 2
+    return out
 
 
 def rotation(rad: float) -> np.ndarray:
@@ -142,7 +175,7 @@ def target_point_image(target_point: np.ndarray) -> np.ndarray:
     image = np.zeros((TP_IMAGE, TP_IMAGE), np.uint8)
     cv2.circle(image, (int(point[0]), int(point[1])), radius=5, color=(255, 255, 255),
                thickness=3)
-    return image.reshape(1, TP_IMAGE, TP_IMAGE).astype(np.float64) / 255.0
+    return np.divide(image.reshape(1, TP_IMAGE, TP_IMAGE), 255.0, dtype=np.float64)
 
 
 def draw_rotation(augment: bool, rng: np.random.Generator) -> float:
