@@ -19,7 +19,8 @@ Padding (eval's tail and on_error="skip" samples) must run through the user's mo
 so a padding row is a copy of a real sample of the same batch (else of the worker's last real
 one, else of the first sample of the first shard) with valid False: mask by batch["valid"].
 The images of such a batch are decoded into private memory in the worker (not the image ring),
-since what crosses to the main process is your dict's tensors, through torch's shared memory.
+since what crosses to the main process is your dict's tensors: collated into a reused
+shared-memory slot (dictring.py), whose views the batch's tensors are.
 """
 from __future__ import annotations
 
@@ -98,13 +99,16 @@ def sample_rng(seed: int, epoch: int, key: str) -> np.random.Generator:
 class Transformer:
     """Applies one sample_transform to a worker's decoded batches (see the module docstring).
     `template`: decodes and transforms a real sample for a batch with none (called at most
-    once per worker pass)."""
+    once per worker pass). `collate`: default_collate, or one that writes the same batch
+    elsewhere (dictring.py)."""
 
     def __init__(self, fn: SampleTransform, *, seed: int, epoch: int, mode: str,
                  template: Callable[[], dict[str, Any]], augment: bool = False,
-                 first_position: int = 0, iteration_of: Callable[[int], int] | None = None
-                 ) -> None:
+                 first_position: int = 0, iteration_of: Callable[[int], int] | None = None,
+                 collate: Callable[[list], Any] | None = None) -> None:
         self.fn, self.seed, self.epoch, self.mode = fn, seed, epoch, mode
+        # default_collate, or the worker's dict ring's (the same batch, written in its slot)
+        self.collate = collate or default_collate
         self.augment = augment and mode == "train"
         # the stream position of the next row, for the augmenter's ramp (as the loader's own)
         self.position, self.iteration_of = first_position, iteration_of
@@ -127,7 +131,7 @@ class Transformer:
                 real = self.last_real if self.last_real is not None else self.template()
             self.last_real = real
             rows = [r if r is not None else copy.deepcopy(real) for r in rows]
-            data = default_collate(rows)
+            data = self.collate(rows)
             if not isinstance(data, dict):
                 raise TypeError(f"sample_transform returned {type(rows[0]).__name__}; "
                                 "expected a dict (str -> value)")

