@@ -20,7 +20,7 @@ import numpy as np
 
 from ..codecbase import Codec, Data, SchemaError
 from .base import CodecUse, Modality
-from .pngs import imdecode, imencode, is_bytes, named_problem
+from .pngs import imdecode, imdecode_rgb, imencode, is_bytes, named_problem
 
 _DEPTH24_SCALE = 1000.0 / (2 ** 24 - 1)     # CARLA: normalised 24-bit depth times 1000 m
 
@@ -52,9 +52,15 @@ class DepthCarla24Codec(Codec):
         return imencode(bgr, "depth")
 
     def decode(self, data: Data) -> np.ndarray:
-        c = imdecode(data, "depth", 3).astype(np.float32)
-        code = c[..., 0] + 256.0 * c[..., 1] + 65536.0 * c[..., 2]   # exact in float32 (< 2^24)
-        return code * np.float32(_DEPTH24_SCALE)
+        # the file's (R, G, B) is cv2's (c2, c1, c0): the code's high, middle and low byte,
+        # put together in integers, then float32 (exact below 2^24, as the float32 sum was)
+        high, mid, low = cv2.split(imdecode_rgb(data, "depth"))
+        code = high.astype(np.int32) << 16
+        code |= mid.astype(np.int32) << 8
+        code |= low
+        metres = code.astype(np.float32)
+        metres *= np.float32(_DEPTH24_SCALE)
+        return metres
 
     def check(self, data: Data) -> str | None:
         return named_problem(data, 2, "3-channel 24-bit CARLA depth", "depth")

@@ -107,3 +107,16 @@ def test_spng_safe_walks_every_chunk():
     assert not pngs._spng_safe(DECODED["text with a bad CRC"][0])
     assert not pngs._spng_safe(RGB, most=2)                      # IHDR, IDAT: no IEND yet
     assert pngs._spng_safe(RGB, most=3)
+
+
+def test_depth_carla24_is_the_float32_sum_with_either_decoder(decoder):
+    """metres = (c0 + 256 c1 + 65536 c2) * float32(1000 / (2^24 - 1)) in float32 on cv2's BGR
+    array, bit for bit, on random bytes (codes from 0 to 2^24 - 1 included)."""
+    bgr = RNG.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    bgr[0, :2] = [[0, 0, 0], [255, 255, 255]]
+    c = bgr.astype(np.float32)
+    want = (c[..., 0] + 256.0 * c[..., 1] + 65536.0 * c[..., 2]) * np.float32(1000 / (2 ** 24 - 1))
+    got = codec_named("depth_carla24").decode(cv2.imencode(".png", bgr)[1].tobytes())
+    assert got.dtype == np.float32 and got.shape == (40, 60)
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 0] == 0 and got[0, 1] == np.float32(1000.0)
