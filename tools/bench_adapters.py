@@ -13,7 +13,9 @@ Both run without augmentation (their golden setting), or both with it (--augment
 
 Their code is never copied here: it is imported at run time from --repo-dir NAME=PATH (a
 checkout or `git archive` export at the pinned commit), through tools/golden's machinery (git
-blob ids checked against the pinned commit, run-time shims only). An adapter whose checkout is
+blob ids checked against the pinned commit, run-time shims only; the builders are in
+tools/bench_adapters_theirs.py). An entry may take routes out of the synth's output for both
+sides (b2d_tcp: the clips with a `speed: null` frame, which their default collate cannot take). An adapter whose checkout is
 not given runs our half only; one not registered in carla-wds yet is skipped with a message.
 
 Each cell (side, workers, repeat) is a fresh process, timed from after its imports to the last
@@ -59,78 +61,26 @@ class Entry:
     pack_args: tuple[str, ...]   # the pack options the adapter needs (its ModelAdapter.pack)
     prepare: str                 # "module:function(repo_dir, raw)": their preprocessing, untimed
     their: str                   # "module:function(repo_dir)" -> build(raw, augment) -> Dataset
+    routes: str = ""             # "module:function(raw) -> Path": after synth, in this process,
+    #                              the folder `pack` reads (routes neither side can serve taken
+    #                              out of raw for both); "": pack reads raw as synthesised
 
 
-# one entry per adapter. b2d_tcp: not yet - longer synth clips than its golden's 28 frames put
-# the synth's `speed: null` frame among the port's samples, which their collate cannot take
+THEIRS = "bench_adapters_theirs:"   # tools/bench_adapters_theirs.py: their loaders, routes
+# one entry per adapter
 ENTRIES: dict[str, Entry] = {
     "tcp": Entry("tcp_roach", "256x900", ("--allow-pickle-input",),
-                 "bench_adapters:tcp_prepare", "bench_adapters:tcp_loader"),
-    "garage": Entry("garage", "256x1024", (), "bench_adapters:warm",
-                    "bench_adapters:garage_loader"),
+                 THEIRS + "tcp_prepare", THEIRS + "tcp_loader"),
+    "garage": Entry("garage", "256x1024", (), THEIRS + "warm", THEIRS + "garage_loader"),
     "transfuser2022": Entry("transfuser2022", "160x960", ("--allow-pickle-input",),
-                            "bench_adapters:warm", "bench_adapters:tf2022_loader"),
+                            THEIRS + "warm", THEIRS + "tf2022_loader"),
+    # B2D's 1600x900 cameras; the adapter's pack (every 10 Hz frame, expert file t), and no
+    # LiDAR or boxes (the port reads neither); clips with a `speed: null` frame are removed
+    "b2d_tcp": Entry("bench2drive", "900x1600", ("--stride", "1", "--expert-pairing",
+                                                 "tcp_port", "--sensors", "expert"),
+                     THEIRS + "b2d_tcp_prepare", THEIRS + "b2d_tcp_loader",
+                     THEIRS + "b2d_tcp_routes"),
 }
-
-
-def warm(repo_dir: Path, raw: Path) -> None:
-    """Read every raw file once, so that both sides start from a warm page cache."""
-    for path in sorted(raw.rglob("*")):
-        if path.is_file():
-            path.read_bytes()
-
-
-def tcp_prepare(repo_dir: Path, raw: Path) -> None:
-    """TCP's tools/gen_data.py on every town folder (writes packed_data.npy, as their README
-    says), through tools/golden/tcp.py (pinned blobs checked); its pass over every index also
-    reads each PNG once, so both sides start from a warm page cache."""
-    from tools.golden import tcp
-    tcp.run(repo_dir, raw)
-
-
-def tcp_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
-    """TCP/data.py CARLA_Data at 73cc1dd, imported from repo_dir (tools/golden/tcp.py)."""
-    from tools.golden import common, tcp
-    common.check_pinned(repo_dir, tcp.BLOBS, tcp.COMMIT)
-    sys.path.insert(0, str(repo_dir))
-    from TCP.data import CARLA_Data   # noqa: E402 - theirs, from repo_dir
-
-    def build(raw: Path, augment: bool) -> Any:
-        towns = sorted(p for p in raw.iterdir() if p.is_dir())
-        return CARLA_Data(root=str(raw), data_folders=[str(t) for t in towns], img_aug=augment)
-    return build
-
-
-def garage_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
-    """carla_garage team_code/data.py CARLA_Data at 1448bed, built as tools/golden/
-    garage_batches.py builds it: GlobalConfig().initialize(root, setting='all', augment=0,
-    use_color_aug=0, use_wp_gru=True); augment: their camera twin and colour augmentation on."""
-    from tools.golden import common, garage, garage_batches
-    common.check_pinned(repo_dir, garage.BLOBS, garage.COMMIT)
-    common.stub_attr_module("carla")   # the shims _their_loader applies, and their imports
-    common.numpy2_aliases()            # (untimed; it repeats them, then at no cost)
-    sys.path.insert(0, str(repo_dir / "team_code"))
-    import config, data  # noqa: E401, F401 - theirs, from repo_dir
-    on = {**garage.SETTINGS, "augment": 1, "use_color_aug": 1}
-    return lambda raw, augment: garage_batches._their_loader(
-        repo_dir, raw, on if augment else garage.SETTINGS)[0]
-
-
-def tf2022_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
-    """transfuser team_code_transfuser/data.py CARLA_Data at 22b3ccd, built as tools/golden/
-    tf2022.py builds it: GlobalConfig(root, setting='all', augment=False)."""
-    from tools.golden import common, tf2022
-    common.check_pinned(repo_dir, tf2022.BLOBS, tf2022.COMMIT)
-    common.numpy2_aliases()
-    sys.path.insert(0, str(repo_dir / "team_code_transfuser"))
-    import config, data  # noqa: E401, F401 - theirs, from repo_dir (untimed)
-
-    def build(raw: Path, augment: bool) -> Any:
-        if augment:
-            raise SystemExit("transfuser2022: --augment is not wired (their rotation draws "
-                             "come from the module's random; see tools/golden/tf2022.py)")
-        return tf2022._their_data(repo_dir, raw)
-    return build
 
 
 def _call(ref: str, *args: Any) -> Any:
@@ -207,8 +157,9 @@ def prepare(name: str, entry: Entry, args: argparse.Namespace) -> tuple[Path, Pa
         cli(sys.executable, "synth", str(raw), "--layout", entry.layout, "--episodes",
             str(args.episodes), "--frames", str(args.frames), "--seed", str(args.seed),
             "--image-size", entry.image_size)
+    source = _call(entry.routes, raw) if entry.routes else raw
     if not (shards / "manifest.json").exists():
-        cli(sys.executable, "pack", str(raw), str(shards), "--layout", entry.layout,
+        cli(sys.executable, "pack", str(source), str(shards), "--layout", entry.layout,
             "--no-fsync", *entry.pack_args, *(("--image-format", fmt) if fmt else ()))
     if name in args.repo_dirs:
         fresh({"side": "prepare", "adapter": name, "repo_dir": args.repo_dirs[name],
