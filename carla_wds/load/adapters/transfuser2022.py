@@ -188,7 +188,8 @@ def draw_rotation(augment: bool, rng: np.random.Generator) -> float:
 
 def _cameras(s: dict, degree: float) -> dict[str, Any]:
     shift = degree / 60 * IMG_WIDTH / SCALE
-    return {"rgb": np.ascontiguousarray(crop(s["images"][0], shift).transpose(2, 0, 1)),
+    # (3, H, W) from cv2.split's planes: numpy's transposing copy of the HWC crop was ~5x slower
+    return {"rgb": np.stack(cv2.split(crop(s["images"][0], shift))),
             "bev": bev_target(s["bev"], degree),
             "depth": depth01(crop(s["depth"][0], shift)),
             "semantic": np.ascontiguousarray(crop(s["semantics"][0], shift))}
