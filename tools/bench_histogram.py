@@ -15,7 +15,11 @@ rounds, after first in odd), each side --calls calls in a row; the table gives t
 the rounds of the ms per call, wall clock and the thread's CPU time (less moved by other
 processes on a shared machine), and before / after of each pair of medians.
 
-    .venv/bin/python tools/bench_histogram.py [--points 30000] [--rounds 15] [--calls 20]
+--block sets the points the after side bins per pass (lidar_bev._CHUNK); one at least --points
+gives the whole cloud in one pass, the first version of the rewrite.
+
+    .venv/bin/python tools/bench_histogram.py [--points 30000] [--rounds 15] [--calls 20] \
+        [--block 12288]
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from carla_wds.datasets import lidar_presets  # noqa: E402
+from carla_wds.modalities import lidar_bev  # noqa: E402
 from carla_wds.modalities.lidar_bev import HistogramPreset, _cut, histogram_features  # noqa: E402
 
 
@@ -80,9 +85,12 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=30000)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--block", type=int, default=lidar_bev._CHUNK)
     args = ap.parse_args()
-    print(f"{args.points} float32 points per cloud, {args.rounds} rounds x {args.calls} calls "
-          f"per side; numpy {np.__version__}, Python {platform.python_version()}\n")
+    lidar_bev._CHUNK = args.block
+    print(f"{args.points} float32 points per cloud, after in blocks of {args.block}, "
+          f"{args.rounds} rounds x {args.calls} calls per side; numpy {np.__version__}, "
+          f"Python {platform.python_version()}\n")
     print("| preset | before ms | after ms | before / after | before CPU ms | after CPU ms "
           "| before / after, CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -98,9 +98,9 @@ def _bins(values: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 # points binned per pass: every temporary of a pass (<= 96 KB of float64) stays in the cache
-# and in malloc's heap; whole-cloud temporaries (240 KB each for 30k points) went to fresh
-# mmap'ed pages on each call, whose page faults cost more than the arithmetic on them (2.4 ms
-# against 0.8 ms per 30k-point call when measured, docs/benchmarks.md)
+# and in malloc's heap; whole-cloud temporaries (240 KB each for 30k points) often get fresh
+# mmap'ed pages on each call, whose page faults cost more than the arithmetic on them (about
+# 1.7 against 0.9 ms per 30k-point call: tools/bench_histogram.py --block, docs/benchmarks.md)
 _CHUNK = 12288
 
 
