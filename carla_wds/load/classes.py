@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import cv2
 import numpy as np
 
 from ..extras import Extra
@@ -50,5 +51,12 @@ def served(e: Extra, ids: np.ndarray, raw_ids: tuple[str, ...], raw_only: tuple[
                               "layout whose classes cover this id")
     table = np.zeros(256, np.uint8)
     table[:len(e.classes)] = e.classes
-    out[e.name] = table[ids]
+    out[e.name] = lookup(table, ids)
     return out
+
+
+def lookup(table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """table[ids]; for uint8 ids through cv2.LUT (~4x faster than numpy's gather)."""
+    if ids.dtype != np.uint8 or ids.size == 0:
+        return table[ids]
+    return cv2.LUT(ids.reshape(-1), table).reshape(ids.shape)

@@ -119,3 +119,18 @@ def test_an_id_past_the_table_is_refused_naming_the_sample(packs, tmp_path):
     with pytest.raises(SchemaError, match=r"__0012.*class id 30.*ids 0\.\.22.*semantics_raw"):
         _samples(shards, ["semantics"])
     assert len(_samples(shards, ["semantics_raw"])) == len(_samples(shards, ["depth"]))
+
+
+@pytest.mark.parametrize("shape", [(160, 960), (1, 7, 5), (3, 1), (0, 4), (9,)])
+def test_the_class_lookup_is_the_table_indexed_by_the_ids(shape):
+    """classes.lookup (cv2.LUT for uint8 ids) equals numpy's table[ids] on every id value, for
+    2-D, 3-D, 1-D, empty and strided ids, and wider id types."""
+    from carla_wds.load.classes import lookup
+    rng = np.random.default_rng(len(shape))
+    table = rng.integers(0, 256, 256, dtype=np.uint8)
+    ids = rng.integers(0, 256, shape, dtype=np.uint8)
+    ids.reshape(-1)[:min(ids.size, 256)] = np.arange(256, dtype=np.uint8)[:ids.size]
+    for given in (ids, ids[..., ::-1], ids.astype(np.int64)):
+        got = lookup(table, given)
+        assert got.dtype == np.uint8 and got.shape == given.shape
+        np.testing.assert_array_equal(got, table[given])
