@@ -73,13 +73,8 @@ def depth01(metres: np.ndarray) -> np.ndarray:
     """get_depth: code / (2^24 - 1) clipped at 0.05, times 20, float64. The code is recovered
     from the float32 metres the pack decodes (code * 1000 / (2^24 - 1)): exact below 250 m,
     and anything beyond 50 m is clipped to 1 anyway."""
-    # the formula's own operations in its order, in one float64 buffer (no temporaries)
-    d = np.multiply(metres, float(DEPTH_CODES), dtype=np.float64)
-    np.divide(d, 1000.0, out=d)
-    np.rint(d, out=d)
-    np.divide(d, DEPTH_CODES, out=d)
-    np.clip(d, 0.0, DEPTH_CLIP, out=d)
-    return np.multiply(d, DEPTH_SCALE, out=d)
+    code = np.rint(np.asarray(metres, np.float64) * DEPTH_CODES / 1000.0)
+    return np.clip(code / DEPTH_CODES, 0.0, DEPTH_CLIP) * DEPTH_SCALE
 
 
 def bev_target(planes: np.ndarray, degree: float) -> np.ndarray:
