@@ -128,8 +128,11 @@ class Transformer:
                                                  for i, v in enumerate(valid)]
             real = next((r for r in rows if r is not None), None)
             if real is None:
-                real = self.last_real if self.last_real is not None else self.template()
-            self.last_real = real
+                if self.last_real is None:
+                    self.last_real = self.template()
+                real = self.last_real
+            else:   # kept as a copy: a row may view the batch's images, whose block is reused
+                self.last_real = copy.deepcopy(real)
             rows = [r if r is not None else copy.deepcopy(real) for r in rows]
             data = self.collate(rows)
             if not isinstance(data, dict):

@@ -39,7 +39,7 @@ from ..schema import SampleSpec
 from ..shardread import ShardRef
 from . import history, shardio, stages, strata
 from .augment import ramp
-from .batch import Alloc, CARLABatch, private_block, shared_block
+from .batch import Alloc, CARLABatch, ReusedBlock, private_block, shared_block
 from .fields import FieldOptions
 from .plan import plan_worker, resampled_reads
 from . import rings
@@ -157,13 +157,14 @@ class EpochStream(IterableDataset):
         groups = shardio.released(history.flatten(groups, steps) if e.history else groups)
         # a BatchRing, or with a transform a DictRing (in this process without workers)
         ring = e.ring if info is not None or getattr(e.ring, "in_process", False) else None
-        # with a sample_transform the images never leave the worker: private memory
+        # with a sample_transform the images never leave the worker: one private block
         shared = info is not None and e.sample_transform is None
         if e.overlay is not None:   # entries read beside each sample, into batch.fields
             groups, attach = e.overlay.tapped(groups)
         batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
                                         self._augmenter(e, w), first_position=skipped * steps,
-                                        alloc=self._alloc(ring if shared else None, shared),
+                                        alloc=ReusedBlock() if e.sample_transform else
+                                        self._alloc(ring if shared else None, shared),
                                         sizes=e.image_sizes, field_opts=self._field_opts(e))
         if e.overlay is not None:
             batches = attach(batches)

@@ -110,3 +110,26 @@ def test_transform_returning_a_reserved_key_is_refused(shards):
     data = CARLAWebData(str(shards), batch_size=3, sample_transform=lambda s, r: {"valid": 1})
     with pytest.raises(ValueError, match="valid"):
         next(iter(data))
+
+
+def views(sample: dict, rng: np.random.Generator) -> dict:
+    """Returns a view of the decoded images (whose block the loader reuses batch to batch)."""
+    return {"img": sample["images"], "id": sample["key"]}
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_padding_copies_a_real_sample_even_when_the_rows_view_the_images(shards, workers):
+    """A rank's all-padding batch copies its last real row: a copy, so the next batch decoded
+    into the same image block does not change it."""
+    ref = {}
+    for b in CARLAWebData(str(shards), batch_size=4, mode="eval", sample_transform=views):
+        ref.update({k: b["img"][i].clone() for i, k in enumerate(b["key"]) if k})
+    world, padded = 3, 0
+    assert len(ref) % world   # some ranks end in an all-padding batch
+    for rank in range(world):
+        data = CARLAWebData(str(shards), batch_size=1, mode="eval", rank=rank,
+                            world_size=world, sample_transform=views, num_workers=workers)
+        for b in data:
+            assert torch.equal(b["img"][0], ref[b["id"][0]]), (rank, b["id"][0])
+            padded += not b["valid"][0]
+    assert padded

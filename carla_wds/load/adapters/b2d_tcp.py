@@ -48,13 +48,33 @@ PACK = ("carla-wds pack RAW OUT --layout bench2drive --stride 1 --expert-pairing
         "(the port's every-frame samples, expert file t; keep expert in --sensors)")
 
 
+_WIDE: dict[tuple[int, int], torch.Tensor] = {}   # this process's float stitch, by (H, W)
+
+
+def _wide(height: int, width: int) -> torch.Tensor:
+    """A reused float32 (1, 3, H, W) tensor with their `.float()`'s exact strides: that of
+    `from_numpy(hwc).permute(2, 0, 1).unsqueeze(0)`, (3, 1, 3W, 3), so F.interpolate takes
+    the same kernel and memory format and gives the same bits. Reused: a fresh 43 MB tensor
+    per sample cost its page faults, the largest item of the port's loader and of ours."""
+    buf = _WIDE.get((height, width))
+    if buf is None:
+        buf = _WIDE[(height, width)] = torch.empty_strided(
+            (1, 3, height, width), (3, 1, 3 * width, 3), dtype=torch.float32)
+    return buf
+
+
 def stitch(left: np.ndarray, front: np.ndarray, right: np.ndarray) -> np.ndarray:
     """Their stitched front image, uint8 HWC (256, 900, 3): the three crops side by side,
-    bilinear to 256x900 in float32, truncated to uint8 as their `.byte()` does."""
-    wide = np.concatenate([img[:, cols] for img, cols in zip((left, front, right), STITCH)],
-                          axis=1)
-    x = torch.from_numpy(wide).permute(2, 0, 1).unsqueeze(0).float()
-    x = F.interpolate(x, size=OUT_HW, mode="bilinear", align_corners=False)
+    as float32 (each crop converted straight into its columns: uint8 -> float32 is exact, so
+    no concatenated copy first), bilinear to 256x900, truncated to uint8 as their `.byte()`
+    does."""
+    crops = [img[:, cols] for img, cols in zip((left, front, right), STITCH)]
+    wide = _wide(crops[0].shape[0], sum(c.shape[1] for c in crops))
+    hwc, x0 = wide[0].permute(1, 2, 0), 0
+    for crop in crops:
+        hwc[:, x0:x0 + crop.shape[1]].copy_(torch.from_numpy(crop))
+        x0 += crop.shape[1]
+    x = F.interpolate(wide, size=OUT_HW, mode="bilinear", align_corners=False)
     return x.squeeze(0).permute(1, 2, 0).byte().numpy()
 
 

@@ -145,9 +145,15 @@ def camera(image: np.ndarray, augment: bool, rng: np.random.Generator) -> np.nda
 
 
 def depth01(metres: np.ndarray) -> np.ndarray:
-    """Their depth: the 8-bit value / 255 in float32 (v recovered exactly from v / 255 * 50)."""
-    v = np.rint(np.asarray(metres, np.float64) * 255.0 / DEPTH_MAX)
-    return v.astype(np.float32) / np.float32(255.0)
+    """Their depth: the 8-bit value / 255 in float32 (v recovered exactly from v / 255 * 50).
+    The same float64 operations as rint(m * 255 / 50), in one buffer (2 passes fewer)."""
+    v = np.array(metres, np.float64)
+    v *= 255.0
+    v /= DEPTH_MAX
+    np.rint(v, out=v)
+    out = v.astype(np.float32)
+    out /= np.float32(255.0)
+    return out
 
 
 def _images(s: dict, rng: np.random.Generator) -> dict[str, Any]:
