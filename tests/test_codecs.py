@@ -166,3 +166,25 @@ def test_png_pixels_survive_decode_then_encode(packed_tf4, samples_of):
                                          cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
     np.testing.assert_array_equal(pixels, expected)
     np.testing.assert_array_equal(CODECS["png"].decode(CODECS["png"].encode(pixels)), pixels)
+
+
+@pytest.mark.parametrize("ext,flags", [(".jpg", []), (".jpg", [cv2.IMWRITE_JPEG_QUALITY, 40]),
+                                       (".png", [])])
+def test_images_decode_as_rgb_the_same_with_or_without_opencvs_rgb_flag(monkeypatch, ext, flags):
+    """OpenCV >= 4.10 decodes straight to RGB (codecbase._IMREAD_RGB); the pixels are those of
+    a BGR decode then cvtColor, colour and gray files alike (pyspng is kept out)."""
+    import carla_wds.codecbase as cb
+    rng = np.random.default_rng(7)
+    smooth = cv2.GaussianBlur(rng.integers(0, 256, (45, 80, 3), dtype=np.uint8), (5, 5), 0)
+    for img in (smooth, cv2.cvtColor(smooth, cv2.COLOR_BGR2GRAY)):
+        data = cv2.imencode(ext, img, flags)[1].tobytes()
+        monkeypatch.setattr(cb, "pyspng", None)
+        codec = cb.ImageCodec()   # decode does not depend on the extension
+        got = codec.decode(data)
+        monkeypatch.setattr(cb, "_IMREAD_RGB", None)
+        want = codec.decode(data)
+        monkeypatch.undo()
+        assert got.shape == want.shape == (45, 80, 3) and np.array_equal(got, want)
+        assert np.array_equal(want, cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8),
+                                                              cv2.IMREAD_COLOR),
+                                                 cv2.COLOR_BGR2RGB))

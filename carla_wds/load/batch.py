@@ -154,11 +154,23 @@ class ReusedBlock:
 
     def __init__(self) -> None:
         self._block: torch.Tensor | None = None
+        self._stacks: dict[str, np.ndarray] = {}
 
     def __call__(self, shape: tuple[int, ...]) -> torch.Tensor:
         if self._block is None or tuple(self._block.shape) != tuple(shape):
             self._block = private_block(shape)
         return self._block
+
+    def stack(self, name: str, arrays: list[np.ndarray]) -> np.ndarray:
+        """np.stack(arrays) for the field `name`, into its block of the last batch when the
+        shape and dtype match (fields.collate_fields' `stack`): TransFuser 2022's 15 BEV
+        planes are 30 MB a batch of 8."""
+        want = (len(arrays), *np.shape(arrays[0]))
+        dtype = np.result_type(*arrays)
+        buf = self._stacks.get(name)
+        if buf is None or buf.shape != want or buf.dtype != dtype:
+            buf = self._stacks[name] = np.empty(want, dtype)
+        return np.stack(arrays, out=buf)
 
 
 def shared_block(shape: tuple[int, ...]) -> torch.Tensor:
@@ -178,6 +190,7 @@ class BatchBuffer:
                  pred_len: int, alloc: Alloc = private_block,
                  row_fields: tuple[str, ...] = ()) -> None:
         self.images = alloc((size, n_cameras, *image_size, 3))
+        self.stack = getattr(alloc, "stack", None)   # reused field memory (ReusedBlock)
         self.hwc = self.images.numpy()
         self.labels = {"speed": np.zeros(size, np.float32),
                        "target_point": np.zeros((size, 2), np.float32),
@@ -223,8 +236,8 @@ class BatchBuffer:
         if real is None:
             return {}
         from .fields import collate_fields
-        batched = {k: _tensors(v) for k, v in collate_fields(self.fields, tuple(real),
-                                                                   self.row_fields).items()}
+        batched = {k: _tensors(v) for k, v in collate_fields(
+            self.fields, tuple(real), self.row_fields, self.stack).items()}
         # by the modality table (load/places.py): an attribute of that name, else `fields`
         attrs = set(attribute_names()) & _ATTRIBUTES
         named = {k: batched.pop(k) for k in list(batched) if k in attrs}

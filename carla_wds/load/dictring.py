@@ -82,9 +82,11 @@ class _Bump:
         elem = batch[0]
         nbytes = elem.element_size() * elem.numel() * len(batch)
         if (elem.layout != torch.strided or elem.device.type != "cpu"
-                or any(x.shape != elem.shape or x.dtype != elem.dtype for x in batch)
+                or any(x.shape != elem.shape or x.dtype != elem.dtype or x.requires_grad
+                       for x in batch)
                 or self.used + nbytes > self.block.numel()):
-            # torch's own case: its errors for unequal shapes, nested/sparse, or a full slot
+            # torch's own case: its errors for unequal shapes, nested/sparse, autograd (out=
+            # refuses it), or a full slot
             return default_collate_fn_map[torch.Tensor](batch, collate_fn_map=collate_fn_map)
         start = self.used
         self.used = -(-(start + nbytes) // ALIGN) * ALIGN

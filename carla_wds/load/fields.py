@@ -9,7 +9,7 @@ batch's longest with a `<name>_len` count beside them, so padding is never mista
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import cv2
 import numpy as np
@@ -234,10 +234,13 @@ def row_fields(spec: SampleSpec) -> tuple[str, ...]:
 
 
 def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...],
-                   row_names: tuple[str, ...] = ()) -> dict[str, Any]:
+                   row_names: tuple[str, ...] = (), stack: Stack | None = None
+                   ) -> dict[str, Any]:
     """Per-sample field values (None for padding) -> batched arrays; `row_names` (fields of a
     rows kind) and other variable first dimensions padded with a <name>_len count,
-    measurements a dict of stacked arrays."""
+    measurements a dict of stacked arrays. `stack(name, arrays)`: where an array field's
+    rows are stacked (np.stack into new memory by default; batch.ReusedBlock's reuses it)."""
+    stack = stack or _new_stack
     out: dict[str, Any] = {}
     real = next((r for r in rows if r is not None), None)
     if real is None:
@@ -254,10 +257,17 @@ def collate_fields(rows: list[dict[str, Any] | None], names: tuple[str, ...],
                                                  or _varies(rows, name)):
             out[name], out[f"{name}_len"] = _pad(rows, name, first)
         elif isinstance(first, (np.ndarray, np.generic)):   # 0-d values too (camera_set)
-            out[name] = np.stack([(r[name] if r else np.zeros_like(first)) for r in rows])
+            out[name] = stack(name, [(r[name] if r else np.zeros_like(first)) for r in rows])
         else:
             out[name] = [r[name] if r else None for r in rows]
     return out
+
+
+Stack = Callable[[str, list], np.ndarray]
+
+
+def _new_stack(name: str, arrays: list) -> np.ndarray:
+    return np.stack(arrays)
 
 
 def _varies(rows: list, name: str) -> bool:
