@@ -109,6 +109,10 @@ class DictRing:
         n = workers * slots
         share = mmap.MAP_PRIVATE if self.in_process else mmap.MAP_SHARED
         self._map = mmap.mmap(-1, n * slot_bytes + n, flags=share | _NORESERVE)
+        if self.in_process and hasattr(mmap, "MADV_HUGEPAGE"):
+            # private memory may take huge pages: a slot's first write then costs a few
+            # faults, not one per 4 KB (shared memory's do not here: shmem_enabled=never)
+            self._map.madvise(mmap.MADV_HUGEPAGE)
         self.blocks = torch.frombuffer(self._map, dtype=torch.uint8, count=n * slot_bytes)
         self.busy = np.frombuffer(self._map, np.uint8, count=n, offset=n * slot_bytes)
         self.owner = os.getpid()   # only its finalizers free slots (forked copies run too)
