@@ -197,7 +197,7 @@ def _parts(value: Any, base: int, size: int) -> Any:
         if 0 <= offset < size and value.is_contiguous() and value.storage_offset() >= 0:
             return InSlot(offset, value.dtype, tuple(value.shape))
         if value.nbytes < SMALL_BYTES and value.layout == torch.strided and \
-                value.dtype != torch.bfloat16:
+                value.dtype != torch.bfloat16 and not value.requires_grad:
             return ByValue(value.numpy())
         return value   # torch's own way (shared memory)
     if isinstance(value, dict):

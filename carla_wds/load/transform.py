@@ -53,12 +53,17 @@ class ModelBatch:
 
 
 def _pinned(value: Any) -> Any:
+    """Pinned copies of every tensor, through the containers collate makes (dicts of their
+    type, lists, tuples, namedtuples): the dict ring frees a pinned batch's slot at once."""
     if isinstance(value, torch.Tensor):
         return value.pin_memory()
     if isinstance(value, dict):
-        return {k: _pinned(v) for k, v in value.items()}
+        return type(value)((k, _pinned(v)) for k, v in value.items())
     if isinstance(value, list):
         return [_pinned(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_pinned(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value
 
 

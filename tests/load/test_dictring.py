@@ -160,3 +160,40 @@ def test_pinned_batches_free_their_slot_at_once():
         data = ring.take(item, pin_memory=True)
         assert data["img"].is_pinned()
         assert_same(data, default_collate(rows_for(i)))
+
+
+def test_pinning_reaches_every_container_collate_makes(monkeypatch):
+    """A pinned batch frees its slot at once, so no tensor of it may stay a view of the slot:
+    namedtuples and tuples too (pinning stubbed as a copy here: no CUDA)."""
+    from carla_wds.load import transform
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
+    ring = DictRing(1, 2, None)
+    data = ring.take(ring.item(ModelBatch(ring.collate(rows_for(0)))), pin_memory=True)
+    slot = np.frombuffer(ring._map, np.uint8, count=ring.slot_bytes)
+    lo, hi = slot.ctypes.data, slot.ctypes.data + slot.nbytes
+
+    def leaves(v):
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from leaves(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                yield from leaves(x)
+    assert isinstance(data["pair"], Pair)
+    assert all(not lo <= t.data_ptr() < hi for t in leaves(data))
+    assert_same(data, default_collate(rows_for(0)))
+    assert transform._pinned(Pair(torch.ones(1), (torch.zeros(1),))).b[0].shape == (1,)
+
+
+def test_autograd_tensors_without_workers_are_default_collates():
+    ring = DictRing(1, 2, None)
+    rows = [{"w": torch.ones(3, requires_grad=True), "s": torch.ones((), requires_grad=True)}
+            for _ in range(2)]
+    got = ring.collate(rows)
+    item = ring.item(ModelBatch(got))
+    data = ring.take(item) if isinstance(item, SlotBatch) else item.data
+    want = default_collate(rows)
+    assert data["w"].requires_grad and data["s"].requires_grad
+    assert torch.equal(data["w"].detach(), want["w"].detach())

@@ -26,6 +26,8 @@ global step as the loader's own augmenter does (theirs counts each worker copy's
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -48,7 +50,7 @@ PACK = ("carla-wds pack RAW OUT --layout bench2drive --stride 1 --expert-pairing
         "(the port's every-frame samples, expert file t; keep expert in --sensors)")
 
 
-_WIDE: dict[tuple[int, int], torch.Tensor] = {}   # this process's float stitch, by (H, W)
+_WIDE = threading.local()   # per thread: its float stitch tensors, by (H, W)
 
 
 def _wide(height: int, width: int) -> torch.Tensor:
@@ -56,11 +58,12 @@ def _wide(height: int, width: int) -> torch.Tensor:
     `from_numpy(hwc).permute(2, 0, 1).unsqueeze(0)`, (3, 1, 3W, 3), so F.interpolate takes
     the same kernel and memory format and gives the same bits. Reused: a fresh 43 MB tensor
     per sample cost its page faults, the largest item of the port's loader and of ours."""
-    buf = _WIDE.get((height, width))
+    mine = _WIDE.__dict__.setdefault("by_size", {})
+    buf = mine.get((height, width))
     if buf is None:   # numpy's memory: it asks for huge pages (21 faults, not 10,500)
         flat = torch.from_numpy(np.empty(height * width * 3, np.float32))
-        buf = _WIDE[(height, width)] = flat.as_strided((1, 3, height, width),
-                                                       (3, 1, 3 * width, 3))
+        buf = mine[(height, width)] = flat.as_strided((1, 3, height, width),
+                                                      (3, 1, 3 * width, 3))
     return buf
 
 
