@@ -50,6 +50,14 @@ class Limits:
     member_bytes: int = 256 << 20          # one member of a shard, which a reader holds whole
     json_bytes: int = 256 << 20            # one JSON document after gunzip
     json_depth: int = 100                  # nesting of a JSON document (CARLA's is < 10)
+    # values one JSON document may parse to (every dict, list, string, number): `{},` is 3
+    # bytes of text and a ~64-byte dict, so json_bytes alone lets 256 MiB become 6 GB of
+    # objects; a real frame's JSON is under 1 MB (< 100k values)
+    json_values: int = 4_000_000
+    # objects one raw pickle (LEAD's metas/boxes) may build, counted as the values they expand
+    # to once stored as JSON (a shared or repeated object counts each time, an array its
+    # elements): a frame's metas are ~10k values
+    pickle_values: int = 4_000_000
     clip_bytes: int = 16 << 30             # a clip archive's members, unpacked, together
     clip_members: int = 200_000            # members of one clip archive
     # unpacked / compressed bytes of a clip archive, past its first 64 MiB: a clip's files are
@@ -57,6 +65,9 @@ class Limits:
     # gzip bomb unpacks 1000x; so a bomb stops after ~64 MiB of spool, not at clip_bytes
     clip_ratio: int = 20
     remote_shard_bytes: int = 16 << 30     # a shard a manifest declares, read over HTTP/s3
+    # the members of one sample together, as a shard reader gathers them before yielding it
+    # (a Bench2Drive sample with six cameras and a LiDAR sweep is ~5 MB)
+    sample_bytes: int = 1 << 30
     yaml_bytes: int = 1 << 20              # a layout or config YAML file
 
     def check(self, name: str, have: int | float, what: str) -> None:
