@@ -127,8 +127,13 @@ _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")   # webdataset's base_plus_ext
 def group_samples(members: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Tar members -> samples {"__key__", "__url__", suffix: data}, by webdataset's rule: the
     key is the name up to the first dot of its last part, suffixes lower-cased, consecutive
-    members of one key make one sample. (webdataset's own group_by_keys imports torch.)"""
+    members of one key make one sample. (webdataset's own group_by_keys imports torch.)
+
+    A sample is held whole until its key changes, so its members together are bounded by the
+    limit `sample_bytes`: otherwise a stream of members with one key piles up to what the
+    shard declares (a remote one: up to remote_shard_bytes, in memory)."""
     current: dict[str, Any] | None = None
+    held, sample_limit = 0, limits.active().sample_bytes
     for m in members:
         match = _KEY.match(m["fname"])
         if not match:
@@ -137,10 +142,15 @@ def group_samples(members: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]
         if current is None or key != current["__key__"]:
             if current is not None:
                 yield current
-            current = {"__key__": key, "__url__": m.get("__url__")}
+            current, held = {"__key__": key, "__url__": m.get("__url__")}, 0
         if suffix in current:
             raise ShardError(f"shard {current['__url__']}: {m['fname']} appears twice in one "
                              f"sample. {_FIX}")
+        held += len(m["data"])
+        if held > sample_limit:
+            raise ShardError(str(limits.LimitError(
+                f"shard {current['__url__']}: sample {key}'s members in bytes (up to "
+                f"{m['fname']})", held, "sample_bytes", sample_limit)))
         current[suffix] = m["data"]
     if current is not None:
         yield current

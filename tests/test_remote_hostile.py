@@ -3,10 +3,13 @@
 a huge shard is refused before a byte is read, a tar member over the member limit is refused at
 its header (memory stays bounded whatever the shard declares), a shard whose sha256 fails at
 the end of a stream counts as skipped, an object that shrinks mid-read is its own error, and an
-empty tar shard loads."""
+empty tar shard loads; a sample whose members never end is cut at sample_bytes."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import itertools
 import json
 import shutil
 import tarfile
@@ -14,6 +17,7 @@ import threading
 import tracemalloc
 import http.server
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -48,6 +52,20 @@ def first_member_declares(path: Path, size: int) -> None:
     blob[148:156] = b" " * 8
     blob[148:156] = b"%06o\0 " % sum(blob[:512])
     path.write_bytes(bytes(blob))
+
+
+def refused_under(url: str, **bounds: int) -> tuple[str, int]:
+    """The ShardError that loading `url` under these limits raises, and the peak of Python
+    allocations while it ran."""
+    tracemalloc.start()
+    try:
+        with limits.using(limits.active().with_overrides(bounds)), \
+                pytest.raises(ShardError) as err:
+            list(eval_data(url))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return str(err.value), peak
 
 
 @pytest.mark.parametrize("cache", [False, True])
@@ -86,15 +104,7 @@ def test_a_huge_member_of_an_endless_body_is_refused_at_its_header(served):
     faults.mode = "endless"
     first_member_declares(root / TARGET, 60 << 20)
     declare(root, TARGET, bytes=64 << 20)
-    bounds = limits.active().with_overrides({"member_bytes": 4 << 20})
-    tracemalloc.start()
-    try:
-        with limits.using(bounds), pytest.raises(ShardError) as err:
-            list(eval_data(url))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    msg = str(err.value)
+    msg, peak = refused_under(url, member_bytes=4 << 20)
     assert TARGET in msg and "member_bytes=4,194,304" in msg and "62,914,560" in msg, msg
     assert peak < 40 << 20, peak   # under the 60 MiB member: it was never read whole
 
@@ -177,6 +187,22 @@ def test_a_pack_with_an_empty_shard_loads_and_verifies(pristine, tmp_path):
     assert sum(b.valid.sum().item() for b in got) == m["total_samples"]
 
 
+@contextlib.contextmanager
+def serving(handler: type, root: Path, faults: Faults) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 with `handler` bound to `root` and `faults`; yields the
+    manifest's URL."""
+    bound = type("Handler", (handler,), {"root": root, "faults": faults})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), bound)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/manifest.json"
+    finally:
+        faults.stop.set()
+        server.shutdown()
+        server.server_close()
+
+
 class ShrinkingHandler(FaultyHandler):
     """Sends half of the target, hangs up, then answers the Range request for the rest as a
     server whose file was replaced by that half does: 416, Content-Range bytes */half."""
@@ -196,19 +222,80 @@ def test_an_http_body_that_shrinks_mid_read_is_its_own_error(pristine, tmp_path)
     shutil.copytree(pristine, root)
     faults = Faults()
     faults.mode = "shrink"
-    handler = type("Handler", (ShrinkingHandler,), {"root": root, "faults": faults})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/manifest.json"
+    with serving(ShrinkingHandler, root, faults) as url:
         size = (root / TARGET).stat().st_size
         with pytest.raises(ShardError) as err:
             list(eval_data(url))
-    finally:
-        server.shutdown()
-        server.server_close()
     msg = str(err.value)
     assert f"object is {size // 2} bytes, the manifest declares {size}" in msg, msg
     assert "replaced after packing?" in msg and "tried" not in msg
     assert [n for n, _ in faults.requests].count(TARGET) == 2   # no retry after the 416
+
+
+class PileupHandler(FaultyHandler):
+    """Serves the target's members, then, for ever, members of 64 KiB named with its last
+    sample's key (a new suffix each): one sample that never ends (issue 38 N9)."""
+
+    def _pileup(self, body: bytes) -> None:
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            last = tar.getmembers()[-1]
+        end = last.offset_data + last.size + -last.size % 512   # before the end blocks
+        key = last.name.rpartition("/")[0] + "/" if "/" in last.name else ""
+        key += last.name.rpartition("/")[2].split(".", 1)[0]
+        self.faults.key = key
+        self.send_response(200)
+        self.end_headers()
+        try:
+            self.wfile.write(body[:end])
+            for i in itertools.count():
+                if self.faults.stop.is_set():
+                    return
+                info = tarfile.TarInfo(f"{key}.pile{i}")
+                info.size = 65536
+                self.wfile.write(info.tobuf() + bytes(65536))
+        except OSError:
+            pass
+
+
+def test_one_sample_whose_members_never_end_is_cut_at_sample_bytes(pristine, tmp_path):
+    """The issue's repro, made small: under a declared 64 MiB, the body goes on with members of
+    the last sample's key. The sample is refused once it holds over sample_bytes (1 MiB here),
+    naming the shard, the key and the limit; memory stays near that limit, not the 64 MiB the
+    shard declares."""
+    root = tmp_path / "www"
+    shutil.copytree(pristine, root)
+    declare(root, TARGET, bytes=64 << 20)
+    faults = Faults()
+    faults.mode = "pileup"
+    with serving(PileupHandler, root, faults) as url:
+        msg, peak = refused_under(url, sample_bytes=1 << 20)
+    assert TARGET in msg and f"sample {faults.key}'s members" in msg, msg
+    assert "sample_bytes=1,048,576" in msg and "\n" not in msg, msg
+    assert peak < 16 << 20, peak   # the old reader gathered the declared 64 MiB
+
+
+def test_a_local_sample_over_sample_bytes_is_refused(tmp_path):
+    """The same bound on a local (memory-mapped) shard: one key, many members."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(8):
+            info = tarfile.TarInfo(f"route/k0001.m{i}")
+            info.size = 4096
+            tar.addfile(info, io.BytesIO(bytes(4096)))
+    path = tmp_path / "one.tar"
+    path.write_bytes(buf.getvalue())
+    ref = ShardRef(str(path), 1, len(buf.getvalue()))
+    for limit, ok in ((8 * 4096, True), (8 * 4096 - 1, False)):
+        stream = open_shard(str(path), None, None, ref.bytes)
+        try:
+            with limits.using(limits.active().with_overrides({"sample_bytes": limit})):
+                if ok:
+                    assert [s["__key__"] for s in samples_of(stream, ref)] == ["route/k0001"]
+                    continue
+                with pytest.raises(ShardError) as err:
+                    list(samples_of(stream, ref))
+        finally:
+            stream.close()
+        msg = str(err.value)
+        assert str(path) in msg and "sample route/k0001's members" in msg, msg
+        assert f"sample_bytes={limit:,}" in msg and "route/k0001.m7" in msg, msg
