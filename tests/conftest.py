@@ -29,6 +29,9 @@ from carla_wds.cli import main as cli_main
 from carla_wds.pack.packer import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 
+# cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make test-fast` skips them
+pytest_plugins = ["tests.markers", "pytester"]
+
 IMAGE_SIZE = (48, 64)          # (height, width); small so the whole suite stays fast
 RAW_EPISODES = 3
 RAW_FRAMES = 30

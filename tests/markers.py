@@ -1,0 +1,167 @@
+"""Cost markers, assigned by rule from what a test starts (issue 39), and the house rule that
+keeps them honest.
+
+`make test` runs every tier; `make test-fast` deselects the costly ones (`-m "not (proc or
+ddp or s3 or docs or bench or browser)"`), the inner loop of a developer's day.
+
+Assignment (at collection, so `-m` can select on it): the code a test reaches is walked, the
+test function, every fixture it uses, and every function of the tests package those call
+(through globals, module attributes and nested functions), and the names and strings in it
+decide:
+- `ddp`: reaches tests.helpers.torchrun;
+- `proc`: names `subprocess`, `Popen` or `sys.executable` (the CLI or a tool as a child);
+- `bench`: a string naming a benchmark tool (`bench_*.py`), or a block of docs/benchmarks.md;
+- `docs`: a documented block (tests/test_docs_blocks.py);
+- `browser`: a string naming Chromium;
+- `s3`: uses moto's server (the `s3_endpoint` fixture).
+A test may also carry a marker by hand (`@pytest.mark.proc`).
+
+The rule: `subprocess.Popen` is watched while each test sets up, runs and tears down. A test
+that started a child process but carries none of the process markers fails, naming the
+command, as tests/test_sizes.py fails a module over its lines. So a process the walk cannot
+see (one that library code starts) is caught the first time the suite runs it.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import types
+from typing import Any, Iterator
+
+import pytest
+
+MARKERS: dict[str, str] = {
+    "proc": "starts a child process (the CLI or a tool through subprocess / sys.executable)",
+    "ddp": "launches torchrun (tests.helpers.torchrun)",
+    "s3": "uses moto's S3 server on 127.0.0.1 (the s3_endpoint fixture)",
+    "docs": "runs a block of README.md or docs/ (tests/test_docs_blocks.py)",
+    "bench": "runs a benchmark tool (tools/bench_*.py)",
+    "browser": "drives headless Chromium",
+}
+# the markers that say "this test may start processes"; s3's server is a thread
+STARTS_PROCESSES = ("proc", "ddp", "docs", "bench", "browser")
+FAST = "not (" + " or ".join(MARKERS) + ")"
+
+_BENCH = re.compile(r"bench_\w+\.py")
+_PROC_NAMES = {"subprocess", "Popen", "executable", "check_output"}
+
+
+def _own(obj: Any) -> bool:
+    """Code of this test suite (walked further), not of a library."""
+    module = getattr(obj, "__module__", None) or ""
+    return module.startswith(("tests", "test_")) or module.endswith("conftest")
+
+
+def _codes(func: types.FunctionType) -> Iterator[types.CodeType]:
+    stack = [func.__code__]
+    while stack:
+        code = stack.pop()
+        yield code
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _reached(roots: list[Any]) -> tuple[set[str], set[str], set[Any]]:
+    """Names and strings in the code reachable from `roots`, and the functions reached."""
+    names: set[str] = set()
+    strings: set[str] = set()
+    seen: set[Any] = set()
+    todo = [f for f in roots if isinstance(f, types.FunctionType)]
+    while todo:
+        func = todo.pop()
+        if func in seen:
+            continue
+        seen.add(func)
+        for code in _codes(func):
+            names.update(code.co_names)
+            strings.update(c for c in code.co_consts if isinstance(c, str))
+            todo.extend(_callees(func.__globals__, code.co_names))
+    return names, strings, seen
+
+
+def _callees(scope: dict[str, Any], used: tuple[str, ...]) -> Iterator[types.FunctionType]:
+    for name in used:
+        value = scope.get(name)
+        if isinstance(value, types.FunctionType) and _own(value):
+            yield value
+        elif isinstance(value, type) and _own(value):
+            yield from (v for v in vars(value).values() if isinstance(v, types.FunctionType))
+        elif isinstance(value, types.ModuleType) and value.__name__.startswith("tests"):
+            yield from (getattr(value, n) for n in used
+                        if isinstance(getattr(value, n, None), types.FunctionType))
+
+
+def markers_for(item: pytest.Item) -> set[str]:
+    """The cost markers the rule gives `item` (besides any it carries by hand)."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    defs = fixtures.name2fixturedefs.values() if fixtures else ()
+    roots = [getattr(item, "function", None)] + [d[-1].func for d in defs if d]
+    names, strings, funcs = _reached(roots)
+    found = set()
+    if any(getattr(f, "__name__", "") == "torchrun" and f.__module__ == "tests.helpers"
+           for f in funcs):
+        found.add("ddp")
+    if names & _PROC_NAMES:
+        found.add("proc")
+    text = " ".join(strings) + " " + item.nodeid
+    if _BENCH.search(text) or "benchmarks.md" in item.nodeid:
+        found.add("bench")
+    if item.nodeid.startswith("tests/test_docs_blocks.py::test_block"):
+        found.add("docs")
+    if "chromium" in text.lower():
+        found.add("browser")
+    if "s3_endpoint" in getattr(item, "fixturenames", ()):
+        found.add("s3")
+    return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, why in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {why}")
+    _watch_popen()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in sorted(markers_for(item)):
+            item.add_marker(name)
+
+
+_started: list[str] = []
+
+
+def _watch_popen() -> None:
+    """Record every child process started in this pytest process (once per process)."""
+    if getattr(subprocess.Popen.__init__, "_watched", False):
+        return
+    real = subprocess.Popen.__init__
+
+    def init(self: subprocess.Popen, args: Any, *rest: Any, **kw: Any) -> None:
+        _started.append(args if isinstance(args, str) else " ".join(map(str, args)))
+        real(self, args, *rest, **kw)
+    init._watched = True   # type: ignore[attr-defined]
+    subprocess.Popen.__init__ = init   # type: ignore[method-assign]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _started.clear()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "teardown" or not _started or report.failed:
+        return
+    if any(item.get_closest_marker(m) for m in STARTS_PROCESSES):
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{item.nodeid} started {len(_started)} child process(es), first: {_started[0][:300]!r}, "
+        f"but carries none of the markers {', '.join(STARTS_PROCESSES)} (tests/markers.py). "
+        "Fix: mark it (@pytest.mark.proc, or the marker of what it starts) so `make test-fast` "
+        "leaves it out, or teach markers_for the helper that starts it")
+
+
+__all__ = ["FAST", "MARKERS", "STARTS_PROCESSES", "markers_for"]
