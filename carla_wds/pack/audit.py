@@ -28,6 +28,7 @@ from ..objstore import is_objstore
 from ..schema import COMMANDS, SchemaError, decode_member, validate_sample
 from ..shardread import ShardRef, open_shard, samples_of
 from ..tario import ShardError
+from .finite import nonfinite_labels
 from .merge import merge  # noqa: F401  (re-exported)
 from .shards import shard_name
 
@@ -124,9 +125,9 @@ def _deep_problems(raw: dict, spec, sizes, ref, extra_sizes=None) -> list[str]:
     images against the manifest's recorded sizes before they are decoded."""
     try:
         validate_sample(spec, raw, f"{ref.url}:{raw['__key__']}", sizes, extra_sizes)
+        return nonfinite_labels(spec, raw, f"{ref.url}:{raw['__key__']}")
     except (SchemaError, ValueError) as exc:
         return [str(exc)]
-    return []
 
 
 def _speed_and_command(spec, raw: dict, where: str) -> tuple[float, str]:
