@@ -29,7 +29,7 @@ from ..schema import COMMANDS, SchemaError, decode_member, validate_sample
 from ..shardread import ShardRef, open_shard, samples_of
 from ..tario import ShardError
 from .finite import nonfinite_labels
-from .merge import merge  # noqa: F401  (re-exported)
+from .merge import KeyLedger, merge  # noqa: F401  (merge re-exported)
 from .shards import shard_name
 
 _SEQUENCE = re.compile(r"^(.*)-(\d{6})\.tar$")
@@ -78,25 +78,30 @@ def verify(directory: str | Path, deep: bool = False, progress: bool = True,
     spec = manifest.spec
     sizes = manifest.sizes_of(spec.cameras)
     problems = _sequence_problems(manifest, remote)
-    total = 0
+    total, ledger = 0, KeyLedger()   # deep: no key in two places (a bad merge's repeat)
     for shard in progress_bar(manifest.shards, desc="verify", unit="shard", disable=not progress):
         try:
             url = shard_url(manifest.where, shard.name)
         except ManifestError as exc:
             problems.append(str(exc))
             continue
-        ref = ShardRef(url, shard.samples, shard.bytes, shard.sha256)
+        ref, keys = ShardRef(url, shard.samples, shard.bytes, shard.sha256), []
         n, found = _verify_shard(ref, spec, sizes, deep, remote,
-                                 manifest.doc.get("extra_sizes"))
+                                 manifest.doc.get("extra_sizes"), keys)
+        ledger.add(manifest.where, url, keys)
         total += n
         problems += found
+    if pair := ledger.repeat():
+        problems.append(f"a sample key is in both {pair[0][1]} and {pair[1][1]}: the pack "
+                        "serves it twice. Fix: re-pack, or merge its parts again")
     if total != manifest.total_samples:
         problems.append(f"{total} samples in shards, manifest says {manifest.total_samples}")
     return problems
 
 
 def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None,
-                  extra_sizes: dict[str, list[int]] | None = None) -> tuple[int, list[str]]:
+                  extra_sizes: dict[str, list[int]] | None = None,
+                  keys: list[str] | None = None) -> tuple[int, list[str]]:
     local = not is_url(ref.url)
     if local and not os.path.isfile(ref.url):
         return 0, [f"{ref.url}: missing" if not os.path.lexists(ref.url)
@@ -109,6 +114,8 @@ def _verify_shard(ref, spec, sizes, deep: bool, remote: RemoteOptions | None,
                 n += 1
                 if deep:
                     problems += _deep_problems(raw, spec, sizes, ref, extra_sizes)
+                    if keys is not None:
+                        keys.append(raw["__key__"])
         finally:
             stream.close()
     except (ShardError, RemoteError, OSError, ValueError) as exc:

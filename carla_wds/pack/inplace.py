@@ -3,24 +3,31 @@ each part's shards where they lie (`parts/00017/shard-000003.tar`, a relative na
 manifest.NAME_RULE allows and shard_url resolves), so no shard byte is copied: the merge writes
 OUT/manifest.json and nothing else.
 
-Before that, every part's shards are checked against the part's manifest: their size (a stat,
-or one listing of an s3:// OUT), and with `deep` their sha256 (every byte read once). A part
-that is missing or differs is refused in one line naming it and the re-run that fixes it.
+Before that, every part's shards are checked against the part's manifest: first each name
+against manifest.NAME_RULE, and on a folder that it is a regular file inside its part's folder
+(no link anywhere on its path), before anything is stat-ed or read, so that a part manifest
+cannot make merge report on (or name) a file elsewhere; then their size (a stat, or one listing
+of an s3:// OUT), and with `deep` their sha256 (every byte read once) and every sample key. No
+sample may be in two parts (merge.check_unique: shared sha256s, boundary keys or files; with
+`deep` any key). A part that is missing or differs is refused in one line naming it and the
+re-run that fixes it.
 """
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_json, sha256_file
-from ..manifest import MANIFEST, read_manifest
+from ..manifest import MANIFEST, NAME_RULE, read_manifest, shard_name_problem
 from ..manifest_schema import ManifestError
 from ..objstore import is_objstore
 from ..objwrite import StoreWriter, json_bytes
 from ..remote import RemoteOptions
 from .cluster import array_spec
-from .merge import check_parts, merged_doc
+from .merge import (KeyLedger, check_distinct_files, check_parts, check_unique, merged_doc,
+                    shard_keys)
 from .plan_parts import part_dir, read_plan, under
 
 log = logging.getLogger(__name__)
@@ -45,12 +52,22 @@ def merge_in_place(out: str, deep: bool = False, remote: RemoteOptions | None = 
                                                           str(Path(out) / r), remote)
                                             for r in rels)]
     check_parts(manifests)
-    shards = []
+    for rel, (doc, _) in zip(rels, manifests):   # before any stat or read
+        for shard in doc["shards"]:
+            _check_name(out, store, rel, shard["name"])
+    check_unique([(rel, doc["shards"]) for rel, (doc, _) in zip(rels, manifests)])
+    if store is None:
+        check_distinct_files([(rel, s["name"], Path(out) / rel / s["name"])
+                              for rel, (doc, _) in zip(rels, manifests) for s in doc["shards"]])
+    shards, ledger = [], KeyLedger()
     for rel, (doc, _) in zip(rels, manifests):
         for shard in doc["shards"]:
             name = f"{rel}/{shard['name']}"
             _check_shard(out, store, held, name, shard, deep, rel)
+            if deep and store is None:
+                ledger.add(rel, shard["name"], shard_keys(Path(out) / name, shard["bytes"]))
             shards.append({**shard, "name": name})
+    ledger.check()
     merged = merged_doc(manifests, shards)
     merged["merged_from"] = rels   # relative: the merged pack moves as one folder
     if store:
@@ -64,6 +81,21 @@ def merge_in_place(out: str, deep: bool = False, remote: RemoteOptions | None = 
 
 def _has(out: str, held: dict[str, int] | None, rel: str) -> bool:
     return rel in held if held is not None else (Path(out) / rel).is_file()
+
+
+def _check_name(out: str, store: StoreWriter | None, rel: str, name: object) -> None:
+    """The shard name keeps to NAME_RULE and, on a folder, is a regular file at exactly that
+    path below OUT: no symbolic link to elsewhere (or to another shard) on the way."""
+    problem = shard_name_problem(name)
+    if problem is None and store is None:
+        path = os.path.join(os.path.realpath(out), rel, str(name))
+        real = os.path.realpath(path)
+        if real != path:
+            problem = f"is a link (to {real}); a part's shards are regular files in its folder"
+    if problem:
+        raise ManifestError(f"merge --in-place: part {rel}'s manifest names the shard {name!r}, "
+                            f"which {problem}; refused (nothing was read), since {NAME_RULE}. "
+                            f"Fix: re-pack that part (remove {rel}/ and run its task again)")
 
 
 def _check_shard(out: str, store: StoreWriter | None, held: dict[str, int] | None, name: str,

@@ -5,14 +5,22 @@ Shards go under consecutive names, in part order, and each one is checked where 
 against the part manifest's size and sha256 before the next; the manifest comes last. Between
 objects of one store a shard is copied server-side (no byte passes through this machine),
 then read back to be hashed. A refused merge leaves the output as it found it.
+
+No sample may come out twice (`check_unique`, `KeyLedger`): a copied part or shard, a shard
+linked into two parts, or an episode packed in two parts would each serve samples twice (and,
+with the counts summed, lose others from an epoch), so a merge refuses them naming both parts.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
+from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
+
+import numpy as np
 
 from ..fileio import atomic_write_json, sha256_file
 from ..manifest import MANIFEST, is_url, read_manifest, shard_url
@@ -22,6 +30,7 @@ from ..objwrite import StoreWriter, fetch_checked, json_bytes
 from ..remote import RemoteError, RemoteOptions
 from ..schema import SchemaError
 from ..sequence import sequence_doc
+from ..tario import ShardError, group_samples, iterate_tar
 from .buckets import bucket_doc
 from .shards import shard_name
 
@@ -43,6 +52,11 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
         raise ManifestError(f"merge reads local and object-store (s3://) parts only, got "
                             f"{other[0]}. Fix: download the part first")
     check_parts(manifests)
+    sources = [(where, [(s["name"], shard_url(where, s["name"])) for s in m["shards"]])
+               for m, where in manifests]
+    check_unique([(where, m["shards"]) for m, where in manifests])
+    check_distinct_files([(where, name, Path(url)) for where, named in sources
+                          for name, url in named if not is_objstore(url)])
     dest.begin()
     try:
         return _merge_into(dest, manifests, prefix)
@@ -52,12 +66,15 @@ def merge(part_dirs: list[str | Path], out_dir: str | Path, prefix: str = "shard
 
 
 def _merge_into(dest: Any, manifests: list[tuple[dict, str]], prefix: str) -> dict:
-    shards = []
+    shards, ledger = [], KeyLedger()
     for m, where in manifests:
         for shard in m["shards"]:
-            name = shard_name(prefix, len(shards))
-            dest.put_shard(shard_url(where, shard["name"]), name, shard, where)
+            name, src = shard_name(prefix, len(shards)), shard_url(where, shard["name"])
+            dest.put_shard(src, name, shard, where)
+            if not is_objstore(src):   # a store's shards: their sha256 and boundary keys only
+                ledger.add(where, shard["name"], shard_keys(Path(src), shard["bytes"]))
             shards.append({**shard, "name": name})
+    ledger.check()
     merged = merged_doc(manifests, shards)
     dest.put_manifest(merged)
     return merged
@@ -211,3 +228,87 @@ def _link_checked(src: Path, dst: Path, shard: dict, where: str) -> None:
                             f"{digest}, the part's manifest declares "
                             f"{shard['bytes']} and {shard['sha256']}; refused. Fix: re-pack "
                             "that part")
+
+
+def _twice(what: str, first: tuple[str, str], second: tuple[str, str]) -> ManifestError:
+    (p1, s1), (p2, s2) = first, second
+    where = f"shard {s1} of part {p1}" + (" twice" if first == second else
+                                          f" and in shard {s2} of part {p2}")
+    return ManifestError(f"merge: {what} is in {where}, so the merged pack would serve those "
+                         "samples twice (a copied part or shard, a shard linked into two "
+                         "parts, or an episode packed in two parts); refused. Fix: re-pack "
+                         f"the later part ({p2}) from its own episodes")
+
+
+def check_unique(parts: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    """From the parts' manifests alone: no two shards (of any parts) with one sha256, or
+    with one first or last sample key. `parts`: (part, its manifest's shard records)."""
+    sums: dict[str, tuple[str, str]] = {}
+    keys: dict[str, tuple[str, str]] = {}
+    for part, shards in parts:
+        for s in shards:
+            here = (part, str(s["name"]))
+            if s.get("samples"):   # two empty tars are equal bytes and hold nothing twice
+                if sums.setdefault(s["sha256"], here) != here:
+                    raise _twice(f"one content (sha256 {s['sha256']})", sums[s["sha256"]],
+                                 here)
+            for key in {s.get("first_key"), s.get("last_key")} - {None, ""}:
+                if keys.setdefault(key, here) != here:
+                    raise _twice(f"the sample {key!r}", keys[key], here)
+
+
+def check_distinct_files(files: list[tuple[str, str, Path]]) -> None:
+    """No one file (a hard or symbolic link of another shard) listed twice; (part, shard
+    name, path) of each local shard, missing ones left to the size check."""
+    held: dict[tuple[int, int], tuple[str, str]] = {}
+    for part, name, path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        here = (part, name)
+        if held.setdefault((st.st_dev, st.st_ino), here) != here:
+            raise _twice(f"one file ({path}, a link of the other)", held[(st.st_dev,
+                                                                          st.st_ino)], here)
+
+
+def shard_keys(path: Path, size: int) -> Iterator[str]:
+    """The sample keys of a local shard, read as the loader reads them (bounded: `size`)."""
+    with open(path, "rb") as f:
+        for sample in group_samples(iterate_tar(f, str(path), size)):
+            yield sample["__key__"]
+
+
+class KeyLedger:
+    """Every sample key of a merge, as 8 bytes of its blake2b and the shard that holds it
+    (16 bytes a sample, not a dict of strings), checked once all are in."""
+
+    def __init__(self) -> None:
+        self.sums, self.owners = array("Q"), array("I")
+        self.shards: list[tuple[str, str]] = []
+
+    def add(self, part: str, shard: str, keys: Iterable[str]) -> None:
+        self.shards.append((part, shard))
+        try:
+            for key in keys:
+                digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+                self.sums.append(int.from_bytes(digest, "little"))
+                self.owners.append(len(self.shards) - 1)
+        except (ShardError, OSError) as exc:
+            raise ManifestError(f"part {part}: shard {shard} cannot be read as a tar of "
+                                f"samples ({exc}); refused. Fix: re-pack that part") from None
+
+    def repeat(self) -> tuple[tuple[str, str], tuple[str, str]] | None:
+        """The (part, shard) of two samples with one key, in the order added; None if none."""
+        sums = np.frombuffer(self.sums, dtype=np.uint64) if self.sums else np.zeros(0, np.uint64)
+        order = np.argsort(sums, kind="stable")
+        same = np.nonzero(sums[order][1:] == sums[order][:-1])[0]
+        if not same.size:
+            return None
+        first, second = (self.owners[int(order[i])] for i in (same[0], same[0] + 1))
+        return self.shards[first], self.shards[second]
+
+    def check(self) -> None:
+        """A one-line ManifestError naming both parts when a key was added twice."""
+        if pair := self.repeat():
+            raise _twice("a sample key", *pair)
