@@ -288,28 +288,56 @@ class JsonCodec(Codec):
 # a JSON string, escapes included (unrolled: linear time); and every byte but []{}
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_CHUNK = 1 << 20
 
 
 def json_depth(raw: bytes) -> int:
     """The deepest nesting of [ and { outside strings, by a linear scan (json's parser is
     recursive: too deep a document raises RecursionError, which names no file and escapes
     handlers of ValueError)."""
-    steps = np.frombuffer(_JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS), np.uint8)
-    opens = (steps == ord("[")) | (steps == ord("{"))
-    return int(np.cumsum(np.where(opens, 1, -1), dtype=np.int64).max(initial=0))
+    return _depth(_JSON_STRING.sub(b"", raw))
 
 
-def json_loads(raw: bytes) -> Any:
-    """UTF-8 JSON bytes -> value, bounded: LimitError over json_bytes or json_depth (checked
-    before parsing), ValueError for malformed JSON or UTF-8."""
-    lim = limits.active()
-    lim.check("json_bytes", len(raw), "a JSON document's size (bytes)")
-    if raw.count(b"[") + raw.count(b"{") > lim.json_depth:   # else it cannot be deeper
-        lim.check("json_depth", json_depth(raw), "the nesting depth of a JSON document")
+def _depth(bare: bytes) -> int:
+    """The walk of opens and closes in chunks: one int64 a bracket at once was 1.4 GB for
+    256 MiB of `{},`."""
+    steps, deepest, level = bare.translate(None, _NOT_BRACKETS), 0, 0
+    for at in range(0, len(steps), _DEPTH_CHUNK):
+        chunk = np.frombuffer(steps, np.uint8, min(_DEPTH_CHUNK, len(steps) - at), at)
+        opens = (chunk == ord("[")) | (chunk == ord("{"))
+        walk = np.cumsum(np.where(opens, 1, -1), dtype=np.int64) + level
+        deepest, level = max(deepest, int(walk.max())), int(walk[-1])
+    return deepest
+
+
+def json_values(raw: bytes) -> int:
+    """An upper bound of the values (dicts, lists, strings, numbers, keys, literals) that JSON
+    text parses to, in C speed: every value but the outermost follows its own `[`, `,` or `:`
+    and every key its own `{` or `,`, so there are at most 1 + their count. Counted in the
+    text as it is (brackets inside strings too: only more); json_loads counts outside strings
+    only when this is over the limit. The same holds for the part parsed before an error, so
+    a malformed document cannot build more either."""
+    return 1 + sum(raw.count(c) for c in b"[{,:")
+
+
+def json_loads(raw: bytes, name: str | None = None) -> Any:
+    """UTF-8 JSON bytes -> value, bounded: LimitError over json_bytes, json_depth or
+    json_values (checked from the text before parsing: `{},` is 3 bytes of text and a 64-byte
+    dict), ValueError for malformed JSON or UTF-8. `name` (a file, a member) starts the
+    LimitError's message; the one reader of JSON that a file supplies."""
+    lim, of = limits.active(), f"{name}: " if name else ""
+    lim.check("json_bytes", len(raw), f"{of}a JSON document's size (bytes)")
+    opens = raw.count(b"[") + raw.count(b"{")
+    values = json_values(raw)
+    if opens > lim.json_depth or values > lim.json_values:   # else neither can be over
+        bare = _JSON_STRING.sub(b"", raw)   # structure outside strings only
+        lim.check("json_values", json_values(bare), f"{of}the values a JSON document would "
+                  "parse to (at most 1 + its '[', '{', ',' and ':' outside strings)")
+        lim.check("json_depth", _depth(bare), f"{of}the nesting depth of a JSON document")
     try:
         return json.loads(raw.decode("utf-8"))
     except RecursionError:   # json_depth raised beyond what this interpreter's stack allows
-        raise LimitError("the nesting depth of a JSON document", sys.getrecursionlimit(),
+        raise LimitError(f"{of}the nesting depth of a JSON document", sys.getrecursionlimit(),
                          "json_depth", lim.json_depth) from None
 
 
@@ -349,5 +377,6 @@ for _codec in (PngCodec(), JpegCodec(), NpyCodec(), JsonCodec(), RecordCodec()):
 
 __all__ = ["CODECS", "Codec", "ImageCodec", "ImageHeaderError", "JpegCodec", "JsonCodec",
            "LimitError", "NpyCodec", "PICKLE_SUFFIXES", "PngCodec", "RecordCodec", "SchemaError",
-           "bounded_image", "check_npy_bytes", "image_problem", "json_loads", "npy_header",
+           "bounded_image", "check_npy_bytes", "image_problem", "json_loads", "json_values",
+           "npy_header",
            "register"]

@@ -73,7 +73,7 @@ def read_manifest(source: str | Path, remote: RemoteOptions | None = None,
         text = path.read_text("utf-8", "replace")
     try:   # bounded: a manifest nested 200,000 deep is one line, not a RecursionError
         manifest = json_loads(text.encode("utf-8"))
-    except ValueError as exc:   # malformed JSON, or over json_depth
+    except ValueError as exc:   # malformed JSON, or over json_depth or json_values
         raise ManifestError(f"{where}: manifest is not valid JSON ({exc}); re-pack") from None
     validate_manifest(manifest, where)
     return Manifest.of(manifest, where)

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..codecs import json_loads
 from ..fileio import atomic_write_bytes
 from ..manifest import MANIFEST
 from ..objstore import is_objstore
@@ -173,7 +174,7 @@ def _state_local(out: Path, rel: str, stale_s: float, now: float) -> tuple[str, 
     marker = out / (rel + ".failed")
     if marker.is_file():
         try:
-            return "failed", json.loads(marker.read_text()).get("error", "")
+            return "failed", json_loads(marker.read_bytes()).get("error", "")
         except (ValueError, OSError, AttributeError):
             return "failed", str(marker)
     journal = folder / JOURNAL

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..codecs import json_loads
 from ..fileio import atomic_write_bytes
 from .routes import PackError
 from .shards import JOURNAL, JournalEntry, ShardRecord, shard_name
@@ -40,7 +41,7 @@ def read_journal(out: Path, identity: dict[str, Any], prefix: str, output: str |
     lines, cut = [], False
     for line in journal.read_text().splitlines():
         try:
-            lines.append(json.loads(line))
+            lines.append(json_loads(line.encode("utf-8"), str(journal)))
         except json.JSONDecodeError:
             cut = True   # the last line was cut short by the kill; its shard is redone
             break

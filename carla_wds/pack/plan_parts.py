@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..codecs import json_loads
 from ..fileio import atomic_write_bytes
 from ..objstore import is_objstore, read_object
 from ..objwrite import StoreWriter
@@ -154,7 +155,7 @@ def read_plan(where: str, remote: RemoteOptions | None = None) -> dict[str, Any]
     try:
         raw = read_object(path, MAX_PLAN_BYTES, remote, "plan") \
             if is_objstore(path) else Path(path).read_bytes()
-        doc = json.loads(raw)
+        doc = json_loads(raw)   # bounded: json_bytes, json_depth (no RecursionError), json_values
     except (FileNotFoundError, RemoteError) as exc:
         cause = f" ({exc})" if isinstance(exc, RemoteError) else ""
         raise PackError(f"no plan at {path}{cause}. Fix: write one first: carla-wds plan "

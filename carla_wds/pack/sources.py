@@ -125,19 +125,20 @@ def gunzip(data: bytes, limit: int | None = None) -> bytes:
     return out
 
 
-def decode_json(data: bytes, gz: bool) -> Any:
+def decode_json(data: bytes, gz: bool, name: str | None = None) -> Any:
     """JSON (optionally gzipped) bytes -> value; ValueError naming what is wrong (LimitError
-    for a document nested deeper than json_depth, refused before the recursive parser)."""
+    for a document nested deeper than json_depth or of more values than json_values, refused
+    before the parser builds anything; `name`, the file, starts its message)."""
     raw = gunzip(data) if gz else data
     try:
-        return json_loads(raw)
+        return json_loads(raw, name)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"malformed JSON ({exc}); expected a JSON document") from None
 
 
 def read_json(path: Path) -> Any:
     """A .json or .json.gz file -> value (ValueError for a bad one)."""
-    return decode_json(read_bytes(path), path.name.endswith(".gz"))
+    return decode_json(read_bytes(path), path.name.endswith(".gz"), str(path))
 
 
 def npy_is_pickle(data: bytes) -> bool:
