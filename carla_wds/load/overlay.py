@@ -175,7 +175,7 @@ class OverlayJoin:
                 values[o.field] = json_loads(bytes(e[f"{o.field}.json"]))
             except (KeyError, ValueError) as exc:
                 msg = (f"overlay shard {e.get('__shard__')} sample {e['__key__']!r}: no valid "
-                       f"{o.field}.json ({exc!s:.80}). {_FIX}")
+                       f"{o.field}.json ({exc!s:.300}). {_FIX}")
                 if on_error == "raise":
                     raise SchemaError(msg) from None
                 return shardio.error_marker(msg)
