@@ -122,12 +122,27 @@ def _check_shard(s: Any, field: str, where: str) -> None:
     _check(isinstance(steps, dict) and len(steps) <= 4096 and all(
         isinstance(k, str) and k.lstrip("-").isdigit() and _int(v) for k, v in steps.items()),
         where, f"{field}.steps", steps, "an object {frame step: count >= 0}")
-    buckets = s.get("buckets", {})
+    _check_buckets(s.get("buckets", {}), s, f"{field}.buckets", where)
+
+
+def _check_buckets(buckets: Any, shard: dict, field: str, where: str) -> None:
+    """A shard's bucket runs (pack/buckets.py): every bucket's runs give each of the shard's
+    samples one value, so their counts add up to its samples. A mix expands them into one
+    value per sample (load/mix.py): runs claiming 10^10 samples would allocate that many."""
     _check(isinstance(buckets, dict) and len(buckets) <= 64 and all(
-        isinstance(runs, list) and all(isinstance(r, list) and len(r) == 2
-                                       and isinstance(r[0], str) and _int(r[1]) for r in runs)
-        for runs in buckets.values()), where, f"{field}.buckets", "(runs)",
-        "an object {bucket: [[value, count >= 0], ...]}")
+        isinstance(name, str) and isinstance(runs, list)
+        and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str)
+                and _int(r[1], 1) for r in runs)
+        for name, runs in buckets.items()), where, field, "(runs)",
+        "an object {bucket: [[value, count >= 1], ...]}")
+    for name, runs in buckets.items():
+        claimed = sum(r[1] for r in runs)   # plain ints: nothing is expanded here
+        if claimed != shard["samples"]:
+            raise ManifestError(
+                f"manifest {where}: {field}.{name} runs give {claimed} samples a value, but "
+                f"shard {shard['name']!r:.100} holds {shard['samples']} samples; expected one "
+                "value per sample. "
+                "Fix: re-pack, or restore the manifest that `carla-wds pack` wrote")
 
 
 def _check_image_sizes(sizes: Any, cams: list[str], where: str) -> None:

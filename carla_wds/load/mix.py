@@ -44,6 +44,22 @@ from .strata import plan_strata
 
 ENTRY_KEYS = ("source", "where", "weight", "repeat", "count")
 SPEC_KEYS = ("entries", "epoch_size", "schedule", "stratify")
+# Upper bounds on the spec's own sizes (issue 38), far above any real recipe. Every worker
+# plans its epoch as int64 arrays of the epoch's samples (drawn, sorted, located: ~5 copies),
+# so 10^7 samples cost ~400 MB in each; SimLingo's and Bench2Drive's whole datasets are a few
+# 10^6 samples. A longer training run takes more epochs (each draws anew), not a longer one.
+MAX_EPOCH_SAMPLES = 10_000_000
+# `repeat` takes an entry's every sample r times; past a few hundred it is a count in
+# disguise (and a typo such as 1e9 would plan 10^9 x its samples).
+MAX_REPEAT = 1_000
+# Weights are relative shares (fractions, percentages or sample counts): bounded so that the
+# sum of any spec's weights stays finite (two weights of 1e308 overflow it to inf).
+MAX_WEIGHT = 1e12
+LIMITS = {"weight": MAX_WEIGHT, "repeat": MAX_REPEAT, "count": MAX_EPOCH_SAMPLES}
+_WHY = {"weight": " (weights are relative shares: scale them down together)",
+        "repeat": "; for more copies give count: N samples",
+        "count": f"; an epoch holds at most {MAX_EPOCH_SAMPLES:,} samples: train more "
+                 "epochs instead (each draws anew)"}
 
 
 class MixError(ValueError):
@@ -96,20 +112,21 @@ def _entry(doc: Any, i: int) -> Entry:
     ways = [k for k in ("weight", "repeat", "count") if doc.get(k) is not None]
     if len(ways) != 1:
         raise MixError(f"{where}: give exactly one of weight, repeat, count (got {ways})")
-    value = doc[ways[0]]
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-          and (ways[0] == "weight" or float(value).is_integer()))
-    if not ok:
-        raise MixError(f"{where}: {ways[0]}={value!r}; expected a number > 0"
-                       + ("" if ways[0] == "weight" else ", whole"))
+    way, value = ways[0], doc[ways[0]]
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and 0 < value <= LIMITS[way] and (way == "weight" or float(value).is_integer()))
+    if not ok:   # inf and nan too: 0 < value <= limit is False for both
+        valid = (f"a number > 0 and at most {MAX_WEIGHT:g}" if way == "weight" else
+                 f"a whole number > 0 and at most {LIMITS[way]:,}")
+        raise MixError(f"{where}: {way}={value!r}; expected {valid}{_WHY[way]}")
     filt = doc.get("where") or {}
     if not isinstance(filt, Mapping) or not all(
             isinstance(v, (list, str)) for v in filt.values()):
         raise MixError(f"{where}: where={filt!r}; expected {{bucket: [values]}}")
     cond = tuple(sorted((str(k), tuple(sorted([v] if isinstance(v, str) else map(str, v))))
                         for k, v in filt.items()))
-    number = float(value) if ways[0] == "weight" else int(value)
-    return Entry(doc["source"], cond, **{ways[0]: number})
+    number = float(value) if way == "weight" else int(value)
+    return Entry(doc["source"], cond, **{way: number})
 
 
 def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
@@ -126,29 +143,36 @@ def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
     if not entries:
         raise MixError("mix: no entries; give entries: [{source: ..., weight: ...}, ...]")
     size = spec.get("epoch_size")
-    if size is not None and not (isinstance(size, int) and size > 0):
-        raise MixError(f"mix epoch_size={size!r}; expected a whole number > 0")
-    schedule = []
-    for i, step in enumerate(spec.get("schedule") or []):
-        if not (isinstance(step, Mapping) and isinstance(step.get("from_epoch"), int)
-                and isinstance(step.get("weights"), list)
-                and len(step["weights"]) == len(entries)):
-            raise MixError(f"mix schedule[{i}]: expected {{from_epoch: N, weights: [one per "
-                           f"entry, {len(entries)}]}}, got {step!r}")
-        try:   # a weight per entry; null (or any value) for a repeat or count entry
-            weights = tuple(None if w is None else float(w) for w in step["weights"])
-        except (TypeError, ValueError):
-            raise MixError(f"mix schedule[{i}]: weights {step['weights']!r}; expected "
-                           "numbers (null for repeat and count entries)") from None
-        if any(e.weight is not None and not (weights[j] or 0) > 0
-               for j, e in enumerate(entries)):
-            raise MixError(f"mix schedule[{i}]: weights {step['weights']!r}; every weight "
-                           "entry needs a number > 0 there")
-        schedule.append((step["from_epoch"], weights))
+    if size is not None and not (isinstance(size, int) and not isinstance(size, bool)
+                                 and 0 < size <= MAX_EPOCH_SAMPLES):
+        raise MixError(f"mix epoch_size={size!r}; expected a whole number > 0 and at most "
+                       f"{MAX_EPOCH_SAMPLES:,}{_WHY['count']}")
     stratify = spec.get("stratify", False)
     if not isinstance(stratify, bool):
         raise MixError(f"mix stratify={stratify!r}; expected true or false")
+    schedule = tuple(_step(step, i, entries) for i, step in enumerate(spec.get("schedule") or []))
     return MixSpec(entries, size, tuple(sorted(schedule)), stratify)
+
+
+def _step(step: Any, i: int, entries: tuple[Entry, ...]) -> tuple[int, tuple[float, ...]]:
+    """One schedule step: (from_epoch, a weight per entry; null or any value for a repeat or
+    count entry), each weight entry's held to what `weight` itself may be."""
+    if not (isinstance(step, Mapping) and isinstance(step.get("from_epoch"), int)
+            and isinstance(step.get("weights"), list) and len(step["weights"]) == len(entries)):
+        raise MixError(f"mix schedule[{i}]: expected {{from_epoch: N, weights: [one per "
+                       f"entry, {len(entries)}]}}, got {step!r:.200}")
+    try:
+        weights = tuple(None if w is None else float(w) for w in step["weights"])
+    except (TypeError, ValueError):
+        raise MixError(f"mix schedule[{i}]: weights {step['weights']!r:.200}; expected "
+                       "numbers (null for repeat and count entries)") from None
+    for j, e in enumerate(entries):
+        w = weights[j]
+        if e.weight is not None and not (w is not None and 0 < w <= MAX_WEIGHT):
+            raise MixError(f"mix schedule[{i}].weights[{j}] (entries[{j}], {e.source}): "
+                           f"{step['weights'][j]!r:.40}; every weight entry needs a number > 0 "
+                           f"and at most {MAX_WEIGHT:g} there{_WHY['weight']}")
+    return step["from_epoch"], weights
 
 
 def same_samples(manifests: list[Any]) -> None:
@@ -166,17 +190,27 @@ def same_samples(manifests: list[Any]) -> None:
                            f"{first.image_sizes}; pack them at one size (--resize HxW)")
 
 
-def _labels(shards: list[Mapping[str, Any]], name: str, where: str) -> np.ndarray:
-    """One bucket's value per sample of a pack, in pack order (from its shards' runs)."""
-    values: list[str] = []
+def _matches(shards: list[Mapping[str, Any]], name: str, wanted: tuple[str, ...],
+             where: str) -> np.ndarray:
+    """Whether each sample of a pack (pack order) has one of `wanted` as its bucket `name`,
+    from its shards' runs. Each shard's runs must give its samples one value each (manifest
+    reading checks it too): they are expanded to one flag per sample."""
+    flags, counts = [], []
     for shard in shards:
         runs = (shard.get("buckets") or {}).get(name)
         if runs is None:
             raise MixError(f"{where}: its shard {shard.get('name')} records no bucket "
                            f"{name!r} (packs made before issue 29 record none). Fix: re-pack "
                            "it, or drop the entry's where")
-        values += [v for v, n in runs for _ in range(n)]
-    return np.asarray(values, dtype=object)
+        claimed, samples = sum(int(n) for _, n in runs), int(shard["samples"])
+        if claimed != samples:
+            raise MixError(f"{where}: its shard {shard.get('name')!r:.100} has {name!r} runs "
+                           f"of {claimed} samples but holds {samples}; expected one value per "
+                           "sample. Fix: re-pack it, or restore the manifest that `carla-wds "
+                           "pack` wrote")
+        flags += [v in wanted for v, _ in runs]
+        counts += [int(n) for _, n in runs]
+    return np.repeat(np.asarray(flags, bool), np.asarray(counts, np.int64))
 
 
 def _largest_remainder(shares: list[float], total: int) -> list[int]:
@@ -207,14 +241,26 @@ class MixPlanner:
             shards = shard_docs[e.source]
             keep = np.ones(sum(int(s["samples"]) for s in shards), bool)
             for name, values in e.where:
-                keep &= np.isin(_labels(shards, name, f"mix entries[{i}] ({e.source})"),
-                                list(values))
+                keep &= _matches(shards, name, values, f"mix entries[{i}] ({e.source})")
             if not keep.any():
                 raise MixError(f"mix entries[{i}]: no sample of {e.source} matches where="
                                f"{dict(e.where)}. Fix: check the values `carla-wds inspect` "
                                "lists for its buckets")
             cands.append(np.flatnonzero(keep) + starts[e.source])
-        return cls(spec, tuple(cands))
+        return cls(spec, tuple(cands)).checked()
+
+    def checked(self) -> "MixPlanner":
+        """Itself, once its epoch (the same total in every epoch: a schedule only moves the
+        weights' shares) is within MAX_EPOCH_SAMPLES; counted before anything is drawn."""
+        sizes = self._drawn_sizes(0)
+        if sum(sizes) > MAX_EPOCH_SAMPLES:
+            parts = ", ".join(f"entries[{i}] ({e.source}) {n:,}"
+                              for i, (e, n) in enumerate(zip(self.spec.entries, sizes)))
+            raise MixError(f"mix: an epoch of {sum(sizes):,} samples ({parts}); expected at "
+                           f"most {MAX_EPOCH_SAMPLES:,}. Fix: lower repeat, count or "
+                           "epoch_size (weight entries share epoch_size, by default their "
+                           "candidates), and train more epochs instead: each draws anew")
+        return self
 
     def sizes(self, epoch: int, global_batch: int | None = None) -> list[int]:
         """Samples each entry gives in `epoch`; stratified, its quota of every global batch
