@@ -23,6 +23,7 @@ too, even where those frames exist, so a window never spans a gap.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import fields as dc_fields
 from dataclasses import replace
 from typing import Any, Iterable, Iterator
@@ -48,23 +49,30 @@ def _route_frame(raw: Raw) -> tuple[str, int]:
     return found
 
 
-def past_frames(recent: dict[int, Raw], frame: int, history: int, every: int
+def past_frames(recent: dict[int, Raw], frame: int, history: int, every: int, step: int
                 ) -> list[Raw | None]:
-    """The `history` frames before `frame`, every `every` frame numbers, oldest first; cut
-    at the first one missing (older ones become None too)."""
+    """The `history` frames before `frame`, every `every` frame numbers, oldest first; cut at
+    the first frame missing at the pack's frame `step` (a gap), even between two steps of
+    the window: the steps from the gap back are None, so a window never spans a gap."""
     past: list[Raw | None] = []
+    reached = frame   # the oldest frame back to which none is missing
     for j in range(1, history + 1):
-        raw = recent.get(frame - j * every)
-        if raw is None:
+        want = frame - j * every
+        while reached > want and reached - step in recent:
+            reached -= step
+        if reached > want:
             past += [None] * (history - j + 1)
             break
-        past.append(raw)
+        past.append(recent[want])
     return past[::-1]
 
 
 # stage: raw samples (with "__context__" ones, see shardio.read_with_context) -> windows
-def windows(samples: Iterable[Raw], history: int, every: int) -> Iterator[Raw]:
-    """`every`: frame numbers between two steps of a window (history_stride * frame_step)."""
+def windows(samples: Iterable[Raw], history: int, every: int, step: int) -> Iterator[Raw]:
+    """`every`: frame numbers between two steps of a window (history_stride * frame_step);
+    `step`: the pack's frame step, at which every frame between a window's steps must be
+    there too. The worker reads every sample of that span (plan.context_before reads
+    history * history_stride samples back), so a frame missing here is missing in the route."""
     recent: dict[int, Raw] = {}
     route = None
     for raw in samples:
@@ -76,7 +84,7 @@ def windows(samples: Iterable[Raw], history: int, every: int) -> Iterator[Raw]:
             recent, route = {}, name
         if not raw.get("__context__"):
             yield {"__key__": raw["__key__"],
-                   WINDOW: (*past_frames(recent, frame, history, every), raw)}
+                   WINDOW: (*past_frames(recent, frame, history, every, step), raw)}
         recent[frame] = raw
         # only what a later window of this route can still reach: this frame's own window
         # again too (a mix that drew the frame twice reads it twice in a row)
@@ -143,22 +151,68 @@ def to_current(ego2world: torch.Tensor, frame_valid: torch.Tensor) -> torch.Tens
     return rel * keep[..., None, None].to(rel.dtype)
 
 
+# Upper bounds of the history settings (issue 38), far above real recipes: UniAD's and VAD's
+# queues hold 3-4 frames, the clip benchmarks 32 (docs/benchmarks.md); a stride of 1,000
+# samples is over 8 minutes at 2 Hz. They match the trainer's data.history bounds
+# (train/config.py). The frames a worker keeps for windows are one route's within the span,
+# so the route's length bounds the memory; these bound the context reads and batch shapes.
+MAX_HISTORY = 256
+MAX_STRIDE = 1000
+
+
+def frame_rate(manifest: Manifest) -> float | None:
+    """Frame numbers per second of the pack's keys. Where a layout keeps every n-th source
+    frame (Bench2Drive: every 5th of 10 Hz), the keys count source frames: `rate_hz` is then
+    the keyframe rate and `source_rate_hz` the frame numbers' (10); elsewhere the keys
+    count the saved frames, at `rate_hz` (garage's 4 Hz)."""
+    spec = manifest.doc.get("spec") or {}
+    rate = spec.get("source_rate_hz", spec.get("rate_hz"))
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) and rate > 0 else None
+
+
+def _seconds(stride: str) -> float | None:
+    try:
+        seconds = float(stride[:-1])
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
 def _stride(manifest: Manifest, stride: int | str) -> int | str:
-    """history_stride as samples: a whole number, or seconds written "0.5s", which must be a
-    whole number of the pack's sample steps (the layout's rate_hz and the frame step)."""
+    """history_stride as samples: a whole number, or seconds written "0.5s": that many
+    seconds of frame numbers (frame_rate), which must be a whole number of the pack's frame
+    steps (sequence.frame_step: 5 frame numbers a sample on Bench2Drive, 1 on garage)."""
     if not (isinstance(stride, str) and stride.endswith("s")):
         return stride
-    rate = (manifest.doc.get("spec") or {}).get("rate_hz")
+    rate, seconds = frame_rate(manifest), _seconds(stride)
     step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
-    try:
-        samples = float(stride[:-1]) * float(rate) / step
-    except (TypeError, ValueError):
-        raise ValueError(f"history_stride={stride!r}: expected seconds such as '0.5s', in a "
-                         f"pack that records its rate_hz (this one: {rate!r})") from None
-    if samples < 1 or abs(samples - round(samples)) > 1e-6:
-        raise ValueError(f"history_stride={stride!r}: {stride[:-1]} s is {samples:g} sample "
-                         f"steps at {rate} Hz (frame step {step}); choose a whole number >= 1")
+    if rate is None or seconds is None:
+        recorded = (manifest.doc.get("spec") or {}).get("rate_hz")
+        raise ValueError(f"history_stride={stride!r}: expected a positive, finite number of "
+                         "seconds such as '0.5s', in a pack that records its frame rate "
+                         f"({manifest.where}: rate_hz {recorded!r})")
+    samples = seconds * rate / step
+    if not (math.isfinite(samples) and 1 <= round(samples) <= MAX_STRIDE
+            and abs(samples - round(samples)) <= 1e-6):
+        raise ValueError(f"history_stride={stride!r}: {seconds:g} s is {samples:g} sample steps "
+                         f"of {manifest.where} ({step} frame numbers at {rate:g} Hz each, "
+                         f"{step / rate:g} s); choose a whole multiple of {step / rate:g} s, "
+                         f"at most {MAX_STRIDE} of them")
     return int(round(samples))
+
+
+def _check(history: Any, stride: Any) -> None:
+    """Whole numbers within the bounds (a bool is not one: history=True is a mistake)."""
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (history, stride))
+    if not (whole and 0 <= history <= MAX_HISTORY and 1 <= stride <= MAX_STRIDE):
+        raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
+                         f"numbers, 0 <= history <= {MAX_HISTORY} (earlier frames) and "
+                         f"1 <= history_stride <= {MAX_STRIDE} (samples), or history_stride "
+                         "in seconds such as '0.5s'")
 
 
 def history_settings(manifests: list[Manifest], history: int, stride: int | str,
@@ -166,20 +220,20 @@ def history_settings(manifests: list[Manifest], history: int, stride: int | str,
     """Checked history settings, and what the workers need of the packs' sequence records
     (a mix's packs one after the other: their shards' chains offset by the shards before)."""
     stride = _stride(manifests[0], stride)
-    if not (isinstance(history, int) and isinstance(stride, int) and history >= 0
-            and stride >= 1):
-        raise ValueError(f"history={history!r}, history_stride={stride!r}: expected whole "
-                         "numbers, history >= 0 (earlier frames) and history_stride >= 1 "
-                         "(samples), or history_stride in seconds such as '0.5s'")
+    _check(history, stride)
     if not history:
         return 0, stride, {}
     if transform is not None:
         raise ValueError("history windows are not yet served through adapter= or "
                          "sample_transform=. Fix: load with history=0, or without them")
     steps = {int((m.doc.get("sequence") or {}).get("frame_step") or 1) for m in manifests}
-    if len(steps) > 1:
-        raise ValueError(f"history windows over packs of frame steps {sorted(steps)}: a "
-                         "window's steps would mean other times. Fix: mix packs of one step")
+    # seconds a sample: a stride in samples (or seconds, converted with the first pack's)
+    # must mean one time in every pack of a mix
+    rates = {frame_rate(m) for m in manifests} - {None}
+    if len(steps) > 1 or len({s / r for s in steps for r in rates}) > 1:
+        raise ValueError(f"history windows over packs of frame steps {sorted(steps)} at "
+                         f"{sorted(rates)} frame numbers a second: a window's steps would mean "
+                         "other times. Fix: mix packs of one sample rate")
     runs: list[tuple[int, ...]] = []
     n_shards = 0
     for manifest in manifests:

@@ -18,7 +18,7 @@ def served(e: Any, logical_worker: int, reads: Iterable[Read], entry: int | None
     raw = read(reads, list(e.shards), e.on_error, e.cache_dir, e.verify, e.remote,
                e.cache_limit_bytes)
     if e.history:
-        raw = history.windows(raw, e.history, e.history_stride * e.frame_step)
+        raw = history.windows(raw, e.history, e.history_stride * e.frame_step, e.frame_step)
     if e.mode == "train":   # buffered shuffle of encoded samples
         tag = () if entry is None else (entry,)
         rng = numpy_rng(derive_seed(e.seed, e.epoch, e.rank, logical_worker, "buffer", *tag))

@@ -213,9 +213,9 @@ def test_route_shards_let_the_epoch_shuffle_shards(tmp_path, caplog):
 
 
 def test_refusals_name_the_fix(shards, tmp_path):
-    with pytest.raises(ValueError, match="history >= 0"):
+    with pytest.raises(ValueError, match="0 <= history <= 256"):
         CARLAWebData(str(shards), batch_size=2, history=-1)
-    with pytest.raises(ValueError, match="history_stride >= 1"):
+    with pytest.raises(ValueError, match="1 <= history_stride <= 1000"):
         CARLAWebData(str(shards), batch_size=2, history=1, history_stride=0)
     with pytest.raises(ValueError, match="sample_transform"):
         CARLAWebData(str(shards), batch_size=2, history=1, sample_transform=lambda s: s)
@@ -261,6 +261,21 @@ def test_history_stride_in_seconds_is_a_whole_number_of_samples(shards):
         CARLAWebData(str(shards), batch_size=2, history=2, history_stride="0.375s")
     with pytest.raises(ValueError, match="seconds such as"):
         CARLAWebData(str(shards), batch_size=2, history=2, history_stride="fast")
+
+
+@pytest.mark.parametrize("history,stride,match", [
+    (10 ** 6, 1, r"0 <= history <= 256"),            # issue 38: no bound before
+    (True, 1, r"whole numbers"),                      # a bool is no count of frames
+    (2, 10 ** 9, r"1 <= history_stride <= 1000"),
+    (2, "nans", r"positive, finite number of seconds"),   # was float's own NaN error
+    (2, "infs", r"positive, finite number of seconds"),   # was an OverflowError
+    (2, "-1s", r"positive, finite number of seconds"),
+    (2, "1e308s", r"at most 1000"),                   # finite, but past the bound
+    (2, "5000s", r"at most 1000")])
+def test_history_settings_out_of_bounds_are_refused_in_one_line(shards, history, stride, match):
+    with pytest.raises(ValueError, match=match) as caught:
+        CARLAWebData(str(shards), batch_size=2, history=history, history_stride=stride)
+    assert "\n" not in str(caught.value) and "history" in str(caught.value)
 
 
 def test_ego_poses_get_a_time_axis_and_the_transform_to_the_current_frame(shards):
