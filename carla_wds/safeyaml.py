@@ -18,9 +18,10 @@ from . import limits
 
 # A built-in layout expands to ~300 nodes; a hand-written one will not need 30x that.
 MAX_NODES = 10_000
+LAYOUT = "a layout, which needs no more than a few hundred"   # what a file over it should be
 
 
-def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
+def read_yaml(path: str | Path, what: str = "YAML file", expected: str = LAYOUT) -> Any:
     """The value of a YAML file, bounded as the module docstring says (ValueError names it)."""
     bound = limits.active().yaml_bytes
     with open(path, "rb") as f:
@@ -30,17 +31,18 @@ def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (not UTF-8); expected a {what}") from None
-    return load_bounded(text, str(path))
+    return load_bounded(text, str(path), expected)
 
 
-def load_bounded(text: str, where: str) -> Any:
-    """yaml.safe_load of `text`, refusing values over MAX_NODES once aliases are expanded."""
+def load_bounded(text: str, where: str, expected: str = LAYOUT) -> Any:
+    """yaml.safe_load of `text`, refusing values over MAX_NODES once aliases are expanded
+    (`expected`: what the text should be, for that error)."""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _count(node, {}, set(), where)
+        _count(node, {}, set(), where, expected)
         return loader.construct_document(node)
     except RecursionError:
         raise ValueError(f"{where}: nested too deeply; expected a YAML mapping a few levels "
@@ -49,7 +51,8 @@ def load_bounded(text: str, where: str) -> Any:
         loader.dispose()
 
 
-def _count(node: yaml.Node, sizes: dict[int, int], open_: set[int], where: str) -> int:
+def _count(node: yaml.Node, sizes: dict[int, int], open_: set[int], where: str,
+           expected: str) -> int:
     """Nodes in `node` with aliases expanded (memoised per node, so counting is linear)."""
     key = id(node)
     if key in sizes:
@@ -66,12 +69,11 @@ def _count(node: yaml.Node, sizes: dict[int, int], open_: set[int], where: str) 
         children = []
     total = 1
     for child in children:
-        total += _count(child, sizes, open_, where)
+        total += _count(child, sizes, open_, where, expected)
         if total > MAX_NODES:
             raise ValueError(f"{where}: its aliases expand to over {MAX_NODES:,} values (line "
-                             f"{node.start_mark.line + 1}); expected a layout, which needs no "
-                             "more than a few hundred. Fix: write the values out, or use "
-                             "fewer aliases")
+                             f"{node.start_mark.line + 1}); expected {expected}. Fix: write "
+                             "the values out, or use fewer aliases")
     open_.discard(key)
     sizes[key] = total
     return total

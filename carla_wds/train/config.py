@@ -2,6 +2,13 @@
 
 Unknown keys are errors that list the valid ones, at any nesting level, so a typo never trains
 silently with a default.
+
+Every value that sizes an allocation has an upper bound here (issue 38 N7), checked by the one
+validator (settings.validate) whatever the config came from: a YAML file, `key=value` overrides
+or a checkpoint's stored config (`carla-wds show --checkpoint`, which builds a loader and a model
+from it). The bounds sit far above real use; each constant below says why it is where it is.
+YAML text, from a file or an override, is read with the alias cap of layouts and mix files
+(safeyaml.py), and a dict (a checkpoint's) is counted the same way before it is read.
 """
 from __future__ import annotations
 
@@ -15,10 +22,13 @@ from typing import Any
 
 import yaml
 
+from .. import safeyaml
 from ..limits import DEFAULT as DEFAULT_LIMITS
 from ..suggest import did_you_mean
+from .bounds import (MAX_BATCH, MAX_BATCH_PIXELS, MAX_HISTORY, MAX_HISTORY_STRIDE,
+                     MAX_IMAGE_SIDE, MAX_SHOW_SAMPLES, MAX_SHUFFLE_BUFFER, MAX_WORKERS)
 from .model import ModelConfig
-from .settings import ConfigError, as_override, setting, validate
+from .settings import ConfigError, as_override, setting, shown, validate
 
 __all__ = ["ConfigError", "DataConfig", "OptimConfig", "TrainConfig", "check_runtime",
            "config_from_dict", "load_config", "to_dict"]
@@ -28,25 +38,28 @@ __all__ = ["ConfigError", "DataConfig", "OptimConfig", "TrainConfig", "check_run
 class DataConfig:
     train: str = setting("data/shards/train", nonempty=True, doc="shard folder, manifest or URL")
     val: str = setting("data/shards/val", nonempty=True)
-    batch_size: int = setting(16, ge=1, doc="per rank")
-    eval_batch_size: int = setting(32, ge=1, doc="per rank")
-    num_workers: int = setting(1, ge=0)
+    batch_size: int = setting(16, ge=1, le=MAX_BATCH, doc="per rank")
+    eval_batch_size: int = setting(32, ge=1, le=MAX_BATCH, doc="per rank")
+    num_workers: int = setting(1, ge=0, le=MAX_WORKERS)
     # keep workers (and their ring slots) across epochs
     persistent_workers: bool = True
     image_size: list[int] = setting(default_factory=lambda: [64, 128], length=2, ge=1,
-                                    doc="height, width")
+                                    le=MAX_IMAGE_SIDE, doc="height, width")
     cameras: list[str] | None = setting(None, nonempty=True, unique=True,
                                         doc="null: all cameras in the shards")
     augment: bool = False
     per_camera_augment: bool = True
-    shuffle_buffer: int = setting(64, ge=0, doc="samples; 0 or 1: no buffer shuffle")
+    shuffle_buffer: int = setting(64, ge=0, le=MAX_SHUFFLE_BUFFER,
+                                  doc="samples; 0 or 1: no buffer shuffle")
     cache_dir: str | None = None
     cache_limit_bytes: int | None = setting(None, ge=1, doc="bytes the cache_dir may hold, "
                                             "least recently used shards evicted; null: no bound")
     frame_dt: float = setting(0.5, gt=0, doc="seconds between frames (0.5: 2 Hz)")
     # issue 27: the model sees each sample's K earlier frames of its route (load/history.py)
-    history: int = setting(0, ge=0, doc="earlier frames per sample; 0: the frame alone")
-    history_stride: int = setting(1, ge=1, doc="samples between two frames of a window")
+    history: int = setting(0, ge=0, le=MAX_HISTORY,
+                           doc="earlier frames per sample; 0: the frame alone")
+    history_stride: int = setting(1, ge=1, le=MAX_HISTORY_STRIDE,
+                                  doc="samples between two frames of a window")
     # issue 29: train on a mix of packs (a YAML mix spec, load/mix.py) instead of data.train
     mix: str | None = setting(None, nonempty=True, doc="a mix spec YAML; null: data.train")
     verify: bool = False                    # check each shard's sha256 against the manifest
@@ -62,6 +75,16 @@ class DataConfig:
             DEFAULT_LIMITS.with_overrides(self.limits)
         except ValueError as exc:
             return [("limits", f"{exc}. Fix: e.g. data.limits=[lidar_points=8e6]")]
+        height, width = self.image_size
+        batch = max(self.batch_size, self.eval_batch_size)
+        pixels = batch * (self.history + 1) * height * width
+        if pixels > MAX_BATCH_PIXELS:
+            return [("image_size", f"data.image_size={as_override(self.image_size)} with "
+                     f"batches of {batch} (data.batch_size, data.eval_batch_size) and "
+                     f"data.history={self.history} is {pixels:.3g} pixels a camera a batch "
+                     "(batch x (history + 1) x height x width); expected at most 2^31 "
+                     f"({MAX_BATCH_PIXELS:,}). Fix: a smaller data.image_size, batch size "
+                     "or data.history")]
         return []
 
 
@@ -93,7 +116,8 @@ class TrainConfig:
                           doc="cuda: GPU LOCAL_RANK, and an error without CUDA")
     bf16: bool = True                       # autocast on CUDA
     channels_last: bool = True
-    show_samples: int = setting(6, ge=1, doc="rows of the final prediction montage")
+    show_samples: int = setting(6, ge=1, le=MAX_SHOW_SAMPLES,
+                                doc="rows of the final prediction montage")
     eval_only: bool = False                 # evaluate the resumed checkpoint, then stop
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -122,7 +146,7 @@ def _coerce(value: Any, tp: Any, where: str, f: dataclasses.Field) -> Any:
         return _coerce(value, next(a for a in args if a is not type(None)), where, f)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping of its keys, got {value!r}. Fix: "
+            raise ConfigError(f"{where}: expected a mapping of its keys, got {shown(value)}. Fix: "
                               f"write {where}.KEY=VALUE, or a {where}: section in the YAML")
         return _from_dict(tp, value, where + ".")
     wrong = None
@@ -140,7 +164,7 @@ def _coerce(value: Any, tp: Any, where: str, f: dataclasses.Field) -> Any:
                                     not (tp is int and isinstance(value, bool))):
         wrong = _TYPE_NAMES[tp]
     if wrong:
-        raise ConfigError(f"{where}: expected {wrong}, got {as_override(value)!r}. "
+        raise ConfigError(f"{where}: expected {wrong}, got {shown(value)!r}. "
                           f"Fix: e.g. {where}={_example(f)}")
     return value
 
@@ -155,7 +179,8 @@ def _example(f: dataclasses.Field) -> str:
 def _from_dict(cls: type, data: Any, prefix: str = "") -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"config {prefix.rstrip('.') or 'file'}: expected a mapping of keys, "
-                          f"got {data!r}. Fix: write key: value lines, as in {CONFIG_DIR}/tiny.yaml")
+                          f"got {shown(data)}. Fix: write key: value lines, as in "
+                          f"{CONFIG_DIR}/tiny.yaml")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in data if k not in fields]
@@ -175,13 +200,45 @@ def _set_dotted(data: dict, dotted: str, value: Any) -> None:
     data[parts[-1]] = value
 
 
-def _yaml(text: str, where: str) -> Any:
+_EXPECTED = "a training config, which needs under a hundred"
+
+
+def _yaml(text: str | Path, where: str) -> Any:
+    """A YAML value (text, or a file's path) with the alias cap of layouts and mix files
+    (safeyaml.py): a few KB of aliases of aliases stand for 10^9 values otherwise."""
     try:
-        return yaml.safe_load(text)
+        if isinstance(text, Path):
+            return safeyaml.read_yaml(text, "training config", _EXPECTED)
+        return safeyaml.load_bounded(text, where, expected=_EXPECTED)
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigError(f"{where}: not valid YAML ({detail}). Fix: quote or correct "
                           "the value, e.g. data.image_size=[64,128]") from None
+    except ValueError as exc:   # safeyaml's bounds: over the alias cap, too deep, too big
+        raise ConfigError(str(exc)) from None
+
+
+def _count_values(value: Any, sizes: dict[int, int], open_: set[int], where: str) -> int:
+    """Values in a plain dict with shared references expanded, as safeyaml counts YAML nodes:
+    a checkpoint's config comes from a pickle, whose memo shares objects as aliases do."""
+    if not isinstance(value, (dict, list, tuple)):
+        return 1
+    key = id(value)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise ConfigError(f"{where}: a list or mapping inside itself; expected plain data")
+    open_.add(key)
+    total = 1
+    for child in ([*value.keys(), *value.values()] if isinstance(value, dict) else value):
+        total += _count_values(child, sizes, open_, where)
+        if total > safeyaml.MAX_NODES:
+            raise ConfigError(f"{where}: over {safeyaml.MAX_NODES:,} values with its shared "
+                              f"references expanded; expected {_EXPECTED}. Fix: write the "
+                              "config out as carla-wds train does")
+    open_.discard(key)
+    sizes[key] = total
+    return total
 
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -212,7 +269,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Tr
     data: dict = {}
     if path is not None:
         path = config_path(path)
-        data = _yaml(path.read_text(), f"config file {path}") or {}
+        data = _yaml(path, f"config file {path}") or {}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected key=value, e.g. optim.lr=3e-4")
@@ -221,8 +278,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Tr
     return config_from_dict(data)
 
 
-def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A checked TrainConfig from a plain dict, such as the one stored in a checkpoint."""
+def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
+    """A checked TrainConfig from a plain dict, such as the one stored in a checkpoint: its
+    size is counted before it is read (no error message or walk expands a shared reference)."""
+    try:
+        _count_values(data, {}, set(), where)
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply; expected {_EXPECTED}") from None
     cfg = _from_dict(TrainConfig, data)
     validate(cfg)
     return cfg

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from ..datasets import lidar_presets
 from ..schema import N_COMMANDS
+from .bounds import MAX_CAMERAS, MAX_FEATURE_DIM, MAX_PRED_LEN
 from .frames import DEFAULT_FRAME, canonical, straight_ahead
 from .settings import setting
 
@@ -63,7 +64,7 @@ class ModelConfig:
                             doc="tiny: a small CNN for CPU tests")
     # a LOCAL torchvision state_dict (.pth), never downloaded
     pretrained: str | None = setting(None, nonempty=True)
-    feature_dim: int = setting(256, ge=1, doc="fused feature size, the GRU's hidden size")
+    feature_dim: int = setting(256, ge=1, le=MAX_FEATURE_DIM, doc="the GRU's hidden size")
     dropout: float = setting(0.0, ge=0, lt=1)
     prior: str = setting("constant_velocity", choices=PRIORS,
                          doc="constant_velocity: residuals on the straight-line baseline; "
@@ -200,9 +201,10 @@ class Past(NamedTuple):
 
 
 def _check_sizes(cfg: ModelConfig, n_cameras: int, pred_len: int) -> None:
-    if n_cameras < 1 or pred_len < 1:
-        raise ValueError(f"n_cameras and pred_len must be >= 1, got {n_cameras}, {pred_len}")
-    if cfg.feature_dim < 1 or not 0.0 <= cfg.dropout < 1.0:
+    if not (1 <= n_cameras <= MAX_CAMERAS and 1 <= pred_len <= MAX_PRED_LEN):
+        raise ValueError(f"{n_cameras} cameras, {pred_len} waypoints: expected 1 to {MAX_CAMERAS}"
+                         f", 1 to {MAX_PRED_LEN}. Fix: fewer cameras (data.cameras)")
+    if not 1 <= cfg.feature_dim <= MAX_FEATURE_DIM or not 0.0 <= cfg.dropout < 1.0:
         raise ValueError(f"bad feature_dim/dropout: {cfg.feature_dim}, {cfg.dropout}")
 
 

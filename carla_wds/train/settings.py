@@ -71,6 +71,13 @@ def as_override(value: Any) -> str:
     return json.dumps(value)
 
 
+def shown(value: Any, width: int = 200) -> str:
+    """`as_override(value)` cut to `width` characters: for error messages, which must stay one
+    line whatever a file holds."""
+    text = as_override(value)
+    return text if len(text) <= width else text[:width] + f"... ({len(text):,} characters)"
+
+
 def _item_type(tp: Any) -> Any:
     """int for int, list[int] and int | None; str for list[str] | None."""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -164,7 +171,7 @@ def validate(obj: Any, prefix: str = "") -> None:
         why = problem(rule, value, tp)
         if why is not None:
             optional = type(None) in typing.get_args(tp)
-            raise ConfigError(f"{key}={as_override(value)} is invalid ({why}): expected "
+            raise ConfigError(f"{key}={shown(value)} is invalid ({why}): expected "
                               f"{describe(rule, tp, optional)}. Fix: "
                               f"{_fix(key, f, rule, tp, optional)}")
     for name, text in getattr(obj, "cross_checks", lambda: ())():
