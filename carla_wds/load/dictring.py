@@ -66,16 +66,14 @@ class SlotBatch:
     slot: int
     used: int                 # bytes of the slot the batch fills
     errors: list[str] = field(default_factory=list)
-
-    def pin_memory(self) -> "SlotBatch":
-        return self   # DataLoader(pin_memory=True) calls this; DictRing.take pins the batch
+    spilled: bool = False     # a stack did not fit in the slot: it took torch's way
 
 
 class _Bump:
     """A worker's slot being filled: each stacked key at the next aligned offset."""
 
     def __init__(self, block: torch.Tensor) -> None:
-        self.block, self.used = block, 0
+        self.block, self.used, self.spilled = block, 0, False
 
     def tensor_fn(self, batch: list[torch.Tensor], *, collate_fn_map=None) -> torch.Tensor:
         """torch's collate_tensor_fn, with the stack written into the slot when it fits."""
@@ -86,7 +84,8 @@ class _Bump:
                        for x in batch)
                 or self.used + nbytes > self.block.numel()):
             # torch's own case: its errors for unequal shapes, nested/sparse, autograd (out=
-            # refuses it), or a full slot
+            # refuses it), or a full slot (the batch then counts as outside the ring)
+            self.spilled |= self.used + nbytes > self.block.numel()
             return default_collate_fn_map[torch.Tensor](batch, collate_fn_map=collate_fn_map)
         start = self.used
         self.used = -(-(start + nbytes) // ALIGN) * ALIGN
@@ -156,7 +155,7 @@ class DictRing:
             return batch
         base = bump.block.data_ptr()
         parts = _parts(batch.data, base, bump.block.numel())
-        return SlotBatch(parts, slot, bump.used, list(batch.errors))
+        return SlotBatch(parts, slot, bump.used, list(batch.errors), bump.spilled)
 
     # --- main side
     def take(self, item: SlotBatch, pin_memory: bool = False) -> dict[str, Any]:

@@ -59,9 +59,6 @@ class RingItem:
         return cls({f.name: _as_numpy(getattr(batch, f.name)) for f in fields(batch)
                     if f.name != "images"}, slot)
 
-    def pin_memory(self) -> "RingItem":
-        return self   # DataLoader(pin_memory=True) calls this; BatchRing.take pins the batch
-
 
 SHARED_BYTES = 256 << 10   # a field this large crosses to the main process in shared memory
 
@@ -144,8 +141,7 @@ class BatchRing:
         view = np.frombuffer(self._map, np.uint8, count=self.nbytes,
                              offset=item.slot * self.nbytes)
         if pin_memory:   # the pinned copy is the batch's own; the slot is free at once
-            images = torch.empty(self.shape, dtype=torch.uint8, pin_memory=True)
-            images.copy_(torch.from_numpy(view.reshape(self.shape)))
+            images = torch.from_numpy(view.reshape(self.shape)).pin_memory()
             self._free(item.slot)
         else:
             # torch keeps the reshaped array, which keeps `view`: when the batch's images

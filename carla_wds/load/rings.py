@@ -5,13 +5,15 @@ A pass of CARLABatches gets the image ring (ring.py: the images in a slot, the l
 a pass with a sample_transform (adapter=NAME) gets the dict ring (dictring.py: every stacked
 key in a slot). Both need forked workers, which inherit the mapping; without workers, or with
 another start method, each batch takes torch's usual way. A ring outlives its pass as the
-spare, for the next pass of the same shape.
+spare, for the next pass of the same shape. With pin_memory, `receive` copies a batch from its
+slot straight into pinned memory (in the pin thread with workers: pinning.py).
 """
 from __future__ import annotations
 
 import multiprocessing
 from typing import Any, Union
 
+from . import dictring
 from .batch import CARLABatch
 from .dictring import DictRing, SlotBatch
 from .ring import BatchRing, RingItem
@@ -48,19 +50,20 @@ def _dict_ring(spare: Ring | None, num_workers: int, prefetch_factor: int,
             spare.in_process == (not num_workers):
         return spare
     try:
-        return DictRing(workers, slots, context if num_workers else None)
+        return DictRing(workers, slots, context if num_workers else None, dictring.SLOT_BYTES)
     except (OSError, ValueError, OverflowError):   # no room for the virtual mapping
         return None
 
 
-def receive(item: Any, ring: Ring | None, pin_memory: bool, stats: dict[str, int]
-            ) -> CARLABatch | ModelBatch:
-    """A worker's batch as the caller gets it; one that could not use the ring (all its slots
-    held, or too large) is counted in stats["batches_outside_ring"]."""
+def receive(item: Any, ring: Ring | None, pin_memory: bool
+            ) -> tuple[CARLABatch | ModelBatch, bool]:
+    """A worker's batch as the caller gets it (pinned with pin_memory), and whether it came
+    outside the ring, for stats["batches_outside_ring"]: every slot was held, or a stack was
+    larger than what was left of its slot (it took torch's shared memory, or at 0 workers
+    private memory). Without a ring nothing is outside it."""
     if isinstance(item, RingItem):
-        return ring.take(item, pin_memory)
+        return ring.take(item, pin_memory), False
     if isinstance(item, SlotBatch):
-        return ModelBatch(ring.take(item, pin_memory), item.errors)
-    if ring is not None:
-        stats["batches_outside_ring"] += 1   # every slot was still held
-    return item
+        return ModelBatch(ring.take(item, pin_memory), item.errors), item.spilled
+    # torch's way: the DataLoader itself is told pin_memory=False (workers.py pins)
+    return (item.pin_memory() if pin_memory else item), ring is not None

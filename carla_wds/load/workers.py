@@ -37,7 +37,7 @@ from ..remote import RemoteOptions
 from ..rng import derive_seed
 from ..schema import SampleSpec
 from ..shardread import ShardRef
-from . import history, shardio, stages, strata
+from . import history, pinning, shardio, stages, strata
 from .augment import ramp
 from .batch import Alloc, CARLABatch, ReusedBlock, private_block, shared_block
 from .fields import FieldOptions
@@ -46,7 +46,7 @@ from . import rings
 from .ring import BatchRing, RingItem
 from .rings import Ring
 from .served import served
-from .transform import ModelBatch, SampleTransform, Transformer
+from .transform import SampleTransform, Transformer
 
 Context = multiprocessing.context.BaseContext
 log = logging.getLogger(__name__)
@@ -242,7 +242,8 @@ class Workers:
                  persistent: bool, stats: dict[str, int], context: Context | None = None
                  ) -> None:
         self.num_workers, self.prefetch_factor = num_workers, prefetch_factor
-        self.pin_memory, self.stats = pin_memory, stats   # stats: batches_outside_ring
+        # without CUDA: one warning, and unpinned batches (pinning.py)
+        self.pin_memory, self.stats = pinning.usable(pin_memory), stats
         # Workers kept from one whole pass to the next skip the fork and keep their ring slots
         # (each costs a worker 12,800 page faults to write first; ring.py). No workers, no-op.
         self.persistent = persistent and num_workers > 0
@@ -254,18 +255,25 @@ class Workers:
     def run(self, e: Epoch, expected: int) -> Iterator[CARLABatch]:
         """One pass: the `expected` batches of e, in order."""
         p, batches = self._begin(e)
+        receive = functools.partial(rings.receive, ring=p.epoch.ring, pin_memory=self.pin_memory)
+        # pinned with workers: in a thread, a batch ahead of the caller (pinning.py)
+        received = pinning.Ahead(batches, receive) if self.pin_memory and self.num_workers \
+            else map(receive, batches)
         # clean: no error ended the pass, so kept workers are in a known state
         produced, clean, closes = 0, False, self._closes
         try:
-            for item in batches:
+            for batch, outside in received:   # counted as the caller gets them
                 produced += 1
-                yield self._receive(item, p.epoch.ring)
+                self.stats["batches_outside_ring"] += int(outside)
+                yield batch
             clean = True
         except GeneratorExit:   # the caller stopped: early (break), or at len() (Lightning)
             clean = True
             raise
         finally:
-            del batches
+            if isinstance(received, pinning.Ahead):
+                received.close()   # the thread lets go of the DataLoader's iterator first
+            del batches, received
             if self.persistent and clean and produced == expected and closes == self._closes:
                 self._kept = p
             else:
@@ -353,7 +361,7 @@ class Workers:
             EpochStream(e), batch_size=None, num_workers=self.num_workers,
             worker_init_fn=None if started is None else functools.partial(_mark_started,
                                                                           started),
-            pin_memory=self.pin_memory, persistent_workers=self.persistent,
+            pin_memory=False, persistent_workers=self.persistent,   # rings.receive pins
             multiprocessing_context=self.context if self.num_workers else None,
             prefetch_factor=self.prefetch_factor if self.num_workers else None,
             # Its own generator: building a loader must not draw from the global torch RNG,
@@ -365,9 +373,6 @@ class Workers:
         ring, self._spare = rings.lend(self._spare, self.num_workers, self.prefetch_factor,
                                        self.context, e), None
         return ring
-
-    def _receive(self, item: Any, ring: Ring | None) -> CARLABatch | ModelBatch | dict:
-        return rings.receive(item, ring, self.pin_memory, self.stats)
 
     def _finish(self, p: _Pass, reuse_ring: bool = True) -> None:
         """Release a pass's DataLoader, which joins its workers, and keep its ring for the
