@@ -1,6 +1,7 @@
 """`carla-wds show`: a montage of samples with ground truth and, given a checkpoint, predictions."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from .inputs import current_frame, loader_options, model_for, predict
 from .model import WaypointModel
 
 _FIX = "Fix: pass --checkpoint the checkpoint.pt that `carla-wds train` wrote into its run_dir"
+log = logging.getLogger(__name__)
 
 
 class ShowError(ValueError):
@@ -68,17 +70,30 @@ def bev_rows(batch: Any, frames: dict[str, str], pred: torch.Tensor | None = Non
 
 
 def _read(checkpoint: str | Path) -> tuple[dict[str, Any], TrainConfig]:
-    """The checkpoint (weights_only=True, never unpickling objects) and its config."""
+    """The checkpoint (weights_only=True, never unpickling objects) and its config, held to
+    the config's bounds (bounds.py) before anything is built from it."""
     try:
         ckpt = load_checkpoint(checkpoint)
     except CheckpointError as exc:
         raise ShowError(f"--checkpoint {checkpoint}: {exc.problem}. {_FIX}") from None
     try:
-        return ckpt, config_from_dict(stored_config(ckpt))
+        return ckpt, config_from_dict(_without_pretrained(checkpoint, stored_config(ckpt)),
+                                      f"--checkpoint {checkpoint}'s config")
     except (ConfigError, TypeError) as exc:
         raise ShowError(f"--checkpoint {checkpoint}: its stored config does not fit this "
                         f"carla-wds ({exc}). {_FIX}, with the carla-wds version that wrote "
                         "it") from None
+
+
+def _without_pretrained(checkpoint: str | Path, config: Any) -> Any:
+    """The stored config with model.pretrained null: the checkpoint holds the trained weights,
+    and a file must not make show open another file (issue 38: it named any path)."""
+    model = config.get("model") if isinstance(config, dict) else None
+    if not isinstance(model, dict) or model.get("pretrained") is None:
+        return config
+    log.info("--checkpoint %s: its model.pretrained is ignored: the checkpoint holds the "
+             "trained weights, and show opens no file a checkpoint names", checkpoint)
+    return {**config, "model": {**model, "pretrained": None}}
 
 
 def _shards(shards: str | Path, n: int, image_size: tuple[int, int], cameras: list[str] | None,

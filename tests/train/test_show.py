@@ -166,3 +166,34 @@ def test_every_layout_drives_up_the_page(packed_tf4, packed_garage):  # noqa: F8
                                        atol=1e-5)
             assert row["waypoints"][-1, 1] > 1.0   # ahead: up the page
             assert abs(row["waypoints"][-1, 0]) < row["waypoints"][-1, 1]   # not sideways
+
+
+def test_a_checkpoints_sizes_are_bounded_before_show_builds_anything(cli, packed_tf4, tmp_path):
+    """Issue 38 N7: image_size [30000, 30000] passed 3 GB in 7.5 s. 4097 is small enough to
+    render, so the old code drew it: the bound, not the RAM, refuses it now."""
+    wide = make_checkpoint(tmp_path / "wide.pt", data__image_size=[32, 4097])
+    msg = show_error(cli, packed_tf4, wide, tmp_path)
+    assert "data.image_size=[32, 4097] is invalid (item 4097: out of range)" in msg, msg
+    assert "<= 4096" in msg, msg
+    deep = make_checkpoint(tmp_path / "deep.pt", model__feature_dim=10 ** 8)
+    assert "model.feature_dim=100000000 is invalid" in show_error(cli, packed_tf4, deep, tmp_path)
+
+
+def test_show_opens_no_file_a_checkpoint_names_as_pretrained(packed_tf4, tmp_path, caplog):
+    """Issue 38 Low 14: model.pretrained is ignored, with a note: the weights are in the
+    checkpoint. The old code opened the named file (here: refused it as not found)."""
+    from carla_wds.train.show import show
+    cfg = TrainConfig(model=ModelConfig(backbone="resnet18", feature_dim=32))
+    cfg.data.image_size = [32, 48]
+    model = build_model(cfg.model, 4, 4)
+    config = to_dict(cfg)
+    named = tmp_path / "elsewhere" / "secret.pth"
+    config["model"]["pretrained"] = str(named)
+    save_checkpoint(tmp_path / "checkpoint.pt", {"model": model.state_dict(), "config": config,
+                                                 "step": 3})
+    caplog.set_level("INFO", logger="carla_wds.train.show")
+    out = show(packed_tf4, tmp_path / "x.png", checkpoint=tmp_path / "checkpoint.pt", n=2)
+    assert cv2.imread(str(out)) is not None
+    notes = [r.getMessage() for r in caplog.records if "model.pretrained is ignored" in r.getMessage()]
+    assert len(notes) == 1 and "show opens no file a checkpoint names" in notes[0], notes
+    assert str(named) not in notes[0]
