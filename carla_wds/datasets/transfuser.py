@@ -9,8 +9,10 @@ and the bit-packed BEV codec `bev_tf2022`.
   y in [-32, 0] m, 8 px/m (256 x 256), split at z = -2.3 m, at most 5 points a pixel, channels
   (above, below), then `np.rot90(features, -1, axes=(1, 2))`, no height cut. The points are
   taken as stored (lidar/NNNN.npy item 1, x left, y forward) and y is negated first as
-  `CARLA_Data.__getitem__` does (`lidars_i[:, 1] *= -1`); `align` is the identity for the
-  shipped seq_len = 1 without rotation augmentation.
+  `CARLA_Data.__getitem__` does (`lidars_i[:, 1] *= -1`). This preset bins the points as
+  stored; their `align` (applied to every sample, even at seq_len 1 without rotation) rounds
+  points on a bin edge through inv(ego_matrix) @ ego_matrix, which adapter="transfuser2022"
+  reproduces (load/adapters/transfuser2022.py lidar_features).
 - Boxes (team_code_autopilot/data_agent.py get_bev_cars): a list whose entry 0 is the ego,
   every entry `class: "Car"`, `extent` = FULL size stored [height, length, width] (data.py's
   get_bbox_label unpacks it as `dz, dx, dy`).

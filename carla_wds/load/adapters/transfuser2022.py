@@ -14,7 +14,9 @@ Each key from their formulas (config.py values in brackets), in their order:
   and times 20, i.e. min(d, 50 m) / 50 (the code is recovered exactly from the stored metres);
 - semantic: uint8 (160, 704): their converter (the pack's class table) on the same crop;
 - lidar: float32 (2, 256, 256): lidar_to_histogram_features (carla_wds.datasets.transfuser
-  PRESET) of the points after align(), which for seq_len 1 is the augmentation's rotation;
+  PRESET) of the points after align(), in its arithmetic: for seq_len 1 the augmentation's
+  rotation times Tr_vehicle_to_lidar @ inv(M) @ M @ Tr_lidar_to_vehicle (M: the sample's
+  ego_matrix, the pack's ego2world member), which rounds points on a bin edge as theirs does;
 - label: float32 (20, 7): parse_labels at -rad: each box's (x, y) through
   get_lidar_to_bevimage_transform (8 px/m) and the rotation, clipped to [0, 255], kept when it
   has more than 1 LiDAR point and lies strictly inside (0, 255); (x_px, y_px, width * 8,
@@ -124,13 +126,46 @@ def rotation(rad: float) -> np.ndarray:
     return np.array([[np.cos(rad), np.sin(rad)], [-np.sin(rad), np.cos(rad)]])
 
 
-def lidar_features(points: np.ndarray, rad: float) -> np.ndarray:
-    """align() (seq_len 1: the rotation only) then the histogram, on the stored points."""
+def lidar_to_vehicle() -> np.ndarray:
+    """utils.py get_lidar_to_vehicle_transform: float64 4x4, the float32 axis swap set into
+    np.eye(4), the LiDAR 1.3 m ahead and 2.5 m up."""
+    t = np.eye(4)
+    t[:3, :3] = np.array([[0, 1, 0], [-1, 0, 0], [0, 0, 1]], dtype=np.float32)
+    t[0, 3], t[1, 3], t[2, 3] = 1.3, 0.0, 2.5
+    return t
+
+
+def align_transform(ego_matrix: np.ndarray, rad: float) -> np.ndarray:
+    """align()'s transform_0_to_1 for seq_len 1, where frame 0 and frame 1 are the sample's
+    own: `Tr_vehicle_to_lidar @ inv(ego_matrix) @ ego_matrix @ Tr_lidar_to_vehicle`, then the
+    augmentation's degree_matrix on the left, evaluated as theirs is (left to right, float64,
+    numpy's inverses). Not the identity: inv(M) @ M rounds (world positions are hundreds of
+    metres), so a point exactly on a 1/8 m bin edge can move by a rounding step into the next
+    bin (issue 38), which binning the stored points would miss."""
+    to_vehicle = lidar_to_vehicle()
+    matrix = np.array(ego_matrix, dtype=np.float64)
+    transform = np.linalg.inv(to_vehicle) @ np.linalg.inv(matrix) @ matrix @ to_vehicle
+    degree_matrix = np.array([[np.cos(rad), np.sin(rad), 0, 0],
+                              [-np.sin(rad), np.cos(rad), 0, 0],
+                              [0, 0, 1, 0],
+                              [0, 0, 0, 1]])
+    return degree_matrix @ transform
+
+
+def lidar_features(points: np.ndarray, ego_matrix: np.ndarray, rad: float) -> np.ndarray:
+    """align() then lidar_to_histogram_features, on the stored points, in their arithmetic:
+    the (N, 4) points in their stored dtype with the last column set to 1 (their y negations
+    around it cancel exactly), `transform @ lidar.T` (float64), and the histogram of the
+    result (the preset negates y, as their last step does). Applied whatever the rotation:
+    align runs on every sample, and even without rotation it moves edge points and turns a
+    point with an infinite coordinate into NaN (left out)."""
     pts = np.asarray(points)
-    if rad:
-        xy = pts[:, :2].astype(np.float64) @ rotation(rad).T
-        pts = np.concatenate([xy, pts[:, 2:3].astype(np.float64)], axis=1)
-    return histogram_features(pts, PRESET)
+    lidar = np.empty((len(pts), 4), dtype=pts.dtype)   # their lidar_0.copy(), C-ordered
+    lidar[:, :3] = pts[:, :3]
+    lidar[:, 3] = 1.0
+    with np.errstate(invalid="ignore"):   # 0 * inf: such a point becomes NaN, left out
+        moved = (align_transform(ego_matrix, rad) @ lidar.T).T
+    return histogram_features(moved, PRESET)
 
 
 def box_labels(boxes: np.ndarray, rad: float) -> np.ndarray:
@@ -200,7 +235,8 @@ def tf2022_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> d
     turn = rotation(rad)
     target = turn @ np.asarray(s["target_point"], np.float64)
     out.update({
-        "lidar": lidar_features(s["lidar"][:int(s["lidar_len"])], rad),
+        "lidar": lidar_features(s["lidar"][:int(s["lidar_len"])], s["fields"]["ego2world"],
+                                rad),
         "label": box_labels(s["boxes"][:int(s["boxes_len"])], -rad),
         "ego_waypoint": (turn @ np.asarray(s["waypoints"], np.float64).T).T,
         "steer": float(m["steer"]), "throttle": float(m["throttle"]),
@@ -215,7 +251,9 @@ TRANSFUSER2022 = ModelAdapter(
     name="transfuser2022",
     source="autonomousvision/transfuser@22b3ccd team_code_transfuser/data.py",
     layouts=("transfuser2022",), image_size=(160, 960), transform=tf2022_sample,
-    cameras=("front",), fields=("measurements", "depth", "semantics", "bev", "lidar", "boxes"),
+    cameras=("front",),
+    # ego2world: the measurement's ego_matrix, which their align() multiplies the points by
+    fields=("measurements", "depth", "semantics", "bev", "lidar", "boxes", "ego2world"),
     needs=NEEDS, pred_len=PRED_LEN, own_augment=True,   # their rotation; no colour augmentation
     pack="carla-wds pack RAW OUT --layout transfuser2022 --allow-pickle-input (TransFuser "
          "2022's routes as its data agent saves them, every frame: leave --stride out)")

@@ -169,7 +169,14 @@ def _sample(rng: np.random.Generator) -> dict:
             "bev": np.zeros((15, 500, 500), np.uint8), "lidar": rng.normal(0, 5, (50, 4)),
             "lidar_len": 50, "boxes": box[None], "boxes_len": 1, "measurements": meas,
             "speed": 4.0, "target_point": np.array([3.0, -20.0], np.float32),
-            "waypoints": np.array([[0.0, -1.0], [0.0, -2.0], [0.0, -3.0], [0.0, -4.0]])}
+            "waypoints": np.array([[0.0, -1.0], [0.0, -2.0], [0.0, -3.0], [0.0, -4.0]]),
+            "fields": {"ego2world": _pose(0.3, 120.5, -80.25)}}
+
+
+def _pose(yaw: float, x: float, y: float) -> np.ndarray:
+    """A vehicle pose (world <- vehicle) as CARLA's ego_matrix gives it, float64 4x4."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    return np.array([[c, -s, 0, x], [s, c, 0, y], [0, 0, 1, 0.03], [0, 0, 0, 1]])
 
 
 def test_rotation_augmentation_has_their_probability_and_range():
