@@ -109,15 +109,21 @@ def record_parts() -> dict[str, tuple[str, ...]]:
     return {ROUTE: (ROUTE,), **{k: m.parts for k, m in MODALITIES.items() if m.parts}}
 
 
+def selectable(spec: SampleSpec) -> tuple[list[str], list[str]]:
+    """What fields=[...] may name in these shards: (their members, the names served from
+    them: record parts, stacked per-camera kinds, `<name>_raw`)."""
+    names = [e.name for e in spec.extras if e.twin_of is None]
+    held = {f.name for e in spec.extras for f in e.fields}
+    extra_ok = [n for n, parts in record_parts().items() if set(parts) <= held]
+    return names, extra_ok + stacked_kinds(spec, list(per_camera())) + raw_names(spec)
+
+
 def check_fields(spec: SampleSpec, fields: list[str] | None) -> tuple[str, ...]:
     """The extra fields a caller selects, each one the shards hold (ValueError otherwise)."""
     if fields is None:
         return ()
-    names = [e.name for e in spec.extras if e.twin_of is None]
-    held = {f.name for e in spec.extras for f in e.fields}
+    names, extra_ok = selectable(spec)
     parts_of = record_parts()
-    extra_ok = [n for n, parts in parts_of.items() if set(parts) <= held]
-    extra_ok += stacked_kinds(spec, list(per_camera())) + raw_names(spec)
     bad = [f for f in fields if f not in names + extra_ok]
     if bad or not all(isinstance(f, str) for f in fields):
         hint = "".join(did_you_mean(b, names + extra_ok) or repack_hint(b) for b in bad[:1])

@@ -34,6 +34,7 @@ from ..schema import SchemaError
 from ..shardread import ShardRef
 from ..tario import ShardError
 from . import shardio
+from .fields import selectable
 
 OVERLAY_FORMAT = "carla-wds-overlay"   # pack/overlay.py writes it (the wings do not import)
 _FIELD = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -179,6 +180,16 @@ class OverlayJoin:
                 if on_error == "raise":
                     raise SchemaError(msg) from None
                 return shardio.error_marker(msg)
+            if self.keep is not None and values[o.field] is None:
+                # the runs chose it as having an entry: a manifest whose runs lie would
+                # otherwise serve None where overlay_required promises an entry
+                msg = (f"overlay {o.where}: sample {e['__key__']!r} has no entry (its "
+                       f"{o.field}.json in {e.get('__shard__')} is null), yet the overlay "
+                       "manifest's entries runs say it has one and overlay_required=True "
+                       f"kept it. {_FIX}")
+                if on_error == "raise":
+                    raise SchemaError(msg)
+                return shardio.error_marker(msg)
         raw["__overlays__"] = values
         return raw
 
@@ -220,6 +231,7 @@ def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin
     if len(set(names)) != len(names):
         raise ValueError(f"overlays {list(overlays)} give the batch fields {names}: one each "
                          "is taken. Fix: pass each kind's overlay once")
+    _not_the_bases(found, data.manifest)
     keep = None
     if required:
         keep = tuple(np.flatnonzero(np.logical_and.reduce([o.has[s] for o in found]))
@@ -231,6 +243,20 @@ def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin
         data.manifest_id = hashlib.sha256(
             (data.manifest_id + join.identity()).encode()).hexdigest()
     return join
+
+
+def _not_the_bases(found: tuple[Overlay, ...], base: Manifest) -> None:
+    """An overlay's field must be none the base serves in batch.fields (whether selected or
+    not: selecting it later must not silently swap the pack's values for the overlay's)."""
+    members, derived = selectable(base.spec)
+    served = sorted(members + derived)
+    for o in found:
+        if o.field in served + [f"{n}_len" for n in served]:   # row fields' counts (fields.py)
+            raise ValueError(f"overlay {o.where} serves the field {o.field!r}, which the base "
+                             f"pack {base.where} serves itself (its fields: {served} and their "
+                             "<name>_len counts); an overlay adds a field, it never replaces "
+                             "one. Fix: use the overlay `carla-wds pack-overlay` wrote (its "
+                             "field is its kind's name), or restore its manifest")
 
 
 def checked(join: OverlayJoin | None, history: int) -> OverlayJoin | None:

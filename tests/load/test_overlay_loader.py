@@ -153,3 +153,48 @@ def test_history_windows_are_refused_with_overlays(packs):
                         overlays=[str(packs / KINDS[0])])
     with pytest.raises(ValueError, match="not offered with history windows"):
         list(data)
+
+
+def _edited(packs: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the first kind's overlay pack whose manifest `edit` changed."""
+    copy = tmp_path / "ovl"
+    shutil.copytree(packs / KINDS[0], copy)
+    doc = json.loads((copy / "manifest.json").read_text())
+    edit(doc)
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    return copy
+
+
+@pytest.mark.parametrize("field", ["boxes", "boxes_raw", "boxes_len", "route"])
+def test_an_overlay_naming_a_field_the_base_serves_is_refused(packs, tmp_path, field):
+    """`field: boxes_raw` silently replaced the base's own boxes_raw (issue 38, Low 5)."""
+    copy = _edited(packs, tmp_path, lambda doc: doc.update(field=field))
+    with pytest.raises(ValueError, match=rf"overlay .*ovl/manifest.json serves the field '{field}', which "
+                                         r"the base pack .* serves itself \(its fields: "
+                                         r"\[.*'boxes_raw'.*\] and their <name>_len counts\); "
+                                         r"an overlay adds a field.*Fix") as info:
+        CARLAWebData(str(packs / "shards"), batch_size=2, image_size=SIZE, overlays=[str(copy)],
+                     fields=["boxes"])
+    assert "\n" not in str(info.value)
+
+
+def test_overlay_required_refuses_a_kept_sample_without_its_entry(packs, tmp_path):
+    """Runs claiming every sample has an entry served None for those without, not a word
+    (issue 38, Low 6): each kept sample's entry is checked as it is joined."""
+    def every(doc):
+        for shard in doc["shards"]:
+            shard["entries"] = [[1, shard["samples"]]]
+    copy = _edited(packs, tmp_path, every)
+    table = overlay_entries(packs / KINDS[0])
+    assert None in table.values()
+    data = CARLAWebData(str(packs / "shards"), batch_size=2, image_size=SIZE, mode="eval",
+                        overlays=[str(copy)], overlay_required=True)
+    assert len(data) == -(-len(table) // 2)   # the plan trusts the runs' counts
+    with pytest.raises(Exception, match=rf"overlay .*ovl/manifest.json: sample '.+' has no entry .*entries "
+                                        r"runs say it has one.*Fix") as info:
+        list(data)
+    assert "\n" not in str(info.value)
+    skip = CARLAWebData(str(packs / "shards"), batch_size=2, image_size=SIZE, mode="eval",
+                        overlays=[str(copy)], overlay_required=True, on_error="skip")
+    served = [k for b in skip for k, ok in zip(b.keys, b.valid.tolist()) if ok]
+    assert sorted(served) == sorted(k for k, v in table.items() if v is not None)
