@@ -2,7 +2,8 @@
 docs/datasets/lead.md): finds the routes (folders, or one `.zip` per route read in place),
 settles the cameras and folders the pack holds, and plans each route (plan.py) for the
 encoder (encoder.py). The metas and boxes are pickles: read only with --allow-pickle-input,
-through a restricted unpickler, and stored as JSON and typed members, never as pickles."""
+through a pickle opcode walker (pickle_walk.py), and stored as JSON and typed members, never
+as pickles."""
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,5 @@
 """A LeadTask -> one sample, in a pack worker: the strips cut into cameras, every sensor file
-read and checked (sensors.py), the boxes pickle read through the restricted unpickler, the
+read and checked (sensors.py), the boxes pickle read through the opcode walker, the
 metas and boxes stored as JSON. A bad file is a Skip naming it; a pickle without
 --allow-pickle-input stops the pack (PickleRefused)."""
 from __future__ import annotations

@@ -2,7 +2,7 @@
 spec of a pack (which cameras the strip holds, which sensor folders the routes have).
 
 Per route: LEAD's route filter (routes.py), its frame count (bboxes/ entries), and for every
-frame LEAD's loader serves, the metas pickle read through the restricted unpickler
+frame LEAD's loader serves, the metas pickle read through the opcode walker
 (pickles.py) into the frame's labels and record (labels.py); the sensor files are read by the
 encoder (encoder.py), in the workers. Every frame is a sample, the loader's head or tail, or
 a recorded skip.
