@@ -118,6 +118,14 @@ def test_what_lead_writes_reads_back_equal(value, protocol):
     assert read(lead_bytes(_metas()))["past_filtered_state"].flags.f_contiguous
 
 
+def test_numpy_1x_module_names_read():
+    """numpy 1.x pickles name numpy.core, 2.x numpy._core (LEAD's data may be either)."""
+    data = pickle.dumps(_metas(), 2)   # GLOBAL opcodes: names end at a newline
+    old = data.replace(b"numpy._core.", b"numpy.core.")
+    assert old != data and b"numpy._core" not in old
+    assert same(read(old), _metas())
+
+
 def _fields_dtype(typestr: str) -> _Reduce:
     """issue 38 N1: a dtype whose BUILD state gives a field past its 8-byte item - `('u1',
     (1 MiB,))` at offset 8, or for a
