@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from dataclasses import replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,6 +25,7 @@ from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .options import PackOptions
 from .buckets import BucketCounter
 from .output import LocalOutput, Output
+from .pool import WorkerPool
 from .report import PackReport, build_manifest, nothing_packed
 from .routes import FrameTask, PackError, RoutePlan, Skip
 from .shards import ShardSink
@@ -37,14 +36,13 @@ AHEAD = 64   # chunks a pool may hold before their results are taken (bounds cli
 
 
 def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.SimpleQueue,
-            start: tuple[int, str], ahead: threading.BoundedSemaphore | None = None
-            ) -> Iterator[tuple[list[FrameTask], FrameEncoder]]:
+            start: tuple[int, str]) -> Iterator[tuple[list[FrameTask], FrameEncoder]]:
     """Worker tasks of the stream, after the first `start[0]` (those of committed shards, the
     last of which was the sample `start[1]`): their images are neither read nor encoded.
 
-    A pool consumes this generator in its feeder thread, so it writes nothing shared: each
-    plan goes into `seen` with its frames that never become tasks (tails, head, skipped,
-    committed), and the main thread files them (`_file_plans`)."""
+    A pool takes chunks ahead of the results taken, so each plan goes into `seen` with its
+    frames that never become tasks (tails, head, skipped, committed), and is filed into the
+    report when the results reach it (`_file_plans`)."""
     skip, last_key = start
     for plan in plans:
         done_already = plan.unsampled
@@ -60,8 +58,6 @@ def _chunks(plans: Iterator[RoutePlan], encoder: FrameEncoder, seen: queue.Simpl
         # which must go once encoded, or a pack's memory would grow with the dataset.
         seen.put((replace(plan, tasks=[]), done_already))
         for i in range(0, len(tasks), CHUNK):
-            if ahead is not None:
-                ahead.acquire()
             yield tasks[i:i + CHUNK], encoder
     if skip:
         raise _changed(f"it gives {start[0] - skip} frame tasks, the committed shards "
@@ -145,15 +141,11 @@ def _run(src: PackInput, opts: PackOptions, sink: ShardSink, report: PackReport,
     bar = progress_bar(desc="pack", unit="frame", total=src.total, disable=not opts.progress)
     seen: queue.SimpleQueue = queue.SimpleQueue()
     pool = _pool(opts, src.encoder)
-    # A pool's feeder thread reads tasks as fast as it can; clip tasks carry their files'
-    # bytes, so it may run at most AHEAD chunks ahead of the results taken here.
-    ahead = threading.BoundedSemaphore(AHEAD) if pool else None
-    chunks = _chunks(plans, src.encoder, seen, start, ahead)
+    chunks = _chunks(plans, src.encoder, seen, start)
     try:
-        results = pool.imap(encode_chunk, chunks) if pool else map(encode_chunk, chunks)
+        # clip tasks carry their files' bytes: at most AHEAD chunks out ahead of the results
+        results = pool.imap(chunks, AHEAD) if pool else map(encode_chunk, chunks)
         for chunk in results:
-            if ahead is not None:
-                ahead.release()
             _file_plans(seen, report, bar)
             for item in chunk:
                 _take(item, opts, sink, report, sizes)
@@ -162,22 +154,29 @@ def _run(src: PackInput, opts: PackOptions, sink: ShardSink, report: PackReport,
     finally:
         bar.close()
         if pool:
-            pool.terminate()
+            pool.close()
 
 
-def _pool(opts: PackOptions, encoder: FrameEncoder):
+def _pool(opts: PackOptions, encoder: FrameEncoder) -> WorkerPool | None:
     """Worker processes, only when images are decoded or re-encoded. Copying PNG bytes verbatim
     is I/O, not CPU: workers would only add a pickle and a pipe per image (3x slower on 2
     cores), and a thread reading ahead gained nothing (the second core already hashes); both
-    measured, see docs/benchmarks.md."""
+    measured, see docs/benchmarks.md. A worker that dies fails the pack naming its chunk
+    (pool.py), where multiprocessing.Pool waited forever."""
     if opts.workers > 1 and encoder.decodes:
         # spawned workers start from the default limits: hand them this process's own
-        return get_context("spawn").Pool(opts.workers, initializer=limits.set_active,
-                                         initargs=(limits.active(),))
+        return WorkerPool(opts.workers, encode_chunk, _chunk_name, initializer=limits.set_active,
+                          initargs=(limits.active(),))
     if opts.workers > 1:
         log.info("PNG passthrough without --check-images: one reader, --workers %d not needed",
                  opts.workers)
     return None
+
+
+def _chunk_name(chunk: tuple[list[FrameTask], FrameEncoder]) -> str:
+    """A chunk as an error names it: its route and frames (a chunk is one route's)."""
+    tasks = chunk[0]
+    return f"route {tasks[0].episode} frames {tasks[0].frame}-{tasks[-1].frame}"
 
 
 def _take(item: Encoded | Skip, opts: PackOptions, sink: ShardSink, report: PackReport,
