@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import time
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from .plan_parts import PLAN, check_input, discover, part_dir, read_plan, under
 from .shards import JOURNAL
 
 log = logging.getLogger(__name__)
+_UNSAFE = {"Cc", "Cf", "Zl", "Zp"}   # Unicode categories of control and format characters
 TASK_ENV = "SLURM_ARRAY_TASK_ID"
 STALE_S = 3600.0
 
@@ -174,7 +176,7 @@ def _state_local(out: Path, rel: str, stale_s: float, now: float) -> tuple[str, 
     marker = out / (rel + ".failed")
     if marker.is_file():
         try:
-            return "failed", json_loads(marker.read_bytes()).get("error", "")
+            return "failed", printable(json_loads(marker.read_bytes()).get("error", ""))
         except (ValueError, OSError, AttributeError):
             return "failed", str(marker)
     journal = folder / JOURNAL
@@ -185,6 +187,16 @@ def _state_local(out: Path, rel: str, stale_s: float, now: float) -> tuple[str, 
                               "killed?")
         return "running", f"journal {age:.0f} s old"
     return "missing", ""
+
+
+def printable(text: Any, limit: int = 2000) -> str:
+    """A marker's text as one line that is safe on a terminal: control and format characters
+    (newlines, ESC, BEL, bidi overrides) written as repr writes them, so that a marker cannot
+    forge the lines pack-status prints (an --array= list) or drive the terminal."""
+    text = str(text)
+    safe = "".join(repr(c)[1:-1] if unicodedata.category(c) in _UNSAFE else c
+                   for c in text[:limit])
+    return safe + (f"... ({len(text)} characters)" if len(text) > limit else "")
 
 
 def array_spec(parts: list[int]) -> str:
