@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from carla_wds.pack.plan_parts import FORMAT, part_dir, read_plan, write_plan
 from carla_wds.pack.shards import JOURNAL
 from carla_wds.pack.sources import decode_json, read_json
 from tests.helpers import make_pack
+from tests.test_bounds_decoders import peak_of
 
 LIMIT = 1000
 BOMB = b"[" + b"{}," * 300_000 + b"{}]"   # 900 kB of text: 300k dicts, ~20 MB once parsed
@@ -37,19 +37,6 @@ BOMB = b"[" + b"{}," * 300_000 + b"{}]"   # 900 kB of text: 300k dicts, ~20 MB o
 
 def lowered(n: int = LIMIT):
     return limits.using(limits.DEFAULT.with_overrides({"json_values": n}))
-
-
-def peak_of(call) -> tuple[BaseException | None, int]:
-    """(the exception `call` raised, the peak bytes traced while it ran)."""
-    tracemalloc.start()
-    try:
-        call()
-        err = None
-    except BaseException as exc:   # noqa: BLE001 - returned to the test
-        err = exc
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return err, peak
 
 
 def _values(x) -> int:

@@ -23,6 +23,7 @@ is bounded as for a local file.
 """
 from __future__ import annotations
 
+import logging
 import tarfile
 import tempfile
 import zlib
@@ -47,6 +48,7 @@ RATIO_FREE = 64 << 20   # unpacked bytes before clip_ratio applies (tar headers 
 # It raises ArchiveError for a name its reader refuses (e.g. a file outside the one folder
 # the archive must hold).
 Rename = Callable[[str], "str | None"]
+log = logging.getLogger(__name__)
 
 
 class ArchiveError(ValueError):
@@ -164,7 +166,13 @@ class Spool:
         return self._file.read(size)
 
     def close(self) -> None:
-        self._file.close()
+        """Never raises: closing flushes the file's buffer, which fails again on the disk
+        that stopped the spool (ENOSPC), and that second error would replace the
+        ResourceError naming TMPDIR. The bytes are thrown away: nothing is lost."""
+        try:
+            self._file.close()   # the descriptor is closed even when the flush fails
+        except OSError as exc:
+            log.debug("%s: closing its spool: %s", self.what, exc)
 
 
 def open_raw(path: Path | ArchiveURL, remote: RemoteOptions | None, what: str) -> BinaryIO:
@@ -195,7 +203,7 @@ class TarGzArchive:
         try:
             self._stream(remote)
         except BaseException:
-            self.close()
+            self.close()   # never raises (Spool.close): the error raised is the first one
             raise
 
     def _stream(self, remote: RemoteOptions | None) -> None:
