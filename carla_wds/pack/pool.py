@@ -101,18 +101,18 @@ class WorkerPool(Generic[T, R]):
         try:
             conn.send(item)
         except (EOFError, OSError):   # BrokenPipeError: it died before it took the item
-            raise self._died(proc, item) from None
+            raise self._died(proc, f"before it took {self.describe(item)}") from None
 
     def _receive(self, proc: Any, conn: Connection, item: T) -> R:
         try:
             ok, value = conn.recv()
         except (EOFError, OSError):
-            raise self._died(proc, item) from None
+            raise self._died(proc, f"while it held {self.describe(item)}") from None
         if not ok:
             raise value
         return value
 
-    def _died(self, proc: Any, item: T) -> PackError:
+    def _died(self, proc: Any, when: str) -> PackError:
         proc.join(5)   # it closed its pipe, so it is exiting: take its exit status
         code = proc.exitcode
         if code is None:
@@ -121,10 +121,9 @@ class WorkerPool(Generic[T, R]):
             how = f"was killed by {signal.Signals(-code).name}"
         else:
             how = f"exited with status {code}"
-        return PackError(f"a pack worker (pid {proc.pid}) {how} while it held "
-                         f"{self.describe(item)}: the OOM killer (the kernel log names it), "
-                         "a kill, or a crash in a reader (a damaged input file?); nothing of "
-                         "that chunk was written. Fix: run the same command again (with "
+        return PackError(f"a pack worker (pid {proc.pid}) {how} {when}: the OOM killer "
+                         "(the kernel log names it), a kill, or a crash in a reader (a damaged "
+                         "input file?); nothing of that chunk was written. Fix: run the same command again (with "
                          "--resume; `pack --plan` resumes by itself): it goes on from the last "
                          "committed shard. If it dies at the same place again, those files "
                          "crash their reader: check or remove them")
