@@ -80,3 +80,17 @@ def test_a_killed_worker_fails_the_part_naming_its_chunk_and_a_rerun_finishes(
     assert again.exit_code == 0, again.output
     assert (part / "manifest.json").is_file() and not (out / "parts" / "00000.failed").exists()
     assert cli("verify", part).exit_code == 0
+
+
+def test_a_pack_with_workers_makes_no_named_semaphore(raw_tcp, tmp_path, packer, monkeypatch):
+    """Low 15: a spawn context's queues and locks are named POSIX semaphores in /dev/shm that a
+    killed pack left behind (6 a run); the pipe pool makes none, so nothing can be left."""
+    from multiprocessing import resource_tracker
+    made, real = [], resource_tracker.register
+
+    def register(name, rtype):
+        made.append((name, rtype))
+        real(name, rtype)
+    monkeypatch.setattr(resource_tracker, "register", register)
+    packer(raw_tcp, tmp_path / "out", layout="tcp", max_samples=5, workers=2, check_images=True)
+    assert [name for name, rtype in made if rtype == "semaphore"] == []
