@@ -14,6 +14,7 @@ workers, their image ring and persistence from pass to pass live in workers.py.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -169,6 +170,7 @@ class CARLAWebData:
 
     def _start_position(self) -> None:
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
+        self._live_pass: object | None = None   # the train pass that moves it (_claim_pass)
         # a resume from another split (reshape.py), and its epoch's rest in batches
         self._reshape: Reshape | None = None
         self._reshape_len = 0
@@ -251,6 +253,34 @@ class CARLAWebData:
         self.step_at_epoch_start = epoch * self._len if global_step is None else global_step
 
     def __iter__(self) -> Iterator[CARLABatch | dict[str, Any]]:
+        if self.mode == "eval":   # always whole: passes at once are independent
+            yield from self._pass()
+            return
+        token = self._claim_pass()
+        try:
+            yield from self._pass()
+        finally:
+            if self._live_pass is token:
+                self._live_pass = None
+
+    def _claim_pass(self) -> object:
+        """Make this the loader's one live train pass. The position in the epoch (`consumed`,
+        what state_dict saves) is the loader's, so a second live pass would go on from the
+        first's and each would take batches from the other: refused, naming the fix."""
+        if self._live_pass is not None:
+            gc.collect()   # a dropped iterator in a reference cycle is closed by the collector
+        if self._live_pass is not None:
+            raise RuntimeError(
+                f"{self.where}: a pass over this CARLAWebData is still running (an earlier "
+                f"iterator took {self.consumed} of {len(self)} batches and was neither "
+                "exhausted nor closed); a second one would go on from its position and the "
+                "two would split the epoch's batches. Fix: finish the first or close it "
+                "(`it.close()`) before iterating again, or make a second CARLAWebData for a "
+                "pass of its own")
+        self._live_pass = token = object()
+        return token
+
+    def _pass(self) -> Iterator[CARLABatch | dict[str, Any]]:
         if self.consumed >= len(self) or self.mode == "eval":
             # A finished epoch restarts, like DistributedSampler (whole, in this split); eval
             # always runs whole, so an interrupted pass (Lightning's sanity check) never hides
