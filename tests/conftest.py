@@ -29,6 +29,8 @@ from carla_wds.cli import main as cli_main
 from carla_wds.pack.packer import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 
+from .benchruns import BenchRuns
+
 # cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make test-fast` skips them
 pytest_plugins = ["tests.markers", "pytester"]
 
@@ -138,6 +140,13 @@ def synth() -> Callable[..., Path]:
 def samples_of() -> Callable[[Path], dict[str, dict[str, bytes]]]:
     """samples_of(pack_dir) -> {key: {member: bytes}} in shard order, via plain tarfile."""
     return read_pack
+
+
+@pytest.fixture(scope="session")
+def bench_runs(tmp_path_factory) -> BenchRuns:
+    """bench_runs.run("bench_b2d.py", [...]) -> the suite's one run of that command (a doc
+    block and a test_bench_* test share it; tests/benchruns.py)."""
+    return BenchRuns(tmp_path_factory.mktemp("bench_runs"))
 
 
 @pytest.fixture(scope="session")

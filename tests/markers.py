@@ -17,15 +17,19 @@ decide:
 A test may also carry a marker by hand (`@pytest.mark.proc`).
 
 The rule: `subprocess.Popen` is watched while each test sets up, runs and tears down. A test
-that started a child process but carries none of the process markers fails, naming the
+in which this repository's code (tests, carla_wds, tools; not a library's, such as ctypes
+running ldconfig) started a child process but that carries none of the process markers fails, naming the
 command, as tests/test_sizes.py fails a module over its lines. So a process the walk cannot
 see (one that library code starts) is caught the first time the suite runs it.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import types
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -136,10 +140,28 @@ def _watch_popen() -> None:
     real = subprocess.Popen.__init__
 
     def init(self: subprocess.Popen, args: Any, *rest: Any, **kw: Any) -> None:
-        _started.append(args if isinstance(args, str) else " ".join(map(str, args)))
+        if _ours(sys._getframe(1)):
+            _started.append(args if isinstance(args, str) else " ".join(map(str, args)))
         real(self, args, *rest, **kw)
     init._watched = True   # type: ignore[attr-defined]
     subprocess.Popen.__init__ = init   # type: ignore[method-assign]
+
+
+_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep
+
+
+def _ours(frame: types.FrameType | None) -> bool:
+    """Whether the code that asked subprocess for the process is this repository's (tests,
+    carla_wds, tools), not a library's: ctypes.util.find_library runs ldconfig the first time
+    some import needs it, in whichever test that happens to be."""
+    while frame is not None and frame.f_code.co_filename == subprocess.__file__:
+        frame = frame.f_back
+    if frame is None:
+        return False
+    name = frame.f_code.co_filename
+    module = frame.f_globals.get("__name__", "")
+    return (name.startswith(_ROOT) and f"{os.sep}.venv{os.sep}" not in name) or \
+        module.startswith(("tests", "test_"))
 
 
 @pytest.hookimpl(hookwrapper=True)

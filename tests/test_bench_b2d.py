@@ -3,18 +3,14 @@ asserted: figures belong in docs/benchmarks.md)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_b2d.py"
 NUMBER = r"([0-9.]+)"
 
 
-def test_bench_b2d_prints_every_table(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(BENCH), "--workdir", str(tmp_path), "--clips", "2",
-                           "--frames", "24", "--image-size", "96x160", "--repeats", "1",
-                           "--memory-clips", "20"], capture_output=True, text=True, timeout=900)
+def test_bench_b2d_prints_every_table(bench_runs) -> None:
+    # the same run as docs/benchmarks.md's first bench_b2d block (tests/benchruns.py)
+    proc = bench_runs.run("bench_b2d.py", [
+        "--workdir", "w", "--clips", "2", "--frames", "24", "--image-size", "96x160",
+        "--repeats", "1", "--memory-clips", "20"], timeout=900).proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for w in (0, 1, 2):   # reduced, exact, ratio, floor, ratio

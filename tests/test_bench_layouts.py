@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_layouts.py"
 NUMBER = r"([0-9.]+)"
 
 
-def test_bench_layouts_prints_both_readers(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
-         "--frames", "16", "--image-size", "16x64", "--batch", "2", "--workers-list", "0",
-         "--repeats", "1"], capture_output=True, text=True, timeout=600)
+def test_bench_layouts_prints_both_readers(bench_runs) -> None:
+    # the same run as docs/benchmarks.md's two bench_layouts blocks (tests/benchruns.py)
+    run = bench_runs.run("bench_layouts.py", [
+        "--workdir", "w", "--episodes", "1", "--frames", "16", "--image-size", "16x64",
+        "--batch", "2", "--workers-list", "0", "--repeats", "1"], timeout=600)
+    proc, tmp_path = run.proc, run.workdir
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert re.search(r"^same result: \d+ samples, 12 fields equal", out, re.M), out

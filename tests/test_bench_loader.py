@@ -6,18 +6,14 @@ and each of its cells checks its own sample count before it reports a rate.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_loader.py"
 
 
-def test_bench_loader_prints_both_tables(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
-         "--frames", "40", "--kinds", "ours,persistent,mix", "--workers-list", "1,2", "--formats", "jpg",
-         "--repeats", "1"], capture_output=True, text=True, timeout=600)
+def test_bench_loader_prints_both_tables(bench_runs) -> None:
+    # the same run as docs/benchmarks.md's first bench_loader command (tests/benchruns.py)
+    run = bench_runs.run("bench_loader.py", [
+        "--workdir", "w", "--episodes", "1", "--frames", "40", "--kinds", "ours,persistent,mix",
+        "--workers-list", "1,2", "--formats", "jpg", "--repeats", "1"], timeout=600)
+    proc, tmp_path = run.proc, run.workdir
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {m.group(1): float(m.group(2)) for m in
             re.finditer(r"^\| jpg \| (\d) \| nan \| ([0-9.]+) \| [0-9.]+ \|", proc.stdout, re.M)}

@@ -5,19 +5,14 @@ overlay's field came with every batch before it reports a rate."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_overlay.py"
 
 
-def test_bench_overlay_prints_its_table(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "2",
-         "--frames", "14", "--image-size", "24", "32", "--batch-size", "4",
-         "--workers-list", "0,2", "--repeats", "1"], capture_output=True, text=True,
-        timeout=600)
+def test_bench_overlay_prints_its_table(bench_runs) -> None:
+    # the same run as docs/benchmarks.md's bench_overlay block (tests/benchruns.py)
+    proc = bench_runs.run("bench_overlay.py", [
+        "--workdir", "w", "--episodes", "2", "--frames", "14", "--image-size", "24", "32",
+        "--batch-size", "4", "--workers-list", "0,2", "--repeats", "1", "--epochs", "1"],
+        timeout=600).proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^\| ([02]) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| [0-9.]+x \| "
                       r"[0-9.]+x \|$", proc.stdout, re.M)

@@ -4,25 +4,21 @@ docs/benchmarks.md). Each cell checks its own sample count against the manifest.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_s3.py"
 NUM = r"([0-9.]+)"
 CASES = ("local", "local again", "s3", "s3 cold cache", "s3 warm cache")
 
 
-def test_bench_s3_prints_every_row(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(BENCH), "--workdir", str(tmp_path),
-                           "--episodes", "1", "--frames", "24", "--max-samples", "8",
-                           "--image-size", "64x180", "--repeats", "1"],
-                          capture_output=True, text=True, timeout=300)
+def test_bench_s3_prints_every_row(bench_runs) -> None:
+    # the same run as docs/benchmarks.md's bench_s3 block (tests/benchruns.py)
+    proc = bench_runs.run("bench_s3.py", [
+        "--workdir", "w", "--episodes", "1", "--frames", "24", "--max-samples", "8",
+        "--image-size", "64x180", "--repeats", "1"], timeout=300).proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for w in (0, 2):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchruns import BenchRuns
 from tests.docblocks import Block, DirectiveError, doc_pages, page_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,10 +98,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(block: Block, work: Path) -> None:
+def _run(block: Block, work: Path, benches: BenchRuns) -> None:
     for command in block.before:
         _execute(block, "bash", command + "\n", work, f"before {command!r}")
-    _execute(block, block.lang, block.runnable(), work, "the block")
+    code = block.runnable()
+    if block.lang != "python":   # a benchmark command runs once per suite (tests/benchruns.py)
+        code, runs = benches.shared_script(code)
+        for run in (r for r in runs if r.proc.returncode != 0):
+            pytest.fail(f"{block.name}: {' '.join(run.proc.args[1:])} exited "
+                        f"{run.proc.returncode}\n--- stdout (tail):\n{run.proc.stdout[-3000:]}"
+                        f"\n--- stderr (tail):\n{run.proc.stderr[-3000:]}", pytrace=False)
+    _execute(block, block.lang, code, work, "the block")
 
 
 def _execute(block: Block, lang: str, code: str, work: Path, what: str) -> None:
@@ -121,18 +129,18 @@ def _execute(block: Block, lang: str, code: str, work: Path, what: str) -> None:
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
-def test_block(block: Block, folders, tmp_path_factory) -> None:
+def test_block(block: Block, folders, tmp_path_factory, bench_runs: BenchRuns) -> None:
     state = _folder(folders, block.page, tmp_path_factory)
     # run alone (-k), a block still gets what the page's earlier blocks made
     # (an earlier block that failed has its own failing test: it is not run again)
     for earlier in (b for b in BLOCKS if b.page == block.page and b.line < block.line):
         if earlier.skip is None and earlier.line not in state["done"]:
             state["done"].add(earlier.line)
-            _run(earlier, state["dir"])
+            _run(earlier, state["dir"], bench_runs)
     if block.skip is not None:
         pytest.skip(f"{block.name} ({block.first_line[:60]}): {block.skip}")
     state["done"].add(block.line)
-    _run(block, state["dir"])
+    _run(block, state["dir"], bench_runs)
 
 
 def test_skipped_blocks_are_the_listed_few() -> None:
