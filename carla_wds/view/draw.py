@@ -8,8 +8,9 @@ converted by the one table in carla_wds.datasets, never by a rule of this module
 """
 from __future__ import annotations
 
+import functools
 import io
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import cv2
 import numpy as np
@@ -32,6 +33,19 @@ _CLASS_BGR = {BOX_CLASSES["car"]: (0, 140, 255), BOX_CLASSES["walker"]: (180, 60
 # the 12 edges of a box as pairs of corner indices (corners(): x-major, then y, then z)
 _EDGES = ((0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (1, 3), (4, 6), (5, 7), (0, 4), (1, 5),
           (2, 6), (3, 7))
+
+
+def plain_text(draw: Callable[..., bytes]) -> Callable[..., bytes]:
+    """`draw` with every text matplotlib makes taken literally: route, scenario and skip
+    reason names come from the shards, and a `$...$` in one would be parsed as mathtext
+    (aborting the report on a bad expression), or as TeX where the user's matplotlibrc sets
+    usetex. The settings are read when texts are made and drawn, both inside `draw`."""
+    @functools.wraps(draw)
+    def drawn(*args: Any, **kw: Any) -> bytes:
+        import matplotlib
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return draw(*args, **kw)
+    return drawn
 
 
 def _figure(size: tuple[float, float]) -> Figure:
@@ -103,6 +117,7 @@ def _scene(ax: Axes, bev: dict[str, Any]) -> None:
         ax.plot(route[:, 0], route[:, 1], ":", color="tab:blue", lw=1.2, label="route")
 
 
+@plain_text
 def bev_png(bev: dict[str, Any], title: str) -> bytes:
     """The bird's-eye panel of one sample: `bev` holds (right, forward) arrays: waypoints
     (P, 2), target (2,), and optionally route (R, 2), lidar (N, 2), boxes [(class, (4, 2))]."""
@@ -128,6 +143,7 @@ def bev_png(bev: dict[str, Any], title: str) -> bytes:
     return png_of(fig)
 
 
+@plain_text
 def bars_png(title: str, counts: dict[str, int], xlabel: str = "samples") -> bytes:
     """A horizontal bar chart of `counts` (largest first), each bar labelled with its count."""
     items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:25]
@@ -150,6 +166,7 @@ def bars_png(title: str, counts: dict[str, int], xlabel: str = "samples") -> byt
     return png_of(fig)
 
 
+@plain_text
 def speed_png(speeds: np.ndarray) -> bytes:
     """The speeds' histogram (m/s), bins of 0.5 m/s."""
     fig = _figure((4.6, 2.4))

@@ -17,10 +17,9 @@ from ..fileio import atomic_write_bytes
 from ..load import CARLAWebData
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..remote import RemoteOptions
-from ..schema import COMMAND_NAMES
 from .draw import bars_png, bev_png, speed_png
 from .samples import bev_of, cameras_of, decode, scene_fields
-from .scan import Row, ViewError, choose, counts, read_samples, scan
+from .scan import Row, ViewError, choose, command_name, counts, read_samples, scan
 
 log = logging.getLogger(__name__)
 DEFAULT_HEIGHT = 160   # camera height in the report (px), unless the pack's is smaller
@@ -54,12 +53,13 @@ def default_size(data: CARLAWebData) -> tuple[int, int]:
 
 
 def _card(row: Row, cams: list[bytes], names: tuple[str, ...], bev: dict[str, Any]) -> str:
-    title = f"{row.key} · {COMMAND_NAMES[row.command]} · {row.speed:.1f} m/s"
+    command = command_name(row.command)
+    title = f"{row.key} · {command} · {row.speed:.1f} m/s"
     figs = "".join(f"<figure>{_img(c, 'image/jpeg', n)}<figcaption>{html.escape(n)}"
                    "</figcaption></figure>" for c, n in zip(cams, names))
     panel = _img(bev_png(bev, "bird's-eye (m)"), "image/png", "bev")
     return (f'<div class="card" data-key="{html.escape(row.key)}" data-route="'
-            f'{html.escape(row.route)}" data-command="{COMMAND_NAMES[row.command]}">'
+            f'{html.escape(row.route)}" data-command="{html.escape(command)}">'
             f'<h3>{html.escape(title)}</h3><div class="row"><div class="cams">{figs}</div>'
             f'<figure class="bev">{panel}</figure></div></div>')
 
@@ -72,9 +72,22 @@ def _charts(hist: dict[str, dict[str, int]], speeds: np.ndarray) -> str:
     return "".join(_img(p, "image/png", "chart") for p in pngs)
 
 
+# characters a script element's JSON must not hold raw: `<` (`</script>`, and `<!--<script>`,
+# which keeps the element open past its end tag), `>`, `&`, and U+2028/2029 (line ends to
+# JavaScript); each written as its JSON \u escape, which JSON.parse reads back unchanged
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                              "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def embed_json(doc: Any) -> str:
+    """`doc` as JSON text safe inside <script type="application/json">, whatever its strings
+    (route names come from the shards)."""
+    return json.dumps(doc).translate(_SCRIPT_SAFE)
+
+
 def render(title: str, head: str, cards: list[str], charts: str, doc: dict[str, Any]) -> str:
     """The page; `doc` is embedded as JSON (script#report-data)."""
-    data = json.dumps(doc).replace("</", "<\\/")
+    data = embed_json(doc)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<link rel="icon" href="data:,"><title>{html.escape(title)}</title>'
             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{head}"

@@ -35,6 +35,19 @@ _TOWN = re.compile(r"town[_ ]?(\d+)", re.I)
 _CLIP = re.compile(r"^(.+?)_Town\d+")   # case-sensitive: clips are <Scenario>_TownNN_...
 
 
+NOT_ONE_HOT = -1   # Row.command of a target_command with no single hot entry
+
+
+def command_name(index: int) -> str:
+    """A Row's command as the report labels it: its RoadOption name, or what the shard holds
+    where that is no command this version knows (a one-hot of another width, or none)."""
+    if 0 <= index < len(COMMAND_NAMES):
+        return COMMAND_NAMES[index]
+    if index == NOT_ONE_HOT:
+        return "not one-hot"
+    return f"unknown command (one-hot index {index})"
+
+
 class ViewError(ValueError):
     """A pack the report cannot read; one line naming the shard and the fix."""
 
@@ -46,7 +59,7 @@ class Row:
     shard: int
     route: str
     frame: int
-    command: int    # index into COMMAND_NAMES
+    command: int    # the one-hot's index (COMMAND_NAMES for a known one), or NOT_ONE_HOT
     speed: float    # m/s
 
     @property
@@ -79,8 +92,9 @@ def _row(spec: Any, raw: dict[str, Any], shard: int, where: str) -> Row:
     if not isinstance(speed, (int, float)) or isinstance(speed, bool) or not isinstance(meta, dict):
         raise ValueError(f"{where}: speed.json or meta.json hold other types than a pack writes")
     route = str(meta.get("episode", raw["__key__"].rsplit("__", 1)[0]))
-    return Row(raw["__key__"], shard, route, int(meta.get("frame", -1)), int(onehot.argmax()),
-               float(speed))
+    # any width: an index past COMMAND_NAMES or no single hot entry is labelled, not an error
+    command = int(onehot.argmax()) if np.count_nonzero(onehot) == 1 else NOT_ONE_HOT
+    return Row(raw["__key__"], shard, route, int(meta.get("frame", -1)), command, float(speed))
 
 
 def _raws(manifest: Manifest, shard: int, remote: RemoteOptions | None,
@@ -165,7 +179,7 @@ def choose(rows: list[Row], n: int) -> list[Row]:
 def counts(rows: list[Row], skipped: list[dict]) -> dict[str, dict[str, int]]:
     """The histograms' counts: samples per command, speed bin, town and scenario; skipped
     frames per reason (numbers folded, so one kind of fault is one bar)."""
-    return {"commands": dict(Counter(COMMAND_NAMES[r.command] for r in rows)),
+    return {"commands": dict(Counter(command_name(r.command) for r in rows)),
             "speeds": dict(Counter(SPEED_BINS[r.speed_bin] for r in rows)),
             "towns": dict(Counter(town_of(r.route) for r in rows)),
             "scenarios": dict(Counter(scenario_of(r.route) for r in rows)),

@@ -3,10 +3,8 @@ whose label arrays hold NaN or inf under a matching sha256 (so every other check
 problem naming the shard, the sample's key and the member. Real tar shards, written here."""
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-import tarfile
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +16,7 @@ from carla_wds.cli import main
 from carla_wds.pack.audit import verify
 
 from ..helpers import make_pack
+from ..shardedit import rewrite_member
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +33,12 @@ def _npy(value: np.ndarray) -> bytes:
 
 
 def spoil(pack: Path, suffix: str, change: Callable[[np.ndarray], None]) -> str:
-    """Rewrite shard 0 with `change` applied to the first member ending in `suffix`, and its
-    manifest entry's bytes and sha256 to match; the spoiled sample's key."""
-    m = json.loads((pack / "manifest.json").read_text())
-    entry = m["shards"][0]
-    out, key = io.BytesIO(), None
-    with tarfile.open(pack / entry["name"]) as src, \
-            tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as dst:
-        for info in src.getmembers():
-            data = src.extractfile(info).read()
-            if key is None and info.name.endswith(suffix):
-                value = np.load(io.BytesIO(data)).copy()
-                change(value)
-                data, key = _npy(value), info.name[:-len(suffix)]
-                info.size = len(data)
-            dst.addfile(info, io.BytesIO(data))
-    assert key is not None, suffix
-    (pack / entry["name"]).write_bytes(out.getvalue())
-    entry.update(bytes=len(out.getvalue()), sha256=hashlib.sha256(out.getvalue()).hexdigest())
-    (pack / "manifest.json").write_text(json.dumps(m))
-    return key
+    """`change` applied in place to the array of the first member ending in `suffix`."""
+    def edit(data: bytes) -> bytes:
+        value = np.load(io.BytesIO(data)).copy()
+        change(value)
+        return _npy(value)
+    return rewrite_member(pack, suffix, edit)
 
 
 def _first_float_field(rec: np.ndarray) -> str:
