@@ -19,12 +19,15 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -132,7 +135,8 @@ def bench_spread() -> list[str]:
 
 
 def _thousand_parts(work: Path, parts: int) -> Path:
-    """OUT of a `parts`-part plan: each part a hard-linked copy of one real packed part."""
+    """OUT of a `parts`-part plan: each part a copy of one real packed part under other
+    route names."""
     from carla_wds.pack.plan_parts import FORMAT, part_dir
     from carla_wds.pack.synth import synth_dataset
     out = work / "merge_out"
@@ -148,9 +152,9 @@ def _thousand_parts(work: Path, parts: int) -> Path:
     for i in range(parts):
         folder = out / part_dir(i, parts)
         folder.mkdir(parents=True)
-        for s in seed["shards"]:
-            os.link(seed_out / s["name"], folder / s["name"])
-        doc = {**seed, "pack_args": {**seed["pack_args"], "part": [i, parts]}}
+        shards = [_renamed(seed_out / s["name"], folder / s["name"], s, f"p{i:05d}")
+                  for s in seed["shards"]]
+        doc = {**seed, "shards": shards, "pack_args": {**seed["pack_args"], "part": [i, parts]}}
         (folder / "manifest.json").write_text(json.dumps(doc))
     plan = {"format": FORMAT, "layout": "tcp", "input": str(raw), "dataset_options": {},
             "parts": parts, "episodes": parts, "bytes": 0, "fingerprint": "", "names": "",
@@ -158,6 +162,23 @@ def _thousand_parts(work: Path, parts: int) -> Path:
                           for i in range(parts)]}
     (out / "plan.json").write_text(json.dumps(plan))
     return out
+
+
+def _renamed(src: Path, dst: Path, record: dict, tag: str) -> dict:
+    """A copy of a seed shard whose samples are another route's (the route name + tag): merge
+    refuses one sample in two parts, so each part holds its own bytes and keys."""
+    def rename(name: str) -> str:
+        town, route, rest = name.split("__", 2)
+        return f"{town}__{route}{tag}__{rest}"
+    with tarfile.open(src) as tin, tarfile.open(dst, "w", format=tarfile.USTAR_FORMAT) as tout:
+        for member in tin:
+            data = tin.extractfile(member).read()
+            member.name = rename(member.name)
+            tout.addfile(member, io.BytesIO(data))
+    digest = hashlib.sha256(dst.read_bytes()).hexdigest()
+    return {**record, "first_key": rename(record["first_key"]),
+            "last_key": rename(record["last_key"]), "bytes": dst.stat().st_size,
+            "sha256": digest}
 
 
 def bench_merge(work: Path, parts: int, repeats: int) -> list[str]:
