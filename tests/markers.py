@@ -9,7 +9,8 @@ test function, every fixture it uses, and every function of the tests package th
 (through globals, module attributes and nested functions), and the names and strings in it
 decide:
 - `ddp`: reaches tests.helpers.torchrun;
-- `proc`: names `subprocess`, `Popen` or `sys.executable` (the CLI or a tool as a child);
+- `proc`: names `subprocess`, `Popen` or `sys.executable` (the CLI or a tool as a child), or
+  holds a `pipe:` URL (a command the loader runs);
 - `bench`: a string naming a benchmark tool (`bench_*.py`), or a block of docs/benchmarks.md;
 - `docs`: a documented block (tests/test_docs_blocks.py);
 - `browser`: a string naming Chromium;
@@ -104,8 +105,8 @@ def markers_for(item: pytest.Item) -> set[str]:
     if any(getattr(f, "__name__", "") == "torchrun" and f.__module__ == "tests.helpers"
            for f in funcs):
         found.add("ddp")
-    if names & _PROC_NAMES:
-        found.add("proc")
+    if names & _PROC_NAMES or any(s.startswith("pipe:") for s in strings):
+        found.add("proc")   # a pipe: URL is a command the loader runs
     text = " ".join(strings) + " " + item.nodeid
     if _BENCH.search(text) or "benchmarks.md" in item.nodeid:
         found.add("bench")
