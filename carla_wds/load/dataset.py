@@ -39,7 +39,7 @@ from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapte
 from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
 from .history import history_settings, windowed
 from .plan import batches_per_rank
-from . import overlay, settings
+from . import overlay, resume_state, settings
 from .mix import MixPlanner, mix_spec, same_samples
 from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
@@ -343,6 +343,7 @@ class CARLAWebData:
                 "reshape": self._reshape.doc() if self._reshape else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        resume_state.check_counters(state)   # whole numbers in range, before any is used
         mine = self.state_dict()
         for name in STATE_FIELDS:
             if state.get(name, STATE_DEFAULTS.get(name)) != mine[name]:
@@ -359,6 +360,8 @@ class CARLAWebData:
             self._reshape_len = batches_after(list(self.counts), self._reshape, self.batch_size,
                                               self.world_size, self.seed, self.epoch,
                                               self._chains())
+        if split == (self.world_size, self.num_workers):   # else: _resplit checked it
+            resume_state.check_consumed(state, len(self), split)
 
     def _resplit(self, state: dict[str, Any], split: tuple) -> None:
         """The state was saved with other ranks or workers: plan the rest of its epoch for
@@ -375,6 +378,7 @@ class CARLAWebData:
                              "and num_workers")
         old_len = (self._mixer.batches(self.batch_size, int(split[0])) if self._mixer else
                    batches_per_rank(list(self.counts), self.batch_size, int(split[0]), "train"))
+        resume_state.check_consumed(state, old_len, split)
         if self.consumed >= old_len:
             self.consumed = self._len   # that epoch was whole: nothing of it is left
             return

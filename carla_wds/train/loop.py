@@ -49,11 +49,9 @@ from .config import TrainConfig, check_runtime, load_config, shipped_configs, to
 from .control import controller_source
 from .errors import USER_ERRORS, one_line
 from .evaluate import evaluate
+from .finite import check_losses, check_progress, check_resume_state, check_weights
 from .inputs import autocast_for, check_inputs, current_frame, loader_options, model_for, predict
 from .runlock import hold_run_dir
-
-# Errors about the user's config, data or run directory: one line, never a traceback. The
-# loader reports bad settings for the data it finds (cameras, batch size, resume) as ValueError.
 
 log = logging.getLogger("carla_wds.train")
 
@@ -161,6 +159,7 @@ def checkpoint_state(run: Run) -> dict[str, Any]:
 
 
 def save(run: Run) -> None:
+    check_weights(run)   # on every rank: one whose weights are not finite stops them all
     if run.main:
         save_checkpoint(Path(run.cfg.run_dir) / CHECKPOINT, checkpoint_state(run))
 
@@ -175,10 +174,12 @@ def restore(run: Run) -> None:
                                     f"{run.cfg.run_dir}/{CHECKPOINT}. Pass resume=PATH")
         return
     refuse_other_training(path, ckpt, run.cfg)
+    check_progress(path, ckpt, weights_only=run.cfg.eval_only)   # a file anyone may edit
     load_weights(run.raw_model, path, ckpt["model"], run.cfg.run_dir)
     run.step = ckpt["step"]
     if run.cfg.eval_only:   # weights only: any world size may evaluate them
         return
+    check_resume_state(path, ckpt, run.opt)   # finite lr and moments: lr=inf trained at NaN
     run.opt.load_state_dict(ckpt["optimizer"])
     run.sched.load_state_dict(ckpt["scheduler"])
     run.train.load_state_dict(ckpt["loader"])
@@ -258,14 +259,17 @@ def train_one_epoch(run: Run) -> None:
             window.append(loss.detach())   # no GPU sync per step; .item() only when logging
             bar.update(1)
             if run.step % run.cfg.log_every == 0 or run.train.consumed == len(run.train):
+                check_losses(run, window)   # the first non-finite loss stops the run
                 started = _log_window(run, window, wait, started)
                 bar.set_postfix(loss=f"{run.last_loss:.3f}")
                 window, wait = [], 0.0
             if run.cfg.ckpt_every and run.step % run.cfg.ckpt_every == 0:
+                check_losses(run, window)
                 save(run)
             if run.cfg.max_steps and run.step >= run.cfg.max_steps:
                 break
             t0 = time.perf_counter()
+    check_losses(run, window)   # the steps since the last log line (max_steps)
 
 
 def run_eval(run: Run) -> dict[str, Any]:
