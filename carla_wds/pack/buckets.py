@@ -10,7 +10,8 @@ Buckets (values are strings; a value that cannot be known is "unknown"):
 - `command`: the route command (schema.ROAD_OPTIONS name, e.g. LANEFOLLOW);
 - `speed`: the ego speed in m/s, binned by BINS["speed"];
 - `accel`: the speed change from the route's previous sample over the time between them
-  (frame numbers / the layout's rate_hz), binned by BINS["accel"];
+  (frame numbers / the keys' frame rate, key_rate_hz: 10 Hz on Bench2Drive, whose keys count
+  source frames), binned by BINS["accel"];
 - `yaw_rate`: the heading change from the previous sample's ego pose (ego2world) per second,
   binned by BINS["yaw_rate"]; in CARLA's left-handed world a right turn increases yaw, so the
   bins read `right` for positive rates (packs without poses: "unknown");
@@ -131,6 +132,15 @@ def crossing(sample: Mapping[str, Any]) -> str:
               & (np.abs(np.sin(yaw)) >= math.sin(math.radians(CROSS_ANGLE)))
               & ((y * sideways < 0) | (to_corridor == 0)) & (reach <= CROSS_HORIZON))
     return _nearest(cls, x, across)
+
+
+def key_rate_hz(layout: Any) -> float:
+    """Frame numbers per second of a layout's keys: its spec's `source_rate_hz` where it keeps
+    every n-th source frame and its keys count source frames (Bench2Drive: every 5th of 10 Hz,
+    keys 0, 5, 10, ... at a 2 Hz `rate_hz`), else its `rate_hz` (the keys count saved frames).
+    The loader's history.frame_rate reads the same two fields from the manifest."""
+    spec = layout.spec_doc() if hasattr(layout, "spec_doc") else {}
+    return float(spec.get("source_rate_hz", layout.rate_hz))
 
 
 class BucketCounter:

@@ -23,7 +23,7 @@ from ..objstore import is_objstore
 from .datasets import PackInput, dataset_for
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .options import PackOptions
-from .buckets import BucketCounter
+from .buckets import BucketCounter, key_rate_hz
 from .output import LocalOutput, Output
 from .pool import WorkerPool
 from .report import PackReport, build_manifest, nothing_packed
@@ -106,7 +106,7 @@ def _pack_into(target: Output, src: PackInput, opts: PackOptions) -> dict[str, A
     sizes = ImageSizes(done[-1].meta if done else {})
     sink.meta = sizes.meta()
     # the bucket values go on from where the committed shards left the route (buckets.py)
-    sink.buckets = BucketCounter(src.layout.rate_hz,
+    sink.buckets = BucketCounter(key_rate_hz(src.layout),
                                  done[-1].meta.get("buckets_state") if done else None)
     # Frames the committed shards skipped (bad images in skip mode) are not seen again.
     report = PackReport(skipped=[Skip(**r) for e in done for r in e.skipped])

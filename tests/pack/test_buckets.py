@@ -26,42 +26,30 @@ def binned(v, edges, names):
     return names[sum(v >= e for e in edges)]
 
 
-def expected(pack, rate_hz):
-    """Each sample's bucket values from its own members, in pack order."""
-    out, prev_route, history = [], None, []
+def samples(pack):
+    """(key, {suffix: bytes}) of each sample, in pack order."""
     for shard in json.loads((pack / "manifest.json").read_text())["shards"]:
         with tarfile.open(pack / shard["name"]) as tar:
             members = {m.name: tar.extractfile(m).read() for m in tar}
         for key in sorted({n.split(".")[0] for n in members}):
-            route, frame = key.rsplit("__", 1)
-            frame = int(frame)
-            speed = float(json.loads(members[f"{key}.speed.json"]))
-            meta = json.loads(members[f"{key}.meta.json"])
-            pose = np.load(io.BytesIO(members[f"{key}.ego2world.npy"]))
-            yaw = math.atan2(pose[1, 0], pose[0, 0])
-            if route != prev_route:
-                history, prev_route = [], route
-            accel = turn = None
-            if history:
-                f0, v0, y0 = history[-1]
-                dt = (frame - f0) / rate_hz
-                accel = (speed - v0) / dt
-                d = (yaw - y0 + math.pi) % (2 * math.pi) - math.pi
-                turn = d / dt
-            was_stopped = any(v < 0.1 and (frame - f) / rate_hz < 2.0 for f, v, _ in history)
-            town = re.search(r"Town\d+", meta["episode"], re.I).group(0).capitalize()
-            out.append({
-                "command": ROAD[meta["command"]],
-                "speed": binned(speed, (0.1, 2, 5, 8),
-                                ("stopped", "slow", "medium", "fast", "very_fast")),
-                "accel": binned(accel, (-2, -0.5, 0.5, 2),
-                                ("brake_hard", "brake", "steady", "accelerate", "accelerate_hard")),
-                "yaw_rate": binned(turn, (-0.3, -0.05, 0.05, 0.3),
-                                   ("left_sharp", "left", "straight", "right", "right_sharp")),
-                "start": "from_stop" if speed >= 0.5 and was_stopped else "other",
-                "town": town, "scenario": "none", "leading": "unknown",   # tcp: no boxes
-                "crossing": "unknown"})
-            history.append((frame, speed, yaw))
+            yield key, {n.split(".", 1)[1]: v for n, v in members.items()
+                        if n.split(".")[0] == key}
+
+
+def expected(pack, rate_hz):
+    """Each sample's bucket values from its own members, in pack order."""
+    out = []
+    for (key, members), (accel, turn, start) in zip(samples(pack), timed_buckets(pack, rate_hz)):
+        speed = float(json.loads(members["speed.json"]))
+        meta = json.loads(members["meta.json"])
+        town = re.search(r"Town\d+", meta["episode"], re.I).group(0).capitalize()
+        out.append({
+            "command": ROAD[meta["command"]],
+            "speed": binned(speed, (0.1, 2, 5, 8),
+                            ("stopped", "slow", "medium", "fast", "very_fast")),
+            "accel": accel, "yaw_rate": turn, "start": start,
+            "town": town, "scenario": "none", "leading": "unknown",   # tcp: no boxes
+            "crossing": "unknown"})
     return out
 
 
@@ -205,3 +193,41 @@ def test_the_crossing_bucket_of_packed_samples_follows_the_formula(tmp_path, lay
             want.append(crossing_by_formula(np.load(io.BytesIO(members[f"{key}.boxes.npy"]))))
     assert [r["crossing"] for r in decoded(manifest)] == want
     assert manifest["buckets"]["crossing"]["horizon_s"] == 3.0
+
+
+def timed_buckets(pack, frames_hz: float) -> list[tuple[str, str, str]]:
+    """(accel, yaw_rate, start) of each sample, with frame numbers at frames_hz per second."""
+    out, prev_route, history = [], None, []
+    for key, members in samples(pack):
+        route, frame = key.rsplit("__", 1)
+        frame, speed = int(frame), float(json.loads(members["speed.json"]))
+        pose = np.load(io.BytesIO(members["ego2world.npy"]))
+        yaw = math.atan2(pose[1, 0], pose[0, 0])
+        if route != prev_route:
+            history, prev_route = [], route
+        accel = turn = None
+        if history:
+            f0, v0, y0 = history[-1]
+            dt = (frame - f0) / frames_hz
+            accel = (speed - v0) / dt
+            turn = ((yaw - y0 + math.pi) % (2 * math.pi) - math.pi) / dt
+        was_stopped = any(v < 0.1 and (frame - f) / frames_hz < 2.0 for f, v, _ in history)
+        out.append((binned(accel, (-2, -0.5, 0.5, 2), ("brake_hard", "brake", "steady",
+                                                       "accelerate", "accelerate_hard")),
+                    binned(turn, (-0.3, -0.05, 0.05, 0.3), ("left_sharp", "left", "straight",
+                                                            "right", "right_sharp")),
+                    "from_stop" if speed >= 0.5 and was_stopped else "other"))
+        history.append((frame, speed, yaw))
+    return out
+
+
+def test_bench2drive_buckets_time_its_frame_numbers_at_10_hz(tmp_path):
+    """Bench2Drive's keys count 10 Hz source frames (every 5th kept, 0.5 s apart): accel,
+    yaw_rate and start divide by 10 Hz, not by the 2 Hz keyframe rate (which made every rate
+    5x too small and the 2 s start window 10 s)."""
+    pack = boxes_pack(tmp_path, "bench2drive")
+    manifest = json.loads((pack / "manifest.json").read_text())
+    assert manifest["spec"]["source_rate_hz"] == 10 and manifest["spec"]["rate_hz"] == 2
+    got = [(r["accel"], r["yaw_rate"], r["start"]) for r in decoded(manifest)]
+    assert got == timed_buckets(pack, 10.0)
+    assert got != timed_buckets(pack, 2.0)   # the two rates differ on this data
