@@ -10,6 +10,10 @@ Fixtures for other test modules (loader, trainer):
 - `packed_tcp`, `packed_tf4`: folders written by `carla-wds pack` with PACKED_MAX_SAMPLES
   samples per shard, so there are several shards of uneven size (78 samples: 11 shards of 7,
   then one of 1); `manifest.json` is inside.
+- `zoo(layout="tcp", episodes=3, frames=30, max_samples=7, **PackOptions)`: the shared pack
+  zoo, one read-only pack per arguments per session (tests/helpers.PackZoo); a module that only
+  reads a pack asks it instead of packing its own. Its files are checked unchanged at the end.
+- `bench_runs`: each benchmark command's one run per session (tests/benchruns.py).
 - `copy_raw(src)`, `copy_tree(src, name)`: a private copy under the test's tmp_path.
 - `packer(in, out, **PackOptions)`, `synth(out, layout, ...)`, `samples_of(pack_dir)` (plain
   tarfile reader), `cli(*args)` (the click CLI in process; returns click's Result).
@@ -20,7 +24,7 @@ import json
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from click.testing import CliRunner, Result
@@ -30,6 +34,7 @@ from carla_wds.pack.packer import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 
 from .benchruns import BenchRuns
+from .helpers import PackZoo
 
 # cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make test-fast` skips them
 pytest_plugins = ["tests.markers", "pytester"]
@@ -140,6 +145,19 @@ def synth() -> Callable[..., Path]:
 def samples_of() -> Callable[[Path], dict[str, dict[str, bytes]]]:
     """samples_of(pack_dir) -> {key: {member: bytes}} in shard order, via plain tarfile."""
     return read_pack
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory) -> Iterator[PackZoo]:
+    """zoo(layout="tcp", episodes=3, frames=30, max_samples=7, **PackOptions) -> the suite's
+    one read-only pack of those arguments (tests/helpers.make_pack's data), made on first use.
+    A test that changes a pack copies it first (copy_tree); the zoo checks at the session's
+    end that none of its packs changed."""
+    packs = PackZoo(tmp_path_factory.mktemp("zoo"))
+    yield packs
+    changed = packs.changed()
+    assert not changed, (f"a test changed the shared packs' files {changed[:5]}; copy a zoo "
+                         "pack (copy_tree) before changing it")
 
 
 @pytest.fixture(scope="session")

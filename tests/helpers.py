@@ -108,6 +108,38 @@ def make_pack(root: Path, layout: str = "tcp", episodes: int = 3, frames: int = 
     return out
 
 
+class PackZoo:
+    """make_pack's packs, one per arguments, shared by the session's tests that only read
+    them (the `zoo` fixture); `changed()` lists the files any test altered since."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.packs: dict[tuple, Path] = {}
+        self.sums: dict[tuple, dict[str, str]] = {}
+
+    def __call__(self, layout: str = "tcp", episodes: int = 3, frames: int = 30,
+                 max_samples: int = 7, **kw) -> Path:
+        key = (layout, episodes, frames, max_samples, tuple(sorted(kw.items())))
+        if key not in self.packs:
+            self.packs[key] = make_pack(self.root / f"{layout}_{len(self.packs)}", layout,
+                                        episodes, frames, max_samples, **kw)
+            self.sums[key] = _sums(self.packs[key].parent)
+        return self.packs[key]
+
+    def changed(self) -> list[str]:
+        out = []
+        for k, before in self.sums.items():
+            now = _sums(self.packs[k].parent)
+            out += [f"{self.packs[k].parent}/{name}" for name in sorted(set(before) | set(now))
+                    if before.get(name) != now.get(name)]
+        return out
+
+
+def _sums(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): sha256_file(p) for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
 def all_keys(shards: Path) -> list[str]:
     manifest = json.loads((shards / "manifest.json").read_text())
     import tarfile

@@ -38,3 +38,17 @@ def _zombie(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
+
+
+def test_the_zoo_packs_once_per_arguments_and_notices_a_changed_file(tmp_path):
+    """tests/helpers.PackZoo (the `zoo` fixture): one pack per arguments, and any change to a
+    shared pack's files is listed at the session's end."""
+    from tests.helpers import PackZoo
+    zoo = PackZoo(tmp_path)
+    one = zoo(episodes=1, frames=8, max_samples=4)
+    assert zoo(frames=8, episodes=1, max_samples=4) == one and len(zoo.packs) == 1
+    assert zoo(episodes=1, frames=9, max_samples=4) != one and zoo.changed() == []
+    shard = sorted(one.glob("*.tar"))[0]
+    shard.write_bytes(shard.read_bytes()[:-1024])
+    (one / "extra.txt").write_text("x")
+    assert zoo.changed() == [f"{one.parent}/shards/extra.txt", f"{one.parent}/shards/{shard.name}"]

@@ -19,12 +19,12 @@ from carla_wds.manifest_schema import ManifestError
 from carla_wds.pack.audit import merge
 from carla_wds.train.config import ConfigError, load_config
 
-from .helpers import SIZE, make_pack
+from .helpers import SIZE
 
 
 @pytest.fixture(scope="module")
-def pack(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("scope"), episodes=2, frames=16, max_samples=6)
+def pack(zoo) -> Path:
+    return zoo(episodes=2, frames=16, max_samples=6)   # shared, read-only (conftest.zoo)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from carla_wds.manifest import ManifestError, read_manifest   # noqa: E402
 from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
 from carla_wds.tario import ShardError   # noqa: E402
 
-from .helpers import SIZE, make_pack   # noqa: E402
+from .helpers import SIZE   # noqa: E402
 from .s3server import BUCKET, CREDS, FAST, client, options, upload   # noqa: E402
 
 
@@ -30,8 +30,8 @@ def endpoint(s3_endpoint) -> str:
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("objstore"), episodes=2, frames=16, max_samples=6)
+def pristine(zoo) -> Path:
+    return zoo(episodes=2, frames=16, max_samples=6)   # shared, read-only (conftest.zoo)
 
 
 def batches(source: str, **kw) -> list:

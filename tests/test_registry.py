@@ -75,8 +75,8 @@ class SpacedJson(JsonCodec):
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("registry"), episodes=2, frames=12, max_samples=5)
+def pristine(zoo) -> Path:
+    return zoo(episodes=2, frames=12, max_samples=5)   # shared, read-only (conftest.zoo)
 
 
 @pytest.fixture()

@@ -18,14 +18,14 @@ from carla_wds.pack.audit import verify
 from carla_wds.remote import RemoteError, RemoteOptions
 from carla_wds.tario import ShardError
 
-from .helpers import SIZE, all_keys, make_pack
+from .helpers import SIZE, all_keys
 
 FAST = RemoteOptions(connect_timeout=2, read_timeout=1, retries=2, backoff=0.05)
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("remote"), episodes=2, frames=16, max_samples=6)
+def pristine(zoo) -> Path:
+    return zoo(episodes=2, frames=16, max_samples=6)   # shared, read-only (conftest.zoo)
 
 
 class Faults:

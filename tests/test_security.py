@@ -18,14 +18,14 @@ from carla_wds import CARLAWebData
 from carla_wds.manifest_schema import ManifestError
 from carla_wds.pack.audit import merge, verify
 
-from .helpers import SIZE, all_keys, make_pack
+from .helpers import SIZE, all_keys
 
 TINY = "tiny"   # a shipped config, by name
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("security"), episodes=2, frames=16, max_samples=6)
+def pristine(zoo) -> Path:
+    return zoo(episodes=2, frames=16, max_samples=6)   # shared, read-only (conftest.zoo)
 
 
 @pytest.fixture()

@@ -20,8 +20,8 @@ from ..helpers import SIZE, all_keys, child_pids, make_pack
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("pack"))
+def shards(zoo) -> Path:
+    return zoo()   # shared, read-only (conftest.zoo)
 
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from carla_wds import CARLAWebData
 
-from ..helpers import SCRIPTS, SIZE, all_keys, make_pack, torchrun
+from ..helpers import SCRIPTS, SIZE, all_keys, torchrun
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("ddp"))
+def shards(zoo) -> Path:
+    return zoo()   # shared, read-only (conftest.zoo)
 
 
 

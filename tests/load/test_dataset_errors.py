@@ -15,12 +15,12 @@ import webdataset as wds
 from carla_wds import CARLAWebData
 from carla_wds.fileio import sha256_file
 
-from ..helpers import SIZE, all_keys, make_pack, rewrite_shard
+from ..helpers import SIZE, all_keys, rewrite_shard
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("errors"), episodes=2, frames=20, max_samples=8)
+def pristine(zoo) -> Path:
+    return zoo(episodes=2, frames=20, max_samples=8)   # shared, read-only (conftest.zoo)
 
 
 @pytest.fixture()

@@ -16,12 +16,12 @@ import pytest
 
 from carla_wds import CARLAWebData
 
-from ..helpers import SIZE, make_pack
+from ..helpers import SIZE
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("iters"), episodes=2, frames=30, max_samples=7)
+def shards(zoo) -> Path:
+    return zoo(episodes=2, frames=30, max_samples=7)   # shared, read-only (conftest.zoo)
 
 
 def loader(shards: Path, workers: int) -> CARLAWebData:

@@ -7,12 +7,12 @@ import torch
 
 from carla_wds import CARLABatch, CARLAWebData
 
-from ..helpers import SIZE, all_keys, child_pids, make_pack
+from ..helpers import SIZE, all_keys, child_pids
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    return make_pack(tmp_path_factory.mktemp("pack"))
+def shards(zoo):
+    return zoo()   # shared, read-only (conftest.zoo)
 
 
 def _same(got: list[CARLABatch], want: list[CARLABatch]) -> None:

@@ -12,13 +12,13 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from ..helpers import SCRIPTS, all_keys, make_pack, manifest_of, torchrun   # noqa: E402
+from ..helpers import SCRIPTS, all_keys, manifest_of, torchrun   # noqa: E402
 from ..s3server import env, upload   # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("s3ddp"))
+def shards(zoo) -> Path:
+    return zoo()   # shared, read-only (conftest.zoo)
 
 
 def test_torchrun_two_ranks_two_workers_share_a_bounded_cache(shards, s3_endpoint, tmp_path,

@@ -21,9 +21,9 @@ from ..helpers import SIZE, all_keys, make_pack
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
+def shards(zoo) -> Path:
     # 7 samples a shard: most routes span several shards, so windows reach across them
-    return make_pack(tmp_path_factory.mktemp("hist"), episodes=3, frames=30, max_samples=7)
+    return zoo(episodes=3, frames=30, max_samples=7)   # shared, read-only (conftest.zoo)
 
 
 @pytest.fixture(scope="module")

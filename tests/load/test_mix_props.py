@@ -17,7 +17,7 @@ import pytest
 from carla_wds import CARLAWebData
 from carla_wds.load.mix import MixPlanner, mix_spec
 
-from ..helpers import SIZE, make_pack
+from ..helpers import SIZE
 
 SPEEDS = ("stopped", "slow", "fast")
 TOWNS = ("Town01", "Town02")
@@ -122,8 +122,8 @@ def test_the_same_spec_and_seed_give_the_same_plan_in_any_process():
 
 
 @pytest.fixture(scope="module")
-def pack(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("props"), episodes=2, frames=24, max_samples=8)
+def pack(zoo) -> Path:
+    return zoo(episodes=2, frames=24, max_samples=8)   # shared, read-only (conftest.zoo)
 
 
 def keys_of(data, k=None):

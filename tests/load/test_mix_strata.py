@@ -13,13 +13,13 @@ import pytest
 from carla_wds import CARLAWebData
 from carla_wds.load.strata import rank_quotas
 
-from ..helpers import SIZE, all_keys, make_pack
+from ..helpers import SIZE, all_keys
 from .test_history import expected_window, route_frames
 
 
 @pytest.fixture(scope="module")
-def pack(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("strata"), episodes=4, frames=30, max_samples=9)
+def pack(zoo) -> Path:
+    return zoo(episodes=4, frames=30, max_samples=9)   # shared, read-only (conftest.zoo)
 
 
 def towns(pack: Path) -> dict[str, str]:

@@ -9,15 +9,15 @@ import pytest
 
 from carla_wds import CARLAWebData
 
-from ..helpers import SIZE, all_keys, make_pack, torchrun
+from ..helpers import SIZE, all_keys, torchrun
 from .test_history import expected_window, route_frames
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "reshape_resume.py"
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("reshape"), episodes=4, frames=30, max_samples=9)
+def shards(zoo) -> Path:
+    return zoo(episodes=4, frames=30, max_samples=9)   # shared, read-only (conftest.zoo)
 
 
 def loaders(shards, world, workers, state=None, **kw):

@@ -9,7 +9,7 @@ import torch
 
 from carla_wds.load import CARLAWebData
 
-from ..helpers import all_keys, make_pack
+from ..helpers import all_keys
 
 
 def draw(sample: dict, rng: np.random.Generator) -> dict:
@@ -21,8 +21,8 @@ def draw(sample: dict, rng: np.random.Generator) -> dict:
 
 
 @pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    return make_pack(tmp_path_factory.mktemp("transform"), episodes=2, frames=20)
+def shards(zoo):
+    return zoo(episodes=2, frames=20)   # shared, read-only (conftest.zoo)
 
 
 def _rows(batches) -> dict[str, tuple]:
