@@ -1,15 +1,4 @@
-"""DDP waypoint-prediction trainer for packed CARLA shards.
-
-One node, N processes (gloo on CPU, nccl on GPUs):
-    torchrun --standalone --nproc_per_node 2 -m carla_wds.train --config tiny
-
-Two nodes, 8 GPUs each (run on both machines, NODE_RANK=0 on the first, 1 on the second):
-    torchrun --nnodes 2 --node_rank $NODE_RANK --nproc_per_node 8 \
-        --rdzv-backend c10d --rdzv-endpoint $HEAD_NODE:29400 \
-        -m carla_wds.train --config tcp
-
-One process:
-    carla-wds train --config tiny epochs=2 optim.lr=3e-4
+"""The DDP waypoint-prediction trainer (`python -m carla_wds.train`; its --help: usage.py).
 
 Reads top to bottom: setup, data, model, optimizer, resume, then `train_one_epoch` and
 `evaluate` (evaluate.py) per epoch, with one checkpoint dict written atomically by rank 0.
@@ -35,6 +24,7 @@ from ..load import CARLAWebData, RemoteOptions
 from ..manifest import read_manifest
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..rng import derive_seed, rng_state, seed_everything, set_rng_state
+from . import usage
 from .checkpoint import (
     CHECKPOINT,
     CheckpointError,
@@ -379,11 +369,13 @@ def _run(run: Run) -> dict[str, float] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="carla_wds.train", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m carla_wds.train",
+                                     description=usage.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None,
                         help=f"a shipped config ({', '.join(shipped_configs())}) or a YAML file")
-    parser.add_argument("overrides", nargs="*", help="key=value, e.g. optim.lr=3e-4")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="override one config setting, e.g. optim.lr=3e-4")
     args = parser.parse_args(argv)
     rank = dist.rank_world()[0]
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
