@@ -16,6 +16,11 @@ class PackError(RuntimeError):
     """A pack that cannot go on; the message names episode, frame, file, expectation and fix."""
 
 
+class WrongLayout(PackError):
+    """INPUT_DIR holds data, but not of --layout: the registry adds the layouts that match
+    (pack.datasets.open_input)."""
+
+
 def bad_option(option: str, value: Any, expected: str, fix: str) -> PackError:
     """The one-line error of a bad pack option: what it got, what it expects, the fix."""
     return PackError(f"{option} {value}: expected {expected}. Fix: {fix}")

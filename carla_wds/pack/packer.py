@@ -20,7 +20,7 @@ from ..progress import bar as progress_bar   # a terminal's bar, or a few log li
 
 from .. import __version__, limits
 from ..objstore import is_objstore
-from .datasets import PackInput, dataset_for
+from .datasets import PackInput, open_input
 from .frames import Encoded, FrameEncoder, ImageSizes, encode_chunk
 from .options import PackOptions
 from .buckets import BucketCounter, key_rate_hz
@@ -84,7 +84,7 @@ def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> di
     Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
     first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
     opts.validate()
-    src, opts = dataset_for(opts.layout).open(input_dir, opts)
+    src, opts = open_input(input_dir, opts)
     if is_objstore(str(output_dir)):
         from .upload import StoreOutput
         target: Output = StoreOutput(str(output_dir), opts)

@@ -29,7 +29,7 @@ from ..fileio import atomic_write_bytes
 from ..objstore import is_objstore, read_object
 from ..objwrite import StoreWriter
 from ..remote import RemoteError, RemoteOptions
-from .datasets import dataset_for
+from .datasets import open_input
 from .errors import PackError
 from .options import PackOptions
 
@@ -55,7 +55,7 @@ def part_dir(i: int, parts: int) -> str:
 
 def discover(input_dir: str, opts: PackOptions) -> list[Any]:
     """Every episode of input_dir as `pack` would find it (no part, no selection)."""
-    src, _ = dataset_for(opts.layout).open(input_dir, replace(opts, part=None, select=None))
+    src, _ = open_input(input_dir, replace(opts, part=None, select=None))
     return list(src.episodes)
 
 

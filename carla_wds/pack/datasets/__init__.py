@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...suggest import did_you_mean
-from ..errors import PackError, bad_option
+from ..errors import PackError, WrongLayout, bad_option
 from ..synth import Writer, register_writer
 from .base import Dataset, DatasetOption, PackInput
 from .bench2drive import DATASETS as _CODE_DATASETS
@@ -57,6 +57,24 @@ def dataset_for(layout: str) -> Dataset:
                         f"{did_you_mean(name, _REGISTRY)}; built-in layouts are "
                         f"{builtin_layouts()}, or pass a path to a layout .yaml file")
     return RoutesDataset(name)
+
+
+def matching_layouts(input_dir: str | Path, but: str = "") -> list[str]:
+    """The registered layouts (but `but`) whose dataset recognises input_dir's files."""
+    return [name for name, ds in _REGISTRY.items() if name != but and ds.recognises(input_dir)]
+
+
+def open_input(input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
+    """opts.layout's dataset's `open`; INPUT_DIR of another layout names the layouts whose
+    files it holds."""
+    try:
+        return dataset_for(opts.layout).open(input_dir, opts)
+    except WrongLayout as exc:
+        found = matching_layouts(input_dir, but=str(opts.layout))
+        fix = (f"pack with --layout {found[0]}" + (f" (layouts whose files match: "
+               f"{', '.join(found)})" if len(found) > 1 else "")) if found else \
+            "choose the --layout of the data (carla-wds pack --help lists them)"
+        raise PackError(f"{exc}. Fix: {fix}") from None
 
 
 def all_options() -> list[DatasetOption]:
@@ -109,4 +127,4 @@ def check_options(layout: str, given: Mapping[str, Any]) -> None:
 
 __all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset",
            "SampleRule", "all_options", "builtin_layouts", "check_options", "dataset_for",
-           "identity_options", "register"]
+           "identity_options", "matching_layouts", "open_input", "register"]

@@ -58,6 +58,11 @@ class Dataset:
         """A line `carla-wds pack` prints after the common counts: the dataset's own ones."""
         return None
 
+    def recognises(self, input_dir: str | Path) -> bool:
+        """Whether input_dir (a local folder) holds this dataset's files, cheaply probed: the
+        registry suggests the layouts that do when INPUT_DIR is not --layout's. Default: no."""
+        return False
+
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         """Find the episodes of input_dir and say how each is planned; returns the input and
         opts with what the dataset settles (pred_len) filled in. Raises PackError."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...errors import PackError
+from ...errors import PackError, WrongLayout
 from ...routes import RoutePlan, check_key_collisions, raise_first_skip, select_part
 from ..base import Dataset, PackInput
 from ..poses import ArrayEncoder
@@ -23,6 +23,7 @@ from .archived import ArchivedEncoder, RouteArchives
 from .folders import find_routes, plan_route, route_folders
 from .layout_spec import layout_spec, readers
 from .layouts import LAYOUT_DIR, Layout, load_layout
+from .mismatch import layout_matches, no_frames
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,12 @@ class RoutesDataset(Dataset):
 
     def __init__(self, layout: str) -> None:
         self.layout = layout
+
+    def recognises(self, input_dir: str | Path) -> bool:
+        try:
+            return layout_matches(input_dir, load_layout(self.layout))
+        except (ValueError, OSError):
+            return False
 
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         try:
@@ -56,6 +63,8 @@ class RoutesDataset(Dataset):
         ext = "." + layout.measurements_ext
         total = sum(n.endswith(ext) for r in routes
                     for n in os.listdir(Path(input_dir) / r / layout.measurements))
+        if routes and not total:
+            raise WrongLayout(no_frames(input_dir, routes, layout))
         return PackInput(layout, spec, routes, lambda r: _checked_plan(input_dir, r, layout, opts),
                          encoder, total), opts
 

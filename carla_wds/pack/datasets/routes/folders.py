@@ -22,7 +22,7 @@ from ..poses import POSE_MEMBER, PosedTask, frame_pose
 from .tracks import TRACKS_MEMBER, route_boxes, route_tracks
 from .layout_parts import RouteFilter, SampleRule, lookup
 from .layouts import Layout
-from .measure import read_measurement, read_source, record_values
+from .measure import read_measurement, read_source, record_values, wrong_layout_key
 from ...routes import FIX_MISSING, RoutePlan, Skip, frame_file
 from ...archives import archive_ext
 from ...sources import is_dir, is_file, listdir, read_json
@@ -63,11 +63,24 @@ def route_folders(input_dir: str | Path, layout: Layout) -> list[str]:
         if layout.measurements in dirnames:
             routes.append(Path(dirpath).relative_to(root).as_posix())
             dirnames.clear()   # a route's own subfolders are never routes
+    if routes == ["."]:
+        raise _one_route(root)
     if routes and archives:   # never a silent half: say what is not read
         log.warning("INPUT_DIR %s holds route folders and %d .tar.gz/.zip archives (e.g. %s); "
                     "the folders are packed, the archives are not read (pack them apart)",
                     root, len(archives), archives[0])
     return sorted(routes)
+
+
+def _one_route(root: Path) -> PackError:
+    """INPUT_DIR is itself a route folder: its name would be the route '.', and keys need the
+    route's name, which only its parent's listing gives."""
+    held = sorted(d.name + "/" for d in root.iterdir() if d.is_dir())
+    name = root.resolve().name
+    return PackError(f"INPUT_DIR {root} is one route ({name}): it holds the layout's per-frame "
+                     f"folders ({', '.join(held[:6])}) directly, and a route is named after its "
+                     f"folder. Fix: pass its parent folder ({root.resolve().parent}), which packs "
+                     f"every route under it; or move {name} alone into a folder and pass that")
 
 
 def _numbered(folder: Path, ext: str, prefix: str = "") -> tuple[dict[int, str], dict[int, str]]:
@@ -219,6 +232,8 @@ def plan_route(input_dir: str | Path, episode: str, layout: Layout, pred_len: in
                          for t in sorted(frames)]
         return plan
     good, bad = _read_all(frames, layout, episode, plan, clash, route, allow_pickle)
+    if wrong_layout_key(episode, bad, len(good)):
+        raise PackError(wrong_layout_key(episode, bad, len(good)))
     rule = SampleRule() if all_frames else layout.samples
     _plan_frames(plan, frames, good, bad, route, layout, (pred_len, rule), key_of)
     plan.check()

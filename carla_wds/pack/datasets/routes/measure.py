@@ -15,6 +15,7 @@ import numpy as np
 
 from ....extras import MeasField
 from ....schema import N_COMMANDS
+from ....suggest import did_you_mean
 from .formulas import formula_value
 from ...labels import F32_MAX
 from .layout_parts import Field, lookup
@@ -22,6 +23,7 @@ from .layouts import Layout
 from ...sources import read_json, read_npy
 
 CORE_FINITE = ("x", "y", "speed", "target_x", "target_y")
+MISSING_KEY = "missing measurement field"
 
 
 def record_fields(layout: Layout, pred_len: int) -> tuple[MeasField, ...]:
@@ -76,7 +78,7 @@ def add_fields(values: dict[str, Any], data: dict, layout: Layout, source: str) 
         try:
             raw = lookup(data, f.key)
         except KeyError as exc:
-            return f"missing field {exc.args[0]}; expected the layout's field {f.name!r}"
+            return missing_key(exc, f"measurement_fields.{f.name}.key: {f.key}", data)
         if source == "measurements" and f.key == layout.fields.get("theta"):
             raw = compass(raw)
         value, reason = formula_value(f.formula, f.shape, f.dtype, raw, data) if f.formula \
@@ -161,12 +163,35 @@ def _core(data: dict, layout: Layout) -> tuple[dict[str, float] | None, str]:
         try:
             value = lookup(data, theirs)
         except KeyError as exc:
-            return None, (f"missing measurement field {exc.args[0]}; expected fields "
-                          f"{sorted(layout.fields.values())}")
+            return None, missing_key(exc, f"fields.{ours}: {theirs}", data)
         if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
             return None, f"field {theirs!r} is {value!r}; expected a number"
         values[ours] = math.nan if value is None else float(value)
     return _check_core(values, layout)
+
+
+def missing_key(exc: KeyError, yaml_key: str, data: dict) -> str:
+    """A measurement file without the key the layout YAML names: the YAML's line and the keys
+    the file has (a wrong YAML key shows in every frame; MISSING_KEY marks the reason)."""
+    keys = sorted(map(str, data))
+    shown = ", ".join(keys[:30]) + (f", ... ({len(keys)} keys)" if len(keys) > 30 else "")
+    hint = did_you_mean(yaml_key.rpartition(": ")[2], keys)
+    return (f"{MISSING_KEY} {exc.args[0]} (the layout's {yaml_key}){hint}; the file has keys "
+            f"[{shown}]")
+
+
+def wrong_layout_key(episode: str, bad: dict[int, str], readable: int) -> str | None:
+    """The error of a key the layout YAML names that none of a route's measurement files has
+    (no readable frame, every one missing the same key): the YAML is wrong, not the files, so
+    the message names the YAML's line rather than suggesting --on-error skip."""
+    reasons = set(bad.values())
+    if readable or len(reasons) != 1 or not next(iter(reasons)).startswith(MISSING_KEY):
+        return None
+    reason = next(iter(reasons))
+    yaml_key = reason.partition("(the layout's ")[2].partition(")")[0]
+    return (f"{episode}: none of its {len(bad)} measurement files has the key the layout names: "
+            f"{reason[len(MISSING_KEY) + 1:]}. Fix: correct {yaml_key.partition(':')[0]} in the "
+            "layout YAML to a key the files have")
 
 
 def _check_core(values: dict[str, float], layout: Layout) -> tuple[dict | None, str]:
