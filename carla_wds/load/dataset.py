@@ -39,7 +39,7 @@ from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapte
 from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
 from .history import history_settings, windowed
 from .plan import batches_per_rank
-from . import overlay, resume_state, settings
+from . import loader_doc, overlay, resume_state, settings
 from .mix import MixPlanner, mix_spec, same_samples
 from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
@@ -105,7 +105,7 @@ def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | No
 
 
 class CARLAWebData:
-    """Decoded, optionally augmented, exactly counted batches of packed CARLA shards."""
+    __doc__ = loader_doc.__doc__   # the arguments' docs, for help() and the API page
 
     def __init__(self, source: str | None = None, *, batch_size: int, mode: str = "train",
                  num_workers: int = 0, seed: int = 0,
@@ -123,12 +123,6 @@ class CARLAWebData:
                  adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
                  sample_transform: SampleTransform | None = None, history: int = 0,
                  history_stride: int | str = 1, mix: Any = None, **aliases: Any) -> None:
-        """`adapters`: {load adapter name: option} (adapters.ADAPTERS; else the manifest's
-        choice); `**aliases`: their older keywords (`brake_override=`, `twin_p=`).
-        `adapter`: a model-ready adapter (adapters.MODEL_ADAPTERS): batches are its
-        codebase's dicts; its name sets cameras, image_size (else (256, 512)), fields and
-        lidar_histogram. `sample_transform`: your function per sample (load/transform.py).
-        `history`: K earlier frames, every `history_stride` samples or "Xs" (history.py)."""
         settings.check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
         options = adapter_options(adapters, aliases)
         # bounds on what one member may make a decoder allocate (limits.py); a dict raises
@@ -222,7 +216,8 @@ class CARLAWebData:
                                                      sort_keys=True).encode()).hexdigest()
         self._mixer = MixPlanner.of(self.mix, {m_src: m.doc["shards"] for m_src, m in zip(
             self.mix.sources(), self._manifests)}) if self.mix else None
-        self._overlay = overlay.attach(self, overlays, overlay_required)
+        with using_limits(self.limits):   # the overlay manifests are file data too
+            self._overlay = overlay.attach(self, overlays, overlay_required)
 
     def __len__(self) -> int:
         """Batches per rank in this epoch: the rest of it after a resume in another split."""
