@@ -31,3 +31,14 @@ def test_a_mistyped_layout_config_or_field_names_the_close_one():
     with pytest.raises(ValueError, match=r"fields \['lidr'\]: not in these shards "
                                          r"\(did you mean 'lidar'\?\); they hold"):
         check_fields(spec, ["lidr"])
+
+
+def test_synth_layout_says_did_you_mean_as_pack_does(cli, tmp_path):
+    """`synth --layout` once printed two lists without a suggestion (issue 43)."""
+    synth = cli("synth", tmp_path / "s", "--layout", "garag")
+    pack = cli("pack", tmp_path / "s", tmp_path / "p", "--layout", "garag")
+    for result in (synth, pack):
+        assert result.exit_code != 0
+        assert "--layout garag: unknown layout 'garag' (did you mean 'garage'?)" in result.output
+    assert "synth writes ['bench2drive', " in synth.output
+    assert not (tmp_path / "s").exists()

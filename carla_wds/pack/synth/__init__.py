@@ -12,6 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Callable, Union
 
+from ...suggest import did_you_mean
 from .tcp import DEFAULT_IMAGE_SIZE, LAYOUT_CAMERAS
 
 # A writer: (out_dir, layout=, episodes=, frames=, seed=, image_size=, progress=) -> the route
@@ -38,10 +39,9 @@ def synth_layouts() -> list[str]:
 
 def writer(layout: str) -> Writer:
     """The writer of `layout`; ValueError naming the valid layouts for an unknown one."""
-    if layout not in _WRITERS:
-        others = sorted(set(_WRITERS) - set(LAYOUT_CAMERAS))
-        raise ValueError(f"unknown layout {layout!r}; valid layouts are "
-                         f"{sorted(LAYOUT_CAMERAS)} and {others}")
+    if layout not in _WRITERS:   # the same "did you mean" as pack --layout
+        raise ValueError(f"--layout {layout}: unknown layout {layout!r}"
+                         f"{did_you_mean(layout, _WRITERS)}; synth writes {synth_layouts()}")
     found = _WRITERS[layout]
     if isinstance(found, str):
         return importlib.import_module(f"{__name__}.{found}").synth_dataset

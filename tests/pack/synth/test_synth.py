@@ -206,7 +206,7 @@ def test_rear_camera_sees_the_road_behind(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(layout="carla9"), r"unknown layout 'carla9'; valid layouts are \['tcp', 'transfuser4'\]"),
+    (dict(layout="carla9"), r"unknown layout 'carla9'; synth writes \['bench2drive', "),
     (dict(episodes=0), "episodes must be an integer >= 1"),
     (dict(frames=0), "frames must be an integer >= 1"),
     (dict(seed=-1), "seed must be an integer >= 0"),
