@@ -38,6 +38,7 @@ import numpy as np
 
 from ..rng import derive_seed, numpy_rng
 from ..safeyaml import read_yaml
+from ..suggest import did_you_mean
 from .plan import WorkerPlan, batches_per_rank, shard_order
 from .reshape import cut_stream, plan_stream
 from .strata import plan_strata
@@ -199,9 +200,7 @@ def _matches(shards: list[Mapping[str, Any]], name: str, wanted: tuple[str, ...]
     for shard in shards:
         runs = (shard.get("buckets") or {}).get(name)
         if runs is None:
-            raise MixError(f"{where}: its shard {shard.get('name')} records no bucket "
-                           f"{name!r} (packs made before issue 29 record none). Fix: re-pack "
-                           "it, or drop the entry's where")
+            raise _no_bucket(shards, shard, name, where)
         claimed, samples = sum(int(n) for _, n in runs), int(shard["samples"])
         if claimed != samples:
             raise MixError(f"{where}: its shard {shard.get('name')!r:.100} has {name!r} runs "
@@ -211,6 +210,32 @@ def _matches(shards: list[Mapping[str, Any]], name: str, wanted: tuple[str, ...]
         flags += [v in wanted for v, _ in runs]
         counts += [int(n) for _, n in runs]
     return np.repeat(np.asarray(flags, bool), np.asarray(counts, np.int64))
+
+
+def _no_bucket(shards: list[Mapping[str, Any]], shard: Mapping[str, Any], name: str,
+               where: str) -> MixError:
+    """A where= bucket a shard does not record: a typo when the pack records others (name
+    them), else a pack made before buckets were recorded."""
+    recorded = sorted({k for s in shards for k in (s.get("buckets") or {})})
+    if recorded:
+        return MixError(f"{where}: where names bucket {name!r}{did_you_mean(name, recorded)}, "
+                        f"which its shard {shard.get('name')} does not record; the pack records "
+                        f"buckets {recorded}. Fix: use one of those names in the entry's where "
+                        "(`carla-wds inspect` lists each with its values)")
+    return MixError(f"{where}: its shard {shard.get('name')} records no bucket {name!r} (packs "
+                    "made before buckets were recorded have none). Fix: re-pack it with this "
+                    "version, or drop the entry's where")
+
+
+def _unmatched(shards: list[Mapping[str, Any]], where: tuple[tuple[str, tuple[str, ...]], ...]
+               ) -> str:
+    """Each where= value the pack's shards never record, with the values they do."""
+    out = []
+    for name, wanted in where:
+        have = sorted({str(v) for s in shards for v, _ in (s.get("buckets") or {}).get(name, [])})
+        out += [f"{name} {v!r}{did_you_mean(v, have)} is not recorded (the pack records "
+                f"{have})" for v in wanted if str(v) not in have]
+    return "; ".join(out)
 
 
 def _largest_remainder(shares: list[float], total: int) -> list[int]:
@@ -243,9 +268,10 @@ class MixPlanner:
             for name, values in e.where:
                 keep &= _matches(shards, name, values, f"mix entries[{i}] ({e.source})")
             if not keep.any():
+                unmatched = _unmatched(shards, e.where)
                 raise MixError(f"mix entries[{i}]: no sample of {e.source} matches where="
-                               f"{dict(e.where)}. Fix: check the values `carla-wds inspect` "
-                               "lists for its buckets")
+                               f"{dict(e.where)}{f' ({unmatched})' if unmatched else ''}. Fix: "
+                               "check the values `carla-wds inspect` lists for its buckets")
             cands.append(np.flatnonzero(keep) + starts[e.source])
         return cls(spec, tuple(cands)).checked()
 
