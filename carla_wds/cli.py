@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .bytesize import BYTES
 from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts, dataset_for
 from .pack.errors import PackError
 from .pack.synth import synth_layouts
@@ -100,7 +101,8 @@ def main(verbose: bool) -> None:
 @click.option("--pred-len", type=int, default=None,
               help="Future waypoints; default the layout's 2 s horizon (4 at 2 Hz, 8 at 4 Hz).")
 @click.option("--max-samples", default=1000, show_default=True, help="Samples per shard.")
-@click.option("--max-bytes", type=int, default=None, help="Bytes per shard (approximate upper bound).")
+@click.option("--max-bytes", type=BYTES, default=None,
+              help="Bytes per shard (approximate upper bound), e.g. 1G, 512M or 1048576.")
 @click.option("--route-shards", is_flag=True,
               help="End shards where routes end: a shard holding at least half of "
                    "--max-samples closes at the next route's start, so few routes span shards "
@@ -141,9 +143,9 @@ def main(verbose: bool) -> None:
               help="s3:// INPUT_DIR or OUTPUT_DIR: seconds a read may wait for bytes.")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="s3:// INPUT_DIR or OUTPUT_DIR: further attempts per object after a failure.")
-@click.option("--spool-bytes", type=int, default=1 << 30, show_default=True,
+@click.option("--spool-bytes", type=BYTES, default="1G", show_default=True,
               help="Archived episodes (clips, route .tar.gz archives): bytes of one archive "
-                   "held in memory; the rest goes to one temporary file.")
+                   "held in memory, e.g. 512M; the rest goes to one temporary file.")
 @limit_option
 def pack(input_dir, output_dir, resize, part, plan, **kw) -> None:
     """Pack raw CARLA route folders or their .tar.gz/.zip archives (or Bench2Drive clips and
@@ -274,9 +276,12 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
 @click.argument("out_dir")
 @click.option("--layout", default=DEFAULT_LAYOUT, show_default=True,
               help=_layouts_help(synth_layouts(), "One of ", "."))
-@click.option("--episodes", default=4, show_default=True)
-@click.option("--frames", default=40, show_default=True)
-@click.option("--seed", default=0, show_default=True)
+@click.option("--episodes", default=4, show_default=True,
+              help="Routes (clips) to write, each a separate drive.")
+@click.option("--frames", default=40, show_default=True,
+              help="Frames per route, at the layout's rate (pack needs more than --pred-len).")
+@click.option("--seed", default=0, show_default=True,
+              help="Random seed of the routes: the same seed writes the same routes.")
 @click.option("--image-size", default=None,
               help="HxW (height x width, as image_size everywhere), e.g. 90x320; default: the "
                    "layout's real camera size.")
@@ -368,10 +373,9 @@ def plot(run_dir, out) -> None:
 
 
 def _add_cluster_commands() -> None:
-    from .cli_cluster import pack_status, plan_command, slurm_script
+    from .cli_cluster import pack_status, plan_command
     main.add_command(plan_command(_dataset_options, _given_dataset_options))
     main.add_command(pack_status)
-    main.add_command(slurm_script)
     from .cli_overlay import overlay_commands
     for command in overlay_commands(limit_option):
         main.add_command(command)
