@@ -1,5 +1,5 @@
 """Routes as sequences of samples: what a pack records so that the loader can build history
-windows (issue 27) without reading a shard to find where a route begins or breaks.
+windows without reading a shard to find where a route begins or breaks.
 
 A sample key is `<route>__<frame>` (schema.make_key), so the route and the frame number of a
 sample are in its key. Each shard record of the manifest carries its first and last key and

@@ -17,61 +17,119 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @dataclass
 class CARLASample:
-    """One decoded frame: uint8 camera images and float32 labels (numpy, worker side)."""
+    """One decoded frame, as numpy arrays: what a `sample_transform` gets and returns, and
+    what `collate` stacks into a `CARLABatch` (whose docstring gives each label's meaning).
+
+    Attributes:
+        key: the sample key, `<route>__<frame>`.
+        images: (n_cameras, 3, H, W) uint8 RGB, a view of (n_cameras, H, W, 3) memory.
+        speed: m/s.
+        target_point: (2,) float32, metres, label frame.
+        command: (6,) float32 one-hot, CARLABatch.command's columns.
+        waypoints: (pred_len, 2) float32, metres, label frame.
+        waypoints_diff: (pred_len, 2) float32, metres: each waypoint minus the one before.
+        meta: the sample's meta.json, as parsed.
+        valid: False for a padding sample.
+    """
     key: str
-    images: np.ndarray          # (n_cameras, 3, H, W) uint8 RGB, a view of (n, H, W, 3) memory
-    speed: float                # m/s
-    target_point: np.ndarray    # (2,) float32, ego frame
-    command: np.ndarray         # (6,) float32 one-hot
-    waypoints: np.ndarray       # (pred_len, 2) float32, ego frame (forward is -y)
-    waypoints_diff: np.ndarray  # (pred_len, 2) float32
+    images: np.ndarray
+    speed: float
+    target_point: np.ndarray
+    command: np.ndarray
+    waypoints: np.ndarray
+    waypoints_diff: np.ndarray
     meta: dict = field(default_factory=dict)
     valid: bool = True
 
 
 @dataclass
 class CARLABatch:
-    """A batch of samples as tensors; `valid` is False for padding and skipped samples."""
-    images: torch.Tensor          # (B, n_cameras, 3, H, W) uint8, channels-last in memory
-    speed: torch.Tensor           # (B,) float32
-    target_point: torch.Tensor    # (B, 2)
-    command: torch.Tensor         # (B, 6)
-    waypoints: torch.Tensor       # (B, pred_len, 2)
-    waypoints_diff: torch.Tensor  # (B, pred_len, 2)
+    """One batch of a pack: the cameras and labels of B samples as tensors, by name.
+
+    B is the batch size (padding rows included: `len(batch)`), n_cameras the cameras served
+    (`CARLAWebData(cameras=...)`, in that order), (H, W) the loader's `image_size`, pred_len
+    the pack's future waypoints. Positions are metres in the pack's label frame, which the
+    manifest records in `spec.frames` (`tcp`: x right, y backward; `garage`: x forward, y
+    right; docs/coordinates.md). A row whose `valid` is False holds zeros. With
+    `CARLAWebData(history=K)` every per-frame value has a time axis after B, (B, K + 1, ...),
+    oldest first. Every attribute from `depth` on is None unless selected with
+    `CARLAWebData(fields=[...])`; docs/batch.md lists where each packed modality lands.
+
+    Attributes:
+        images: (B, n_cameras, 3, H, W) uint8 RGB, always. Channels-last in memory (a view
+            of (B, n_cameras, H, W, 3)); `normalized_images()` gives ImageNet-normalised floats.
+        speed: (B,) float32, m/s: the ego vehicle's speed at the frame. Always.
+        target_point: (B, 2) float32, metres, label frame: the route's next target point.
+            Always.
+        command: (B, 6) float32 one-hot, always: the route's CARLA RoadOption, columns in
+            order left, right, straight, follow lane, change left, change right (RoadOption
+            1 to 6; VOID counts as follow lane).
+        waypoints: (B, pred_len, 2) float32, metres, label frame: the ego's future positions,
+            one per step of the pack's sample rate. Always.
+        waypoints_diff: (B, pred_len, 2) float32, metres, label frame: each waypoint minus
+            the one before it (row 0: the first waypoint itself). Always.
+        keys: list of B sample keys `<route>__<frame>`; "" for padding rows. Always.
+        valid: (B,) bool, always: False for padding (the end of an eval pass) and for
+            samples skipped with `on_error="skip"`.
+        errors: list of str, one message per skipped sample saying why; empty otherwise.
+        depth: (B, n, H, W) float32, metres, at the camera size; n is 1 for a layout's one
+            depth camera, else one per camera. With `fields=["depth"]`.
+        semantics: (B, n, H, W) uint8 class ids (nearest resize), n as for depth: the
+            project's training classes where the pack records a class table (garage,
+            transfuser2022), else CARLA's ids as saved; `fields=["semantics_raw"]` puts the
+            saved ids in `fields["semantics_raw"]`. With `fields=["semantic"]`.
+        bev: (B, C, Hb, Wb) uint8 bird's-eye planes, as stored. With its field selected.
+        lidar: (B, N_max, C) float32 points in the pack's LiDAR frame, zero-padded; or a
+            (B, C, H, W) histogram with `lidar_histogram=`. With its field selected.
+        lidar_len: (B,) int64, the real points of each row of `lidar` (point lists).
+        boxes: (B, K_max, D) float32, one row per box, columns `carla_wds.boxes.BOX_COLUMNS`
+            (a layout may add its own), zero-padded. With its field selected.
+        boxes_len: (B,) int64, the real rows of each sample's `boxes`.
+        route: (B, R, 2) float32, metres, label frame: the route ahead from the measurements
+            record, as the project's loader serves it (garage: 20 smoothed points, all real;
+            `measurements["route_raw"]` with `route_raw_len` holds the saved one). With the
+            measurements field selected, where the record has a route.
+        measurements: dict of name -> (B, ...) tensors: the measurements record's values.
+            With its field selected (`fields=["measurements"]`).
+        camera_set: (B,) int8, on shards with a camera twin: 1 where the sample got the
+            augmented twin's cameras, else 0.
+        intrinsics: (B, n_cameras, 3, 3) float32: each camera's K for the images as loaded
+            (scaled to `image_size`). With `fields=["calibration"]` (Bench2Drive).
+        cam2ego: (B, n_cameras, 4, 4) float32: each camera's camera-to-ego transform, as
+            stored. With `fields=["calibration"]`.
+        fields: dict of every selected field without an attribute of its own, by field name:
+            radar (with `radar_len`), instance, the expert's feature, ego poses, raw JSON
+            (one parsed value per sample, None for padding), per-camera members selected
+            one by one, `<name>_raw` class ids, and overlays' entries. Empty when none.
+        frame_valid: (B, K + 1) bool with `history=K`: which steps of each window are real
+            frames (the others are zeros). None without history.
+        frame_keys: B lists of K + 1 frame keys ("" for padding steps) with `history=K`.
+            None without history.
+    """
+    images: torch.Tensor
+    speed: torch.Tensor
+    target_point: torch.Tensor
+    command: torch.Tensor
+    waypoints: torch.Tensor
+    waypoints_diff: torch.Tensor
     keys: list[str]
-    valid: torch.Tensor           # (B,) bool
-    errors: list[str] = field(default_factory=list)   # why samples were skipped, if any
-    # Present when selected with CARLAWebData(fields=[...]); see load/fields.py.
-    depth: torch.Tensor | None = None        # (B, n, H, W) float32 metres, camera size; n is 1
-    semantics: torch.Tensor | None = None    # for a layout's one depth, else one per camera
-                                             # (B2D); uint8 class ids (nearest resize): the
-    # project's training classes where the manifest's semantics extra has a `classes` table
-    # (garage, transfuser2022: their config.converter), else the CARLA ids as saved;
-    # fields=["semantics_raw"] puts the saved ids in fields["semantics_raw"] (load/classes.py)
-    bev: torch.Tensor | None = None          # (B, C, Hb, Wb) uint8
-    lidar: torch.Tensor | None = None        # (B, Nmax, C) float32, or (B, C, H, W) histogram
-    lidar_len: torch.Tensor | None = None    # (B,) points per sample; rows past it are padding
-    boxes: torch.Tensor | None = None        # (B, Kmax, D) float32, columns boxes.BOX_COLUMNS
-    boxes_len: torch.Tensor | None = None    # (B,)
-    # (B, R, 2): garage's route as its loader serves it (smooth_path: 20 points, all real;
-    # measurements["route_raw"] with "route_raw_len" the saved one); packs made before
-    # that: the saved route, measurements["route_len"] rows real
+    valid: torch.Tensor
+    errors: list[str] = field(default_factory=list)
+    depth: torch.Tensor | None = None
+    semantics: torch.Tensor | None = None
+    bev: torch.Tensor | None = None
+    lidar: torch.Tensor | None = None
+    lidar_len: torch.Tensor | None = None
+    boxes: torch.Tensor | None = None
+    boxes_len: torch.Tensor | None = None
     route: torch.Tensor | None = None
-    measurements: dict[str, torch.Tensor] | None = None   # name -> (B, ...)
-    camera_set: torch.Tensor | None = None   # (B,) int8, 1: the augmented twin (shards with twins)
-    # fields=["calibration"] (Bench2Drive): K of each camera for the images as loaded (scaled
-    # to image_size), and the camera-to-ego transform as stored (modalities/calibration.py)
-    intrinsics: torch.Tensor | None = None   # (B, n_cameras, 3, 3) float32
-    cam2ego: torch.Tensor | None = None      # (B, n_cameras, 4, 4) float32
-    # The one typed mapping: every selected field with no attribute of its own, by field name
-    # (the modality table's `fields` rows: radar (+ radar_len), instance, the expert's
-    # feature, raw JSON as per-sample lists; per-camera members selected one by one,
-    # <name>_raw class ids). docs/batch.md lists where each modality lands.
+    measurements: dict[str, torch.Tensor] | None = None
+    camera_set: torch.Tensor | None = None
+    intrinsics: torch.Tensor | None = None
+    cam2ego: torch.Tensor | None = None
     fields: dict[str, torch.Tensor | list[Any]] = field(default_factory=dict)
-    # history windows (CARLAWebData(history=K), load/history.py): every per-frame value has a
-    # time axis (B, K + 1, ...), oldest first; these say which steps are real frames
-    frame_valid: torch.Tensor | None = None   # (B, K + 1) bool; padding steps are zeros
-    frame_keys: list[list[str]] | None = None   # each window's frame keys ("" for padding)
+    frame_valid: torch.Tensor | None = None
+    frame_keys: list[list[str]] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -111,10 +169,12 @@ class CARLABatch:
                                 if isinstance(getattr(self, f.name), (torch.Tensor, dict))})
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> "CARLABatch":
+        """A copy with every tensor (those in `measurements` and `fields` too) on `device`."""
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "CARLABatch":
-        # DataLoader(pin_memory=True) calls this on custom batch types.
+        """A copy with every tensor in pinned host memory, for faster copies to the GPU
+        (`DataLoader(pin_memory=True)` calls this on custom batch types)."""
         return self._map(lambda t: t.pin_memory())
 
     def normalized_images(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:

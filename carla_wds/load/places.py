@@ -65,6 +65,15 @@ HEAD = """# Where each modality lands in the batch
 Generated from the modality table (`carla_wds.modalities.MODALITIES`) by
 `carla_wds.load.places.render()`; `tests/load/test_batch_table.py` fails when the two differ.
 
+Every field of `CARLABatch`, with its shape, dtype, unit, frame and when it is present, is
+documented once, in the class's docstring: the [`CARLABatch` reference](reference/carla_batch.md)
+and `help(CARLABatch)` show it. Every batch holds the cameras (`images`, uint8) and the core
+labels, float32: `speed` (B,) in m/s; `target_point` (B, 2), `waypoints` (B, pred_len, 2) and
+`waypoints_diff` (each waypoint minus the one before) in metres in the pack's label frame
+([Coordinates](coordinates.md)); `command` (B, 6), one-hot with the columns left, right,
+straight, follow lane, change left, change right; and `keys`, `valid`, `errors`. The rest of
+this page says where each packed modality lands when selected with `fields=[...]`.
+
 A selected field whose name is its kind's batch attribute lands in that typed attribute of
 `CARLABatch`; every other selected field lands in `batch.fields`, the one typed mapping
 (`dict[str, torch.Tensor | list]`), under its field name. Kinds of a variable row count are
