@@ -373,9 +373,10 @@ def plot(run_dir, out) -> None:
 
 
 def _add_cluster_commands() -> None:
-    from .cli_cluster import pack_status, plan_command
+    from .cli_cluster import pack_status, plan_command, slurm_script
     main.add_command(plan_command(_dataset_options, _given_dataset_options))
     main.add_command(pack_status)
+    main.add_command(slurm_script)
     from .cli_overlay import overlay_commands
     for command in overlay_commands(limit_option):
         main.add_command(command)

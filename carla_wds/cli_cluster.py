@@ -40,9 +40,41 @@ def plan_command(dataset_options, given_options):
         sizes = [p["bytes"] for p in doc["part_list"]]
         click.echo(f"wrote {where}: {doc['episodes']} episodes, {doc['bytes'] / 1e9:.2f} GB in "
                    f"{parts} parts of {min(sizes) / 1e9:.2f}-{max(sizes) / 1e9:.2f} GB "
-                   f"(max/mean {max(sizes) * parts / max(1, sum(sizes)):.3f}); submit with "
-                   f"sbatch --array=0-{parts - 1} tools/slurm/pack_array.sbatch")
+                   f"(max/mean {max(sizes) * parts / max(1, sum(sizes)):.3f})")
+        click.echo(f"run it: carla-wds slurm-script --out pack_array.sbatch, then sbatch "
+                   f"--array=0-{parts - 1} pack_array.sbatch {input_dir} {out} --layout {layout}"
+                   f" (without SLURM: carla-wds slurm-script --xargs --out pack_xargs.sh)")
     return plan
+
+
+SCRIPTS = {False: "pack_array.sbatch", True: "pack_xargs.sh"}
+
+
+def script_text(xargs: bool = False) -> bytes:
+    """The runner shipped in carla_wds/cluster_scripts/: the SLURM array script, or with
+    `xargs` the runner without SLURM (xargs -P here, or ssh to HOSTS)."""
+    from importlib.resources import files
+    return files("carla_wds").joinpath("cluster_scripts", SCRIPTS[xargs]).read_bytes()
+
+
+@click.command("slurm-script")
+@click.option("--xargs", "xargs", is_flag=True,
+              help="The runner without SLURM (pack_xargs.sh: PROCS parts at a time here, or "
+                   "over ssh to HOSTS) instead of the SLURM array script.")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="File to write (made executable); default: print to stdout.")
+def slurm_script(xargs, out) -> None:
+    """Print or write the script that packs a plan's parts: pack_array.sbatch (one part per
+    SLURM array task) or, with --xargs, pack_xargs.sh. Both run the carla-wds on PATH (or
+    $CARLA_WDS) from any folder; see docs/cluster.md."""
+    text = script_text(xargs)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    from pathlib import Path
+    Path(out).write_bytes(text)
+    Path(out).chmod(0o755)      # run as ./pack_xargs.sh; sbatch needs no bit but does no harm
+    click.echo(f"wrote {out}", err=True)
 
 
 @click.command("pack-status")

@@ -3,9 +3,9 @@
 
   parallel  one `carla-wds pack` of synthetic Bench2Drive archives (1600x900, as
             tools/bench_b2d.py) against the same input as a plan of --parts P packed by
-            --procs processes at once (xargs -P, as tools/slurm/pack_xargs.sh), and by one
-            process part after part; wall seconds, MB/s of archive, peak RSS of each process
-            (ru_maxrss from wait4), median of --repeats.
+            --procs processes at once (xargs -P, as `carla-wds slurm-script --xargs`'s runner),
+            and by one process part after part; wall seconds, MB/s of archive, peak RSS of each
+            process (ru_maxrss from wait4), median of --repeats.
   spread    max/mean bytes per part: the plan's greedy split against `--part i/N`'s slices,
             on lognormal clip sizes (Bench2Drive Full's 13,638 clips at its mean of 312 MB;
             the spread of real clip sizes is an assumption, so two sigmas are shown).

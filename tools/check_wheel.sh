@@ -12,7 +12,8 @@
 #    repository's carla_wds cannot be imported: the check asserts that before installing.
 # 3. From another working directory: every carla_wds module imports from the install, the
 #    wheel's requirements are met, synth + pack + verify --deep for every built-in layout,
-#    a one-epoch `carla-wds train --config tiny` (a name, not a path), and the same through
+#    `carla-wds slurm-script` writes the cluster runners, which pack a plan's parts from
+#    another folder, a one-epoch `carla-wds train --config tiny` (a name, not a path), and the same through
 #    `torchrun --standalone --nproc_per_node 1 -m carla_wds.train --config tiny`.
 #
 # KEEP=1 keeps the temporary folder; PY=... picks the interpreter that has the dependencies.
@@ -64,7 +65,9 @@ print(f"{len(want)} files under carla_wds/, {len(data)} of them package data: {d
 if missing:
     sys.exit(f"check_wheel: FAIL: the wheel lacks {missing}. Fix: list them under "
              "[tool.setuptools.package-data] in pyproject.toml")
-for need in ("carla_wds/pack/datasets/routes/layouts/tcp.yaml",
+for need in ("carla_wds/cluster_scripts/pack_array.sbatch",
+             "carla_wds/cluster_scripts/pack_xargs.sh",
+             "carla_wds/pack/datasets/routes/layouts/tcp.yaml",
              "carla_wds/pack/datasets/routes/layouts/transfuser4.yaml",
              "carla_wds/train/configs/tiny.yaml"):
     if need not in names:
@@ -160,6 +163,22 @@ carla-wds synth raw/lead --layout lead --archives zip --episodes 2 --frames 30 -
 carla-wds pack raw/lead shards/lead --layout lead --max-samples 8 --workers 2 --allow-pickle-input
 carla-wds verify --deep shards/lead
 carla-wds inspect shards/transfuser4 >/dev/null
+
+step "the cluster runners from the install: slurm-script writes them, they pack a plan's parts (in $PWD)"
+mkdir -p runners
+carla-wds slurm-script --out runners/pack_array.sbatch
+carla-wds slurm-script --xargs --out runners/pack_xargs.sh
+bash -n runners/pack_array.sbatch && bash -n runners/pack_xargs.sh
+carla-wds plan raw/tcp planned --layout tcp --parts 2
+# part 1 as SLURM array task 1 would run it, then the xargs runner packs part 0 and skips
+# part 1; both from another folder, so neither script may lean on the working directory
+(cd runners && SLURM_ARRAY_TASK_ID=1 bash pack_array.sbatch ../raw/tcp ../planned --layout tcp --max-samples 8)
+[ -f planned/parts/00001/manifest.json ] || fail "pack_array.sbatch packed no part 1"
+(cd runners && ./pack_xargs.sh ../raw/tcp ../planned 2 --layout tcp --max-samples 8) | tee runners/xargs.log
+grep -q "2 done, 0 running, 0 failed, 0 missing of 2 parts" runners/xargs.log \
+    || fail "pack_xargs.sh left parts of planned/ unpacked: $(cat runners/xargs.log)"
+carla-wds merge --in-place planned
+carla-wds verify --deep planned
 
 check_run() {
     for f in checkpoint.pt metrics.jsonl summary.json; do

@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+import carla_wds
+
 from .clusterkit import EXE, run, skewed_raw
 
-SBATCH = Path(__file__).resolve().parents[2] / "tools" / "slurm" / "pack_array.sbatch"
+# the script as shipped in the package (carla-wds slurm-script writes this file)
+SBATCH = Path(carla_wds.__file__).resolve().parent / "cluster_scripts" / "pack_array.sbatch"
 
 
 def _slurm_up() -> bool:

@@ -1,7 +1,7 @@
 #!/bin/bash
 # A one-node SLURM cluster on this machine (Debian's slurm-wlm and munge; run as root), for
-# tests/pack/test_cluster_slurm_real.py and for trying tools/slurm/pack_array.sbatch without a
-# cluster:  apt-get install slurm-wlm munge && tools/slurm/local_cluster.sh start
+# tests/pack/test_cluster_slurm_real.py and for trying pack_array.sbatch (carla-wds slurm-script)
+# without a cluster:  apt-get install slurm-wlm munge && tools/slurm/local_cluster.sh start
 #           tools/slurm/local_cluster.sh stop
 # Writes /etc/slurm/slurm.conf for a node named after this host with its CPUs and 8 GB.
 set -euo pipefail
