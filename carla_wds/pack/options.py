@@ -21,6 +21,48 @@ MAX_SIDE = 65535   # JPEG's limit on a side; PNG's is larger but no camera comes
 
 @dataclass
 class PackOptions:
+    """`carla-wds pack`'s options in Python, checked as a whole (`validate()`, which `pack()`
+    calls) before the output folder is touched. Each is the command's option of the same name
+    (`max_samples` is `--max-samples`). A layout's own options (e.g. `stride=1` for
+    bench2drive) may be passed as keywords too; they go into `dataset_options`.
+
+    Attributes:
+        layout: a built-in layout (the docs' Layouts page) or the path of a layout YAML.
+        pred_len: future waypoints per sample; None: the layout's 2 s horizon.
+        max_samples: samples after which a shard is closed.
+        max_bytes: bytes after which a shard is closed; None: no byte limit.
+        route_shards: also close a shard where a route starts once it holds half of
+            max_samples, so history windows shuffle better.
+        prefix: shard file names, `<prefix>-000000.tar`.
+        image_format: re-encode the cameras as "png" or "jpg", or "raw": decode each camera
+            once at pack time and store uint8 H x W x 3 `.npy` (no decode when loading, larger
+            shards). None: copy the source bytes verbatim.
+        quality: the JPEG quality of a re-encode.
+        resize: (H, W) of the stored cameras; None: as recorded.
+        workers: encoding processes.
+        part: (i, N): this machine packs part i of N (then `carla-wds merge`).
+        select: only these episodes (routes or clips): what `pack --plan --part` packs from
+            `carla-wds plan`'s part.
+        on_error: "fail", or "skip": a bad frame is skipped, named in the manifest's
+            `skipped` and counted.
+        check_images: fully decode every image while packing.
+        dot_replacement: map dots in route names to this string.
+        resume: continue an interrupted pack into the same folder.
+        overwrite: replace what the output folder holds.
+        progress: progress on a terminal, a few lines in a log.
+        fsync: fsync each shard before it gets its name, durable against power loss.
+        allow_pickle_input: read pickled raw `.npy` files from a source you trust (shards
+            never hold pickles).
+        all_frames: every frame with a full future, not only those the layout's project serves.
+        dataset_options: the layout dataset's own options, e.g. {"stride": 1} for
+            bench2drive; None: its defaults.
+        spool_bytes: for archived inputs, the bytes of one archive held in memory before the
+            rest goes to one temporary file (1 GiB).
+        stage: for an `s3://` output, the local folder shards are staged in before upload.
+        storage_options: fsspec's options for `s3://` (key, secret, endpoint_url, ...).
+        read_timeout: seconds an `s3://` read may wait for bytes.
+        retries: further attempts of an `s3://` read or write after a transient failure.
+    """
     layout: str = DEFAULT_LAYOUT
     pred_len: int | None = None            # None: the layout's horizon_s x rate_hz
     max_samples: int = 1000
@@ -82,8 +124,8 @@ class PackOptions:
 
     @classmethod
     def of(cls, **kw: Any) -> "PackOptions":
-        """PackOptions from keywords, where those naming a dataset's option (pack/datasets,
-        e.g. stride=1 for bench2drive) go into dataset_options (as PackOptions(...) does)."""
+        """PackOptions from keywords, where those naming a layout's own option (e.g.
+        stride=1 for bench2drive) go into dataset_options (as PackOptions(...) does)."""
         return cls(**kw)
 
     def __getattr__(self, name: str) -> Any:

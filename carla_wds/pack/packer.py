@@ -78,8 +78,8 @@ def _changed(detail: str) -> PackError:
 
 
 def pack(input_dir: str | Path, output_dir: str | Path, opts: PackOptions) -> dict[str, Any]:
-    """Pack input_dir into output_dir (a folder, or an s3:// prefix: see upload.py); returns
-    the manifest that was written.
+    """Pack input_dir into output_dir (a folder, or an `s3://` prefix); returns the manifest
+    that was written.
 
     Options and input are checked before OUTPUT_DIR is touched; a pack that fails before its
     first shard is committed leaves OUTPUT_DIR as it found it (or absent)."""
