@@ -167,3 +167,17 @@ def test_user_pages_cite_no_internal_issue_numbers() -> None:
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"\bissues? ?#?\d", line, re.I)]
     assert not found, "user-facing pages cite internal issue numbers:\n" + "\n".join(found)
+
+
+def test_adapter_pages_run_without_real_data() -> None:
+    """Each adapter page shows the `synth` lines that make it runnable without the project's
+    real data, as a visible block before its pack command, not a hidden test directive."""
+    from tests.docblocks import page_blocks
+    for page in sorted((ROOT / "docs" / "adapters").glob("*.md")):
+        blocks = [b for b in page_blocks(page, ROOT) if b.lang == "bash"]
+        first = blocks[0]
+        assert "carla-wds synth" in first.code and not first.before, \
+            f"{page.name}: its first block should be the visible 'no data yet?' synth lines"
+        assert "data yet?" in page.read_text(), page.name
+        pack = next(b for b in blocks if "carla-wds pack " in b.code)
+        assert not pack.before, f"{page.name}: the pack block needs no hidden data"
