@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from .codecs import json_loads
+from .manifest_hint import MANIFEST, no_manifest
 from .manifest_schema import MAX_MANIFEST_BYTES, ManifestError, validate_manifest
 from .objstore import is_objstore, join, read_object
 from .remote import RemoteOptions, is_http, read_url, with_storage
@@ -22,7 +23,6 @@ from .extras import extras_from_doc
 from .schema import SampleSpec
 
 log = logging.getLogger(__name__)
-MANIFEST = "manifest.json"
 
 
 def is_url(source: str) -> bool:
@@ -64,9 +64,8 @@ def read_manifest(source: str | Path, remote: RemoteOptions | None = None,
         text = raw.decode("utf-8", "replace")
     else:
         path = Path(where)
-        if not path.is_file():
-            raise FileNotFoundError(f"no manifest at {where}; expected a folder written by "
-                                    "`carla-wds pack` (or a path/URL to its manifest.json)")
+        if not path.is_file():   # say what it is instead, when it is recognisable
+            raise no_manifest(source, where)
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise ManifestError(f"{where}: {path.stat().st_size} bytes, over "
                                 f"{MAX_MANIFEST_BYTES}; not a manifest")
