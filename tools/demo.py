@@ -65,9 +65,10 @@ def main() -> None:
         print("TCP's PID controller vs the expert, MAE model (baseline): " + ", ".join(
             f"{c} {val[c + '_mae']:.3f} ({val['baseline_' + c + '_mae']:.3f})"
             for c in ("steer", "throttle", "brake")))
+    from carla_wds.train.evaluate import baseline_verdict
     better = val["ade"] < val["baseline_ade"]
-    print(f"model {'beats' if better else 'does NOT beat'} the baseline: ADE "
-          f"{val['ade'] / val['baseline_ade']:.2f}x the baseline's; total "
+    print(f"model {baseline_verdict(val['ade'], val['baseline_ade'])}: ADE "
+          f"{val['ade'] / val['baseline_ade']:.3f}x the baseline's; total "
           f"{time.time() - started:.0f} s")
     sys.exit(0 if better else 1)
 

@@ -38,7 +38,7 @@ from .checkpoint import (
 from .config import TrainConfig, check_runtime, load_config, shipped_configs, to_dict
 from .control import controller_source
 from .errors import USER_ERRORS, one_line
-from .evaluate import evaluate
+from .evaluate import baseline_verdict, eval_line, evaluate
 from .finite import check_losses, check_progress, check_resume_state, check_weights
 from .inputs import autocast_for, check_inputs, current_frame, loader_options, model_for, predict
 from .runlock import hold_run_dir
@@ -306,10 +306,8 @@ def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]
                     "loader's warnings name them", skipped["train"], skipped["val"])
     atomic_write_json(run_dir / "summary.json", summary)
     if last_eval:
-        verdict = "beats" if last_eval["ade"] < last_eval["baseline_ade"] else "does NOT beat"
-        log.info("val ADE %.3f m, FDE %.3f m on %d samples; straight-line baseline ADE %.3f m, "
-                 "FDE %.3f m: the model %s the baseline", last_eval["ade"], last_eval["fde"],
-                 last_eval["n"], last_eval["baseline_ade"], last_eval["baseline_fde"], verdict)
+        log.info("%s: the model %s", eval_line(last_eval),
+                 baseline_verdict(last_eval["ade"], last_eval["baseline_ade"]))
         if "steer_mae" in last_eval:
             log.info("%s's PID controller vs the expert's controls, MAE (baseline's): steer "
                      "%.3f (%.3f), throttle %.3f (%.3f), brake %.3f (%.3f)", controller_source(),
@@ -355,6 +353,9 @@ def _run(run: Run) -> dict[str, float] | None:
             if (run.epoch + 1) % cfg.eval_every == 0 or run.epoch + 1 == cfg.epochs:
                 last_eval = run_eval(run)
                 run.log_metrics({"kind": "eval", "step": run.step, "epoch": run.epoch, **last_eval})
+                if run.main:
+                    log.info("epoch %d/%d, step %d: %s", run.epoch + 1, cfg.epochs, run.step,
+                             eval_line(last_eval))
             save(run)
             run.epoch += 1
         if last_eval is None:   # resumed after the last epoch: every rank joins the reduce

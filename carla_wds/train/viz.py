@@ -103,19 +103,59 @@ def read_metrics(path: str | Path) -> tuple[list[dict], list[dict]]:
     return train, evals
 
 
+# Weight of the past in the loss curve's EMA: a log window's loss is one batch's, noisy enough
+# that the trend is hidden at a few hundred steps; 0.9 spans about ten windows.
+EMA_WEIGHT: float = 0.9
+
+
+def ema(values: list[float], weight: float = EMA_WEIGHT) -> list[float]:
+    """Exponential moving average, bias-corrected so the first points are not pulled to 0."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values, start=1):
+        acc = weight * acc + (1 - weight) * v
+        out.append(acc / (1 - weight ** i))
+    return out
+
+
+def epoch_ends(records: list[dict]) -> dict[int, int]:
+    """Epoch -> the last step logged in it (train or eval records; an eval record's step is its
+    epoch's end exactly, a train record's within log_every of it)."""
+    ends: dict[int, int] = {}
+    for r in records:
+        e = r.get("epoch")
+        if isinstance(e, int) and not isinstance(e, bool):
+            ends[e] = max(ends.get(e, r["step"]), r["step"])
+    return dict(sorted(ends.items()))
+
+
+def _epoch_axis(ax: Axes, ends: dict[int, int]) -> None:
+    """An epoch scale on top of a step axis: a tick (and a faint line) at each epoch's end."""
+    if not ends:
+        return
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([0, *ends.values()], labels=["0", *(str(e + 1) for e in ends)])
+    top.set_xlabel("epoch", fontsize=8)
+    top.tick_params(labelsize=8)
+    for step in ends.values():
+        ax.axvline(step, color="0.6", lw=0.6, ls=":", zorder=0)
+
+
 def _plot_loss(ax: Axes, train: list[dict]) -> None:
-    ax.set_title("train loss")
+    ax.set_title("train loss (faint: each log window; bold: EMA)")
     ax.set_xlabel("step")
     if not train:
         ax.text(0.5, 0.5, "no train records", ha="center", va="center", transform=ax.transAxes)
         return
     steps = [r["step"] for r in train]
     loss = [r["loss"] for r in train]
-    ax.plot(steps, loss, color="tab:blue", lw=1.2)
+    ax.plot(steps, loss, color="tab:blue", lw=0.8, alpha=0.3, label="loss")
+    if all(math.isfinite(v) for v in loss):
+        ax.plot(steps, ema(loss), color="tab:blue", lw=1.8, label=f"EMA ({EMA_WEIGHT})")
     # Log scale only when valid; a zero/negative loss would blank the axis.
     if all(v > 0 and math.isfinite(v) for v in loss):
         ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def _plot_ade_fde(ax: Axes, evals: list[dict]) -> None:
@@ -134,17 +174,41 @@ def _plot_ade_fde(ax: Axes, evals: list[dict]) -> None:
     ax.legend(fontsize=8)
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Read run_dir/metrics.jsonl and write loss and ADE/FDE curves to a PNG (default run_dir/curves.png)."""
+def run_title(run_dir: Path) -> str:
+    """The run's name (run_dir's last two parts: `runs/demo/run`, not `run`) and, from its
+    config.json, what it trained: backbone, prior, data, epochs, batch and learning rate."""
+    name = "/".join(run_dir.resolve().parts[-2:])
+    try:
+        cfg = json.loads((run_dir / "config.json").read_text())
+        data, model, optim = cfg["data"], cfg["model"], cfg["optim"]
+        train = data.get("mix") or data["train"]
+        return (f"{name}: {model['backbone']} ({model['prior']} prior) on "
+                f"{Path(str(train)).name}, {cfg['epochs']} epochs of batch {data['batch_size']}, "
+                f"lr {optim['lr']:g}")
+    except (OSError, ValueError, KeyError, TypeError):   # plotting a bare metrics.jsonl
+        return name
+
+
+def curves_figure(run_dir: str | Path) -> Figure:
+    """The figure plot_run writes: loss (raw and smoothed) and ADE/FDE against step and epoch."""
     run_dir = Path(run_dir)
     train, evals = read_metrics(run_dir / "metrics.jsonl")
     fig = _new_figure(CURVES_FIGSIZE)
     ax_loss, ax_eval = fig.subplots(1, 2)
     _plot_loss(ax_loss, train)
     _plot_ade_fde(ax_eval, evals)
-    fig.suptitle(run_dir.name)
+    ends = epoch_ends(train + evals)
+    for ax in (ax_loss, ax_eval):
+        _epoch_axis(ax, ends)
+    fig.suptitle(run_title(run_dir), fontsize=11)
     fig.tight_layout()
-    return _save_atomic(fig, out if out is not None else run_dir / "curves.png")
+    return fig
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Read run_dir/metrics.jsonl and write loss and ADE/FDE curves to a PNG (default run_dir/curves.png)."""
+    fig = curves_figure(run_dir)
+    return _save_atomic(fig, out if out is not None else Path(run_dir) / "curves.png")
 
 
 def _to_hwc_uint8(img: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ import torch
 from carla_wds.load import CARLAWebData
 from carla_wds.train.config import load_config
 from carla_wds.train.control import controls_in_frames, expert_controls
-from carla_wds.train.evaluate import evaluate
+from carla_wds.train.evaluate import baseline_verdict, evaluate
 from carla_wds.train.frames import straight_ahead
 from carla_wds.train.inputs import loader_options, model_for
 # fixtures:
@@ -57,3 +57,19 @@ def test_tcp_roach_action_gives_control_errors(packed_roach, tmp_path):  # noqa:
     mae = torch.cat(errs).mean(dim=0)
     assert [result[f"{n}_mae"] for n in ("steer", "throttle", "brake")] == pytest.approx(
         mae.tolist(), abs=1e-9)
+
+
+@pytest.mark.parametrize("ade, baseline, said", [
+    # 0.869 m against 0.870 m prints nearly alike: level, with the margin in full
+    (0.869, 0.870, "is level with the baseline (within 1%: 0.0010 m better)"),
+    (0.8614, 0.870, "is level with the baseline (within 1%: 0.0086 m better)"),
+    (0.8612, 0.870, "beats the baseline by 0.0088 m (1.0%)"),   # 1.01% of the baseline
+    (0.5, 1.0, "beats the baseline by 0.5000 m (50.0%)"),
+    (0.878, 0.870, "is level with the baseline (within 1%: 0.0080 m worse)"),
+    (0.88, 0.870, "does NOT beat the baseline: 0.0100 m (1.1%) worse"),
+    (0.870, 0.870, "is level with the baseline (within 1%: 0.0000 m apart)"),
+    (0.1, 0.0, "does NOT beat the baseline: 0.1000 m worse (the baseline's ADE is 0)"),
+    (0.0, 0.0, "is level with the baseline (within 1%: 0.0000 m apart)"),
+])
+def test_the_verdict_says_beats_only_by_a_margin_the_print_shows(ade, baseline, said):
+    assert baseline_verdict(ade, baseline) == said

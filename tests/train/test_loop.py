@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -70,9 +71,10 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_single_process_lowers_loss_and_writes_outputs(data, tmp_path):
+def test_single_process_lowers_loss_and_writes_outputs(data, tmp_path, caplog):
     run_dir = tmp_path / "run"
     torch.set_num_threads(1)
+    caplog.set_level(logging.INFO, logger="carla_wds.train")
     # TCP's plain deltas start from a random trajectory, so 28 steps must cut the loss; on the
     # default prior the first loss is already the baseline's (tests/train/test_evaluate.py)
     result = run_training(load_config(TINY, overrides(data, run_dir, epochs=4,
@@ -80,6 +82,13 @@ def test_single_process_lowers_loss_and_writes_outputs(data, tmp_path):
     losses = [m["loss"] for m in metrics(run_dir) if m["kind"] == "train"]
     assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3, losses
     assert result["n"] == 20   # every val sample once
+    # every evaluation (eval_every=1) is logged next to the baseline, not only the last one
+    evals = [m for m in metrics(run_dir) if m["kind"] == "eval"]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert said == [f"epoch {e['epoch'] + 1}/4, step {e['step']}: val ADE {e['ade']:.3f} m, FDE "
+                    f"{e['fde']:.3f} m on 20 samples; straight-line baseline ADE "
+                    f"{e['baseline_ade']:.3f} m, FDE {e['baseline_fde']:.3f} m" for e in evals]
+    assert len(said) == 4
     for name in ("checkpoint.pt", "config.json", "summary.json", "curves.png", "predictions.png"):
         assert (run_dir / name).is_file(), name
     curves = cv2.imread(str(run_dir / "curves.png"))

@@ -8,7 +8,9 @@ import cv2
 import numpy as np
 import pytest
 
-from carla_wds.train.viz import CURVES_FIGSIZE, DPI, montage, plot_run, read_metrics
+from carla_wds.train.config import load_config, to_dict
+from carla_wds.train.viz import (CURVES_FIGSIZE, DPI, curves_figure, ema, montage, plot_run,
+                                 read_metrics)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CAMERAS = ["front", "left", "right", "rear"]
@@ -135,3 +137,42 @@ def test_montage_rejects_camera_name_mismatch(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one"):
         montage([], CAMERAS, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_curves_name_the_run_smooth_the_loss_and_count_epochs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "demo" / "run"
+    run_dir.mkdir(parents=True)
+    cfg = load_config("tiny", [f"run_dir={run_dir}", "data.train=/packs/b2d_train", "epochs=2"])
+    (run_dir / "config.json").write_text(json.dumps(to_dict(cfg)))
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"kind": "train", "step": s, "epoch": s // 100, "lr": 1e-3,
+                         "loss": float(np.exp(-s / 100) * (1 + 0.5 * rng.random()))})
+             for s in range(0, 200, 10)]
+    lines += [json.dumps({"kind": "eval", "step": s, "epoch": s // 100, "ade": 1.0, "fde": 2.0,
+                          "baseline_ade": 1.1, "baseline_fde": 2.2, "n": 8}) for s in (99, 199)]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    fig = curves_figure(run_dir)
+    assert fig._suptitle.get_text() == (   # not "run": the run's name and what it trained
+        f"demo/run: {cfg.model.backbone} ({cfg.model.prior} prior) on b2d_train, 2 epochs of "
+        f"batch {cfg.data.batch_size}, lr {cfg.optim.lr:g}")
+    ax_loss, ax_eval = fig.axes[:2]
+    raw, smooth = ax_loss.get_lines()[:2]
+    assert raw.get_alpha() < 0.5 and smooth.get_linewidth() > raw.get_linewidth()
+    assert list(smooth.get_ydata()) == pytest.approx(ema(list(raw.get_ydata())))
+    wiggle = [float(np.abs(np.diff(np.log(line.get_ydata()))).sum()) for line in (raw, smooth)]
+    assert wiggle[1] < 0.7 * wiggle[0], wiggle
+    for ax in (ax_loss, ax_eval):   # an epoch scale on top, a tick at each epoch's end
+        (top,) = ax.child_axes
+        assert top.get_xlabel() == "epoch"
+        assert list(top.get_xticks()) == [0, 99, 199]
+        assert [t.get_text() for t in top.get_xticklabels()] == ["0", "1", "2"]
+
+
+def test_curves_without_a_config_are_named_after_the_folder(tmp_path: Path) -> None:
+    write_metrics(tmp_path / "metrics.jsonl")
+    assert curves_figure(tmp_path)._suptitle.get_text() == "/".join(tmp_path.resolve().parts[-2:])
+
+
+def test_ema_is_bias_corrected() -> None:
+    assert ema([2.0, 2.0, 2.0]) == pytest.approx([2.0, 2.0, 2.0])
+    assert ema([0.0, 10.0], weight=0.5) == pytest.approx([0.0, 10.0 * 0.5 / 0.75])
