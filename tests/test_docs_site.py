@@ -181,3 +181,15 @@ def test_adapter_pages_run_without_real_data() -> None:
         assert "data yet?" in page.read_text(), page.name
         pack = next(b for b in blocks if "carla-wds pack " in b.code)
         assert not pack.before, f"{page.name}: the pack block needs no hidden data"
+
+
+def test_garage_synth_lines_on_user_pages_are_small() -> None:
+    """garage's real cameras are 256x1024: a synth line without --image-size takes a minute
+    where the example trains at 64x160 (docs/training.md's garage_tiny run)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    slow = [f"{p.relative_to(ROOT)}:{n}" for p in pages
+            if str(p.relative_to(ROOT)) not in RECORDS
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if re.search(r"carla-wds synth \S+ --layout garage\b", line)
+            and "--image-size" not in line]
+    assert not slow, f"garage synth lines at the real 256x1024 camera size: {slow}"
