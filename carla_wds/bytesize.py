@@ -9,16 +9,15 @@ import re
 import click
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_FORM = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
+_FORM = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*([kmgt]?)(?:i?b)?\s*$", re.I)
 EXPECTED = "a byte count such as 1G, 512M, 64k or 1048576 (binary units: 1k = 1024)"
 
 
 def parse_bytes(text: str | int) -> int:
     """'1G' -> 1073741824, '512M', '64k', '1.5G', '1GiB', '4096' -> bytes; ValueError saying
-    what was expected for anything else (negative numbers and NaN included)."""
+    what was expected for anything else. The form only: each option's range (a negative
+    count, 0) is PackOptions' to check, for the CLI and the Python API alike."""
     if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"{text!r}: expected {EXPECTED}")
         return text
     found = _FORM.match(str(text))
     if not found:

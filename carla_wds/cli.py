@@ -14,6 +14,7 @@ from .pack.datasets import DEFAULT_LAYOUT, all_options, builtin_layouts, dataset
 from .pack.errors import PackError
 from .pack.synth import synth_layouts
 from .remote import RemoteError
+from .words import counted
 from .schema import IMAGE_FORMATS, SchemaError
 
 # Errors about the user's input or folders: shown as "Error: message", never as a traceback.
@@ -165,8 +166,9 @@ def pack(input_dir, output_dir, resize, part, plan, **kw) -> None:
     if manifest is None:   # a plan's part that was complete already
         return
     c = manifest["counts"]
-    click.echo(f"{c['samples']} samples in {len(manifest['shards'])} shards; {c['frames']} frames "
-               f"found, {c['tail_frames']} route tails, {c['head_frames']} + "
+    click.echo(f"{counted(c['samples'], 'sample')} in {counted(len(manifest['shards']), 'shard')}; "
+               f"{counted(c['frames'], 'frame')} found, {counted(c['tail_frames'], 'route tail')}, "
+               f"{c['head_frames']} + "
                f"{c['loader_tail_frames']} left out by the loader's rule (head + end), "
                f"{c['skipped']} skipped "
                f"(NaN theta: {c['nan_theta']}, VOID command: {c['void_command']})")
@@ -205,8 +207,9 @@ def merge(part_dirs, out_dir, in_place, deep, prefix, read_timeout, retries) -> 
         m = run_merge(list(part_dirs), out_dir, prefix, remote)
     except USER_ERRORS as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"merged {len(part_dirs)} parts: {m['total_samples']} samples, "
-               f"{len(m['shards'])} shards in {out_dir}")
+    click.echo(f"merged {counted(len(part_dirs), 'part')}: "
+               f"{counted(m['total_samples'], 'sample')}, {counted(len(m['shards']), 'shard')} "
+               f"in {out_dir}")
 
 
 @main.command()
@@ -254,7 +257,8 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
     if as_json:
         click.echo(json.dumps(s, indent=2))
         return
-    click.echo(f"{s['samples']} samples in {s['shards']} shards, {s['bytes'] / 1e6:.1f} MB "
+    click.echo(f"{counted(s['samples'], 'sample')} in {counted(s['shards'], 'shard')}, "
+               f"{s['bytes'] / 1e6:.1f} MB "
                f"(shards {s['shard_bytes_min'] / 1e6:.2f}-{s['shard_bytes_max'] / 1e6:.2f} MB)")
     click.echo(f"layout {s['layout']}, cameras {s['cameras']}, pred_len {s['pred_len']}, "
                f"skipped {s['skipped']}")
@@ -263,8 +267,10 @@ def inspect(directory, as_json, read_timeout, retries) -> None:
         click.echo(f"field {name}: {what}")
     if s["sequence"]:
         q = s["sequence"]
-        click.echo(f"routes: frame step {q['frame_step']}, {q['gaps']} gaps inside routes, "
-                   f"{q['continuing_shards']} shards go on with the route before (history=K)")
+        n = q["continuing_shards"]
+        click.echo(f"routes: frame step {q['frame_step']}, {counted(q['gaps'], 'gap')} inside "
+                   f"routes, {counted(n, 'shard')} go{'es' * (n == 1)} on with the route before "
+                   "(history=K)")
     for name, sizes in (s["buckets"] or {}).items():   # what a mix can weight or filter
         click.echo(f"bucket {name}: " + ", ".join(f"{v} {n}" for v, n in sizes.items()))
     sp = s["speed"]
@@ -296,14 +302,14 @@ def synth(out_dir, layout, episodes, frames, seed, image_size, form) -> None:
         if form is not None:
             archives = synth_archives(out_dir, layout, form, episodes=episodes, frames=frames,
                                       seed=seed, image_size=size)
-            click.echo(f"wrote {episodes} routes of {frames} frames as {len(archives)} "
-                       f"{form} archives to {out_dir}")
+            click.echo(f"wrote {counted(episodes, 'route')} of {counted(frames, 'frame')} as "
+                       f"{counted(len(archives), form + ' archive')} to {out_dir}")
             return
         routes = synth_dataset(out_dir, layout, episodes=episodes, frames=frames, seed=seed,
                                image_size=size)
     except (ValueError, FileExistsError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"wrote {len(routes)} routes of {frames} frames to {out_dir}")
+    click.echo(f"wrote {counted(len(routes), 'route')} of {counted(frames, 'frame')} to {out_dir}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -328,7 +334,8 @@ def train(config, overrides) -> None:
 @click.argument("shards")
 @click.option("--checkpoint", default=None, help="checkpoint.pt to draw predictions from.")
 @click.option("--out", required=True, help="PNG to write.")
-@click.option("-n", "n", default=6, show_default=True, help="Samples to show.")
+@click.option("-n", "n", default=6, show_default=True,
+              help="Samples to show, chosen across routes, commands and speeds (as view).")
 @limit_option
 def show(shards, checkpoint, out, n) -> None:
     """Montage of samples: cameras plus a bird's-eye plot of waypoints and target point."""

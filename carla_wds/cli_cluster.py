@@ -9,6 +9,7 @@ from .pack.datasets import DEFAULT_LAYOUT, builtin_layouts
 from .pack.errors import PackError
 from .remote import RemoteError
 from .schema import SchemaError
+from .words import counted
 
 USER_ERRORS = (PackError, SchemaError, FileNotFoundError, FileExistsError, RemoteError)
 
@@ -38,8 +39,9 @@ def plan_command(dataset_options, given_options):
         except (*USER_ERRORS, ValueError, OSError) as exc:
             raise click.ClickException(str(exc)) from None
         sizes = [p["bytes"] for p in doc["part_list"]]
-        click.echo(f"wrote {where}: {doc['episodes']} episodes, {doc['bytes'] / 1e9:.2f} GB in "
-                   f"{parts} parts of {min(sizes) / 1e9:.2f}-{max(sizes) / 1e9:.2f} GB "
+        click.echo(f"wrote {where}: {counted(doc['episodes'], 'episode')}, "
+                   f"{doc['bytes'] / 1e9:.2f} GB in {counted(parts, 'part')} of "
+                   f"{min(sizes) / 1e9:.2f}-{max(sizes) / 1e9:.2f} GB "
                    f"(max/mean {max(sizes) * parts / max(1, sum(sizes)):.3f})")
         click.echo(f"run it: carla-wds slurm-script --out pack_array.sbatch, then sbatch "
                    f"--array=0-{parts - 1} pack_array.sbatch {input_dir} {out} --layout {layout}"
@@ -96,7 +98,8 @@ def pack_status(out, stale) -> None:
         by[state].append(i)
         if state in ("failed", "running"):
             click.echo(f"{state:8} {part_dir(i, len(states))}: {detail}")
-    click.echo(", ".join(f"{len(v)} {k}" for k, v in by.items()) + f" of {len(states)} parts")
+    click.echo(", ".join(f"{len(v)} {k}" for k, v in by.items())
+               + f" of {counted(len(states), 'part')}")
     todo = by["failed"] + by["missing"]
     if todo:
         click.echo(f"--array={array_spec(todo)}")
@@ -118,6 +121,7 @@ def run_merge_in_place(part_dirs, out_dir, deep, remote) -> dict:
         raise click.UsageError("merge --in-place takes one OUT (the folder or s3:// prefix "
                                "holding plan.json and parts/) and no --out")
     m = merge_in_place(part_dirs[0], deep=deep, remote=remote)
-    click.echo(f"merged {len(m['merged_from'])} parts in place: {m['total_samples']} samples, "
-               f"{len(m['shards'])} shards; wrote {part_dirs[0]}/manifest.json only")
+    click.echo(f"merged {counted(len(m['merged_from']), 'part')} in place: "
+               f"{counted(m['total_samples'], 'sample')}, {counted(len(m['shards']), 'shard')}; "
+               f"wrote {part_dirs[0]}/manifest.json only")
     return m

@@ -6,6 +6,7 @@ import click
 
 from .pack.datasets.overlays import overlay_kinds
 from .pack.errors import PackError
+from .words import counted
 
 KIND_HELP = "The overlay's kind: where its files live and how one names a base frame."
 
@@ -49,5 +50,6 @@ def overlay_commands(limit_option) -> list[click.Command]:
             raise click.ClickException(f"{raw_dir}: no routes (clips) of `carla-wds synth` "
                                        "found. Fix: pass the folder synth wrote")
         files = synth_overlay(out, kind, routes, raw_dir, coverage, unmatched, seed)
-        click.echo(f"wrote {len(files)} {kind} entries for {len(routes)} routes to {out}")
+        click.echo(f"wrote {counted(len(files), f'{kind} entry')} for "
+                   f"{counted(len(routes), 'route')} to {out}")
     return [pack_overlay_cmd, synth_overlay_cmd]

@@ -21,6 +21,16 @@ from .remote import (CheckedStream, RemoteError, RemoteOptions, describe_failure
 BLOCK = 8 << 20   # bytes per ranged GET: large enough that requests are few, small to retry
 _NOT_OBJSTORE = ("http://", "https://", "file://")
 _S3 = ("s3", "s3a")
+# what to install for a protocol's fsspec backend (the s3 extra brings s3fs only)
+_BACKENDS = {"s3": "'carla-wds[s3]'", "s3a": "'carla-wds[s3]'", "gs": "gcsfs", "gcs": "gcsfs",
+             "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+
+
+def install_hint(protocol: str) -> str:
+    """The pip install that reads `protocol`:// URLs."""
+    if protocol in _BACKENDS:
+        return f"pip install {_BACKENDS[protocol]}"
+    return f"pip install the fsspec package that reads {protocol}:// (fsspec lists them)"
 FIX_MISSING = "check the bucket and prefix (the URL), and that the object was uploaded"
 FIX_DENIED = ("check the credentials and the endpoint: the AWS environment (AWS_ACCESS_KEY_ID, "
               "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_ENDPOINT_URL) or ~/.aws/config, or pass "
@@ -47,8 +57,8 @@ def filesystem(url: str, opts: RemoteOptions) -> tuple[Any, str]:
     try:
         import fsspec
     except ImportError:
-        raise RemoteError(f"{url}: reading {protocol}:// needs fsspec. Fix: pip install "
-                          "'carla-wds[s3]'") from None
+        raise RemoteError(f"{url}: reading {protocol}:// needs fsspec. Fix: "
+                          f"{install_hint(protocol)}") from None
     kw = dict(opts.storage_options or {})
     if protocol in _S3:
         # botocore and s3fs retry on their own (up to 5 x 5 attempts): one attempt each, so
@@ -61,8 +71,8 @@ def filesystem(url: str, opts: RemoteOptions) -> tuple[Any, str]:
     try:
         fs, path = fsspec.core.url_to_fs(url, **kw)
     except (ImportError, ValueError) as exc:
-        raise RemoteError(f"{url}: no fsspec backend for {protocol}:// ({exc}). Fix: pip "
-                          "install 'carla-wds[s3]' (or that protocol's fsspec package)") from None
+        raise RemoteError(f"{url}: no fsspec backend for {protocol}:// ({exc}). Fix: "
+                          f"{install_hint(protocol)}") from None
     if protocol in _S3:
         fs.retries = 1
     return fs, path

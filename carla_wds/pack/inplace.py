@@ -21,6 +21,7 @@ from typing import Any
 
 from ..fileio import atomic_write_json, sha256_file
 from ..manifest import MANIFEST, NAME_RULE, read_manifest, shard_name_problem
+from ..words import counted
 from ..manifest_schema import ManifestError
 from ..objstore import is_objstore
 from ..objwrite import StoreWriter, json_bytes
@@ -74,8 +75,8 @@ def merge_in_place(out: str, deep: bool = False, remote: RemoteOptions | None = 
         store.put_bytes(MANIFEST, json_bytes(merged))
     else:
         atomic_write_json(Path(out) / MANIFEST, merged)
-    log.info("merged %d parts in place: %d shards, %d samples", parts, len(shards),
-             merged["total_samples"])
+    log.info("merged %s in place: %s, %s", counted(parts, "part"), counted(len(shards), "shard"),
+             counted(merged["total_samples"], "sample"))
     return merged
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
+from ..words import counted
 
 from .. import __version__, limits
 from ..objstore import is_objstore
@@ -130,8 +131,8 @@ def _pack_into(target: Output, src: PackInput, opts: PackOptions) -> dict[str, A
     manifest["limits"] = {k: v for k, v in limits.active().doc().items()
                           if v != default[k]} or None
     target.write_manifest(manifest)
-    log.info("packed %d samples into %d shards in %s (%d skipped)", manifest["total_samples"],
-             len(records), target.label, len(manifest["skipped"]))
+    log.info("packed %s into %s in %s (%d skipped)", counted(manifest["total_samples"], "sample"),
+             counted(len(records), "shard"), target.label, len(manifest["skipped"]))
     return manifest
 
 

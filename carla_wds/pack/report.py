@@ -7,6 +7,7 @@ from typing import Any
 
 from ..schema import SCHEMA_VERSION, SampleSpec
 from ..sequence import sequence_doc
+from ..words import counted
 from .buckets import bucket_doc
 from .errors import PackError
 from .routes import RoutePlan, Skip
@@ -61,10 +62,11 @@ def nothing_packed(report: PackReport, out: str) -> PackError:
     if skipped:
         s = skipped[0]
         first = f" First: {s.episode} {'' if s.frame is None else f'frame {s.frame:04d} '}{s.file}."
-    return PackError(f"no samples: all {report.frames} frames of {len(report.plans)} "
-                     f"routes were skipped ({len(skipped)}) or are route tails "
+    return PackError(f"no samples: all {counted(report.frames, 'frame')} of "
+                     f"{counted(len(report.plans), 'route')} were skipped ({len(skipped)}) or are "
+                     f"route tails "
                      f"({report.tail_frames}) or left out by the loader's rule ({head + end}), "
-                     f"and {len(left_out)} routes were left out, so "
+                     f"and {counted(len(left_out), 'route')} left out, so "
                      f"no shard and no manifest were written to {out}. Reasons: "
                      f"{'; '.join(why) or 'no frames found'}.{first} Fix: repair the input "
                      "these reasons name, or check that INPUT_DIR, --layout and --pred-len "

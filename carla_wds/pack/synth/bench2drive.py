@@ -35,6 +35,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from ...progress import bar as progress_bar   # a terminal's bar, or a few log lines
+from ...words import counted
 
 from ...datasets.bench2drive import RIG
 from ...datasets.bench2drive import RIG_ROWS as B2D_RIG
@@ -340,6 +341,6 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
             write_archive(clip, out / "archives" / f"{clip.name}.tar.gz", int(seed) + ep)
     if episodes > 1:
         (out / SPLIT_FILE).write_text(json.dumps({"val": [f"v1/{clips[-1].name}"]}, indent=2))
-    logger.info("wrote %d bench2drive clips of %d frames (%dx%d) under %s", len(clips), frames,
-                size[0], size[1], out)
+    logger.info("wrote %s of %s (%dx%d, HxW) under %s", counted(len(clips), f"{layout} clip"),
+                counted(frames, "frame"), size[1], size[0], out)   # size: (width, height)
     return sorted(clips)

@@ -22,6 +22,7 @@ from typing import Callable
 import cv2
 import numpy as np
 from ...progress import bar as progress_bar   # a terminal's bar, or a few log lines
+from ...words import counted
 
 from . import world as base
 from .sensors import (  # noqa: F401 - the other writers take them from here too
@@ -126,8 +127,8 @@ def write_routes(layout: str, out_dir: str | Path, routes: list[Path],
     for ep, route in enumerate(progress_bar(routes, desc=f"synth {layout}", unit="route",
                                     disable=not progress)):
         write(route, ep)
-    logger.info("wrote %d %s routes of %d frames (%dx%d, HxW) under %s", len(routes), layout,
-                frames, size[1], size[0], out_dir)   # size: the renderer's (width, height)
+    logger.info("wrote %s of %s (%dx%d, HxW) under %s", counted(len(routes), f"{layout} route"),
+                counted(frames, "frame"), size[1], size[0], out_dir)   # size: (width, height)
     return sorted(routes)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from ...progress import bar as progress_bar   # a terminal's bar, or a few log lines
+from ...words import counted
 
 from . import world
 
@@ -89,6 +90,6 @@ def synth_dataset(out_dir: str | Path, layout: str = "tcp", episodes: int = 4, f
     for ep, route in enumerate(progress_bar(routes, desc=f"synth {layout}", unit="route",
                                     disable=not progress)):
         _write_episode(route, layout, ep, int(seed), int(frames), size)
-    logger.info("wrote %d %s routes of %d frames (%dx%d, HxW) under %s", len(routes), layout,
-                frames, size[1], size[0], out_dir)   # size: the renderer's (width, height)
+    logger.info("wrote %s of %s (%dx%d, HxW) under %s", counted(len(routes), f"{layout} route"),
+                counted(frames, "frame"), size[1], size[0], out_dir)   # size: (width, height)
     return sorted(routes)

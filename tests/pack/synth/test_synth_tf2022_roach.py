@@ -361,7 +361,7 @@ def test_cli_synth(cli, tmp_path, layout):
     result = cli("synth", tmp_path / "raw", "--layout", layout, "--episodes", "1", "--frames",
                  "2", "--image-size", "16x48")
     assert result.exit_code == 0, result.output
-    assert "wrote 1 routes of 2 frames" in result.output
+    assert "wrote 1 route of 2 frames" in result.output
     assert len(list((tmp_path / "raw").rglob("measurements/0001.json"))) == 1
 
 
