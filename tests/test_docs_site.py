@@ -193,3 +193,32 @@ def test_garage_synth_lines_on_user_pages_are_small() -> None:
             if re.search(r"carla-wds synth \S+ --layout garage\b", line)
             and "--image-size" not in line]
     assert not slow, f"garage synth lines at the real 256x1024 camera size: {slow}"
+
+
+def test_messages_and_built_pages_cite_no_issue_numbers(site: Path) -> None:
+    """Neither a string the package shows (errors, help, logs: every string constant that is
+    not a docstring) nor a built page (API docstrings, the CLI's help) cites "issue N";
+    comments and developer docstrings may."""
+    import ast
+    pattern = re.compile(r"\bissues? ?#?\d", re.I)
+    found = []
+    for path in sorted((ROOT / "carla_wds").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr)}
+        found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                  and id(n) not in docs and pattern.search(n.value)]
+    found += [str(page.relative_to(site)) for page in sorted(site.rglob("index.html"))
+              if "benchmarks" not in page.parts and pattern.search(_text(page))]
+    assert not found, f"user-facing text citing internal issue numbers: {found}"
+
+
+def test_the_site_styles_names_and_long_lines(site: Path) -> None:
+    """docs/stylesheets/extra.css: a table's first column (argument, option and field names)
+    never breaks mid-word, and long code lines and API signatures wrap inside the page."""
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert "td:first-child" in css and "white-space: nowrap" in css
+    assert ".doc-signature" in css and "pre-wrap" in css
+    assert "stylesheets/extra.css" in (site / "adapters" / "tcp" / "index.html").read_text()
