@@ -342,8 +342,9 @@ def show(shards, checkpoint, out, n) -> None:
     from .train.errors import USER_ERRORS as TRAIN_ERRORS
     from .train.errors import one_line
     from .train.show import show as run_show
+    from .view.pick import spread_batch
     try:
-        click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n)}")
+        click.echo(f"wrote {run_show(shards, out, checkpoint=checkpoint, n=n, pick=spread_batch)}")
     except (*USER_ERRORS, *TRAIN_ERRORS, ValueError) as exc:
         raise click.ClickException(one_line(exc)) from None
 

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..load import CARLAWebData
+from ..load import CARLABatch, CARLAWebData
 from ..manifest import read_manifest
 from .checkpoint import CheckpointError, load_checkpoint, stored_config
 from .config import ConfigError, TrainConfig, config_from_dict
@@ -24,9 +25,12 @@ class ShowError(ValueError):
 
 
 def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = None,
-         n: int = 6, image_size: tuple[int, int] = (128, 256), on_error: str = "raise") -> Path:
-    """Write a PNG of the first n samples of `shards` (eval order) with their waypoints;
-    with on_error="skip", bad samples are left out of it."""
+         n: int = 6, image_size: tuple[int, int] = (128, 256), on_error: str = "raise",
+         pick: Callable[[CARLAWebData, int], CARLABatch] | None = None) -> Path:
+    """Write a PNG of n samples of `shards` with their waypoints: those `pick(data, n)`
+    returns (`carla-wds show` passes view's choice across routes, commands and speeds,
+    view/pick.py; train sits below view and cannot import it), else the first n in eval
+    order. With on_error="skip", bad samples are left out of it."""
     from .viz import montage
     model, cameras, ckpt, inputs = None, None, None, {}
     if checkpoint is not None:
@@ -35,7 +39,7 @@ def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = No
         inputs = {**loader_options(cfg.model), "history": cfg.data.history,
                   "history_stride": cfg.data.history_stride}
     data = _shards(shards, n, image_size, cameras, checkpoint, on_error, inputs)
-    batch = next(iter(data))
+    batch = pick(data, n) if pick is not None else next(iter(data))
     if ckpt is not None:
         model = _model(checkpoint, ckpt, cfg, data)
         with torch.no_grad():

@@ -2,6 +2,7 @@
 checkpoints read with weights_only=True (no pickle decoded)."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -197,3 +198,56 @@ def test_show_opens_no_file_a_checkpoint_names_as_pretrained(packed_tf4, tmp_pat
     notes = [r.getMessage() for r in caplog.records if "model.pretrained is ignored" in r.getMessage()]
     assert len(notes) == 1 and "show opens no file a checkpoint names" in notes[0], notes
     assert str(named) not in notes[0]
+
+
+def test_show_spreads_its_samples_over_the_packs_routes(cli, packed_tf4, tmp_path, monkeypatch):
+    """show draws view's stratified choice (view/scan.py choose), not the first n samples of
+    one route."""
+    import carla_wds.train.viz as viz
+    from carla_wds.manifest import read_manifest
+    from carla_wds.view.scan import choose, scan
+    drawn, real = [], viz.montage
+    monkeypatch.setattr(viz, "montage", lambda rows, *a, **kw: drawn.append(rows) or
+                        real(rows, *a, **kw))
+    result = cli("show", packed_tf4, "--out", tmp_path / "x.png", "-n", "6")
+    assert result.exit_code == 0, result.output
+    rows = scan(read_manifest(str(packed_tf4)))
+    route_of = {r.key: r.route for r in rows}
+    keys = [row["key"] for row in drawn[0]]
+    assert keys == [r.key for r in choose(rows, 6)]
+    assert len(set(route_of.values())) >= 3
+    assert {route_of[k] for k in keys} == set(route_of.values())   # every route, not one
+    assert cv2.imread(str(tmp_path / "x.png")) is not None
+
+
+def test_show_of_a_history_model_takes_the_loaders_windows(packed_tf4):
+    """A model with data.history needs each sample's earlier frames: the loader's own pass."""
+    from carla_wds.view.pick import spread_batch
+    data = CARLAWebData(str(packed_tf4), batch_size=3, mode="eval", image_size=(32, 48), rank=0,
+                        world_size=1, history=1)
+    got = spread_batch(data, 3)
+    assert got.keys == next(iter(data)).keys and got.images.shape[:2] == (3, 2)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_chosen_sample_that_does_not_decode(packed_tf4, tmp_path, on_error):
+    """on_error=raise: one error naming the sample; skip: the sample is left out."""
+    import shutil
+
+    from carla_wds.train.show import ShowError
+    from carla_wds.view.pick import spread_batch
+    from tests.shardedit import rewrite_member
+    pack = tmp_path / "pack"
+    shutil.copytree(packed_tf4, pack)
+    key = rewrite_member(pack, ".front.png", lambda b: b[:40])   # a truncated PNG
+    data = CARLAWebData(str(pack), batch_size=100, mode="eval", image_size=(32, 48), rank=0,
+                        world_size=1, on_error=on_error)
+    if on_error == "raise":
+        shard = (pack / json.loads((pack / "manifest.json").read_text())["shards"][0]["name"])
+        with pytest.raises(ShowError, match=f"^shard {shard} sample '{key}': .*Fix: run "
+                           "`carla-wds verify --deep"):
+            spread_batch(data, 100)   # every sample: the bad one among them
+    else:
+        batch = spread_batch(data, 100)
+        assert key not in [k for k, ok in zip(batch.keys, batch.valid) if ok]
+        assert int(batch.valid.sum()) == len(batch) - 1
