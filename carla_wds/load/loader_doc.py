@@ -3,9 +3,9 @@
 # (mkdocstrings, Google style) both read it: one source for the argument docs.
 """Decoded, optionally augmented, exactly counted batches of a pack, on one process or DDP.
 
-Iterate it for `CARLABatch`es (or, with `adapter=`, that codebase's own dicts). In train mode
-each rank gets exactly `len(data)` full batches per epoch; in eval mode every sample is served
-exactly once across ranks, the last batches padded with `valid=False` rows. Call
+Iterating it yields `CARLABatch` objects (with `adapter=`, that codebase's dicts). In train
+mode each rank gets exactly `len(data)` full batches per epoch; in eval mode every sample is
+served exactly once across ranks, the last batches padded with `valid=False` rows. Call
 `set_epoch(epoch)` before each epoch; `state_dict()` / `load_state_dict()` resume mid-epoch,
 on another number of ranks too. Every argument after `source` is a keyword.
 
