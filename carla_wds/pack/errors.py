@@ -18,7 +18,12 @@ class PackError(RuntimeError):
 
 class WrongLayout(PackError):
     """INPUT_DIR holds data, but not of --layout: the registry adds the layouts that match
-    (pack.datasets.open_input)."""
+    (pack.datasets.open_input), else `fix`. The message itself says no fix."""
+
+    def __init__(self, message: str, fix: str = "choose the --layout of the data "
+                 "(carla-wds pack --help lists them)") -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 def bad_option(option: str, value: Any, expected: str, fix: str) -> PackError:

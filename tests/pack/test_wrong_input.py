@@ -53,3 +53,16 @@ def test_wrong_yaml_key_names_the_yaml_line_and_the_json_keys(raw_tcp, tmp_path,
         assert "the file has keys [" in out and "x_target" in out and "y_target" in out
         assert "Fix: correct fields.target_x in the layout YAML" in out
         assert "--on-error skip" not in out
+
+
+def test_no_route_folders_suggest_the_dataset_whose_files_they_are(synth, tmp_path, cli):
+    """Data of a code dataset (clips with anno/, LEAD's routes with metas/ and bboxes/) under
+    the default --layout tcp: the dataset whose files they are, from the registry."""
+    for layout in ("bench2drive", "lead"):
+        raw = synth(tmp_path / layout, layout, episodes=1, frames=12)
+        out = " ".join(cli("pack", raw, tmp_path / f"out_{layout}").output.split())
+        assert "no route folders found" in out or "archives holds a route folder" in out
+        assert f"Fix: pack with --layout {layout}" in out
+    (tmp_path / "empty" / "x").mkdir(parents=True)
+    out = " ".join(cli("pack", tmp_path / "empty", tmp_path / "out").output.split())
+    assert "Fix: point INPUT_DIR at the dataset root or choose the right --layout" in out

@@ -72,8 +72,7 @@ def open_input(input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
     except WrongLayout as exc:
         found = matching_layouts(input_dir, but=str(opts.layout))
         fix = (f"pack with --layout {found[0]}" + (f" (layouts whose files match: "
-               f"{', '.join(found)})" if len(found) > 1 else "")) if found else \
-            "choose the --layout of the data (carla-wds pack --help lists them)"
+               f"{', '.join(found)})" if len(found) > 1 else "")) if found else exc.fix
         raise PackError(f"{exc}. Fix: {fix}") from None
 
 

@@ -3,6 +3,7 @@ and plans each into keyframe tasks (plan.py) with its own options (options.py)."
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,6 +31,17 @@ class Bench2Drive(Dataset):
         return (f"{c['between']} frames between keyframes; speed null: {c['null_speed']}, "
                 f"ego class 'vehicle': {c['ego_as_vehicle']}; {c['filtered_routes']} clips "
                 f"left out, {len(manifest.get('split_missing', []))} split clips missing")
+
+    def recognises(self, input_dir: str | Path) -> bool:
+        """A clip folder holding anno/ and camera/ up to 3 folders down (a .tar.gz alone
+        could be any dataset's archive)."""
+        root = Path(input_dir)
+        for dirpath, dirnames, _ in os.walk(root) if root.is_dir() else ():
+            if {"anno", "camera"} <= set(dirnames):
+                return True
+            if len(Path(dirpath).relative_to(root).parts) >= 3:
+                dirnames.clear()
+        return False
 
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         own = Bench2DriveOptions.of(opts.dataset_options)

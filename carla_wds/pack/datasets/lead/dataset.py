@@ -33,6 +33,15 @@ class Lead(Dataset):
         return (f"{c['filtered_routes']} routes left out by LEAD's route filter; metas and "
                 f"boxes read from pickles ({PICKLE_FLAG}), stored as JSON")
 
+    def recognises(self, input_dir: str | Path) -> bool:
+        """Route folders holding metas/ and bboxes/ (rgb/ alone is any dataset's camera)."""
+        try:
+            routes = find_routes(input_dir)
+        except (PackError, OSError):
+            return False
+        return any((r.path / "metas").is_dir() and (r.path / "bboxes").is_dir()
+                   for r in routes[:3] if r.archive is None)
+
     def open(self, input_dir: str | Path, opts: Any) -> tuple[PackInput, Any]:
         if opts.pred_len not in (None, PRED_LEN):
             raise PackError(f"--pred-len {opts.pred_len}: LEAD's loader serves {PRED_LEN} "

@@ -89,10 +89,10 @@ def _archives(input_dir: str | Path, layout: Layout, opts: Any) -> RouteArchives
                     len(archives.without_routes), len(archives.archives), layout.name,
                     archives.without_routes[0])
     if not archives.where:
-        raise PackError(f"INPUT_DIR {input_dir}: none of its {len(archives.archives)} archives "
-                        f"holds a route folder (a folder holding '{layout.measurements}/', "
-                        f"layout {layout.name}). Fix: add the archives of the driving data, or "
-                        "choose the right --layout")
+        raise WrongLayout(f"INPUT_DIR {input_dir}: none of its {len(archives.archives)} "
+                          f"archives holds a route folder (a folder holding "
+                          f"'{layout.measurements}/', layout {layout.name})", "add the archives "
+                          "of the driving data, or choose the right --layout")
     return archives
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ....schema import SchemaError, make_key
-from ...errors import PackError
+from ...errors import PackError, WrongLayout
 from ...labels import layout_labels, non_finite_label
 from ..poses import POSE_MEMBER, PosedTask, frame_pose
 from .tracks import TRACKS_MEMBER, route_boxes, route_tracks
@@ -33,10 +33,10 @@ def find_routes(input_dir: str | Path, layout: Layout) -> list[str]:
     PackError if there is none (archived.py reads archives of them)."""
     routes = route_folders(input_dir, layout)
     if not routes:
-        raise PackError(f"INPUT_DIR {input_dir}: no route folders found; expected folders "
-                        f"holding a '{layout.measurements}/' folder (layout {layout.name}), or "
-                        ".tar.gz / .zip archives of them. Fix: point INPUT_DIR at the dataset "
-                        "root or choose the right --layout")
+        raise WrongLayout(f"INPUT_DIR {input_dir}: no route folders found; expected folders "
+                          f"holding a '{layout.measurements}/' folder (layout {layout.name}), "
+                          "or .tar.gz / .zip archives of them",
+                          "point INPUT_DIR at the dataset root or choose the right --layout")
     return routes
 
 
