@@ -52,3 +52,13 @@ def test_the_fsspec_hint_names_the_protocols_package(url, fix):
         assert f"Fix: {fix}" in str(exc) and "[s3]" not in str(exc)
     else:
         pytest.skip(f"{url.split(':')[0]}'s fsspec package is installed here")
+
+
+def test_the_view_report_counts_one_shard_as_one(synth, tmp_path, cli):
+    raw = synth(tmp_path / "raw", "tcp", episodes=1, frames=8)
+    assert cli("pack", raw, tmp_path / "p").exit_code == 0
+    made = cli("view", tmp_path / "p", "--out", tmp_path / "v.html", "-n", "2")
+    assert made.exit_code == 0, made.output
+    page = (tmp_path / "v.html").read_text()
+    assert "4 samples of 1 route in 1 shard, 0 frames skipped" in page
+    assert "2 samples shown" in page

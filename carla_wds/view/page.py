@@ -17,6 +17,7 @@ from ..fileio import atomic_write_bytes
 from ..load import CARLAWebData
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..remote import RemoteOptions
+from ..words import counted
 from .draw import bars_png, bev_png, speed_png
 from .samples import bev_of, cameras_of, decode, scene_fields
 from .scan import Row, ViewError, choose, command_name, counts, read_samples, scan
@@ -99,12 +100,13 @@ def render(title: str, head: str, cards: list[str], charts: str, doc: dict[str, 
 def _head(data: CARLAWebData, rows: list[Row], chosen: list[Row]) -> str:
     doc = data.manifest.doc
     routes = len({r.route for r in rows})
-    return (f"<p>layout <code>{html.escape(str(doc.get('layout')))}</code>, {len(rows)} "
-            f"samples of {routes} routes in {len(data.manifest.shards)} shards, "
-            f"{len(doc.get('skipped', []))} frames skipped, cameras "
+    return (f"<p>layout <code>{html.escape(str(doc.get('layout')))}</code>, "
+            f"{counted(len(rows), 'sample')} of {counted(routes, 'route')} in "
+            f"{counted(len(data.manifest.shards), 'shard')}, "
+            f"{counted(len(doc.get('skipped', [])), 'frame')} skipped, cameras "
             f"{html.escape(', '.join(data.spec.cameras))}. Bird's-eye panels: forward up, "
-            f"right to the right, in metres from the vehicle origin. {len(chosen)} samples "
-            f"shown: {html.escape(RULE)}.</p>")
+            f"right to the right, in metres from the vehicle origin. "
+            f"{counted(len(chosen), 'sample')} shown: {html.escape(RULE)}.</p>")
 
 
 def view(shards: str | Path, out: str | Path, n: int = 12,
@@ -121,8 +123,8 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
                         image_size=image_size or default_size(probe))
     manifest = data.manifest
     show_bar = sys.stderr.isatty() if progress is None else progress
-    log.info("view: reading the labels of %d samples in %d shards of %s",
-             manifest.total_samples, len(manifest.shards), manifest.where)
+    log.info("view: reading the labels of %s in %s of %s", counted(manifest.total_samples,
+             "sample"), counted(len(manifest.shards), "shard"), manifest.where)
     with progress_bar(total=manifest.total_samples, desc="labels", unit="sample",
               disable=not show_bar) as bar:
         rows = scan(manifest, remote, bar)
@@ -130,7 +132,7 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
         raise ViewError(f"{manifest.where}: the pack holds no sample. Fix: re-pack it")
     chosen = choose(rows, n)
     raws = read_samples(manifest, [r.key for r in chosen], {r.shard for r in chosen}, remote)
-    log.info("view: drawing %d samples (fields %s)", len(raws), fields or "none")
+    log.info("view: drawing %s (fields %s)", counted(len(raws), "sample"), fields or "none")
     batch = decode(data, raws)
     frames = dict(data.spec.frames)
     cards, bevs, at = [], {}, {k: i for i, k in enumerate(batch.keys)}
