@@ -1,6 +1,6 @@
 # Two commands, each doing its own setup on a fresh machine:
 #   make demo   synthesise -> pack -> verify -> inspect -> torchrun x2 training -> report
-#   make test   the test suite (every tier; make test-fast: the tier without processes)
+#   make test   the test suite (every tier; make quick: the tier without processes)
 #   make wheel-check   the built wheel, installed outside the repo, packs and trains (CI runs it)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast wheel-check install chromium clean
+.PHONY: demo test quick wheel-check install chromium clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ test: $(VENV)/.installed $(CHROMIUM)
 
 # the inner loop: no child processes, torchrun, S3 server, doc blocks, benchmarks or browser
 # (tests/markers.py assigns those markers by rule); make test runs every tier
-test-fast: $(VENV)/.installed
+quick: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not (proc or ddp or s3 or docs or bench or browser)"
 
 wheel-check: $(VENV)/.installed

@@ -36,7 +36,7 @@ from carla_wds.pack.synth import synth_dataset
 from .benchruns import BenchRuns
 from .helpers import PackZoo
 
-# cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make test-fast` skips them
+# cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make quick` skips them
 pytest_plugins = ["tests.markers", "pytester"]
 
 IMAGE_SIZE = (48, 64)          # (height, width); small so the whole suite stays fast

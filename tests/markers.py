@@ -1,7 +1,7 @@
 """Cost markers, assigned by rule from what a test starts (issue 39), and the house rule that
 keeps them honest.
 
-`make test` runs every tier; `make test-fast` deselects the costly ones (`-m "not (proc or
+`make test` runs every tier; `make quick` deselects the costly ones (`-m "not (proc or
 ddp or s3 or docs or bench or browser)"`), the inner loop of a developer's day.
 
 Assignment (at collection, so `-m` can select on it): the code a test reaches is walked, the
@@ -183,7 +183,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report.longrepr = (
         f"{item.nodeid} started {len(_started)} child process(es), first: {_started[0][:300]!r}, "
         f"but carries none of the markers {', '.join(STARTS_PROCESSES)} (tests/markers.py). "
-        "Fix: mark it (@pytest.mark.proc, or the marker of what it starts) so `make test-fast` "
+        "Fix: mark it (@pytest.mark.proc, or the marker of what it starts) so `make quick` "
         "leaves it out, or teach markers_for the helper that starts it")
 
 
