@@ -28,20 +28,22 @@ BEV_MAX_HALF_M = 60.0      # and never more, so a far target point cannot shrink
 MAX_LIDAR_POINTS = 4000    # drawn per panel (evenly strided), enough to see the scene
 _EGO = BOX_CLASSES["ego"]
 _CLASS_COLOURS = {BOX_CLASSES["car"]: "tab:orange", BOX_CLASSES["walker"]: "tab:purple",
-                  BOX_CLASSES["traffic_light"]: "tab:red", BOX_CLASSES["stop_sign"]: "tab:brown"}
+                  BOX_CLASSES["traffic_light"]: "tab:red", BOX_CLASSES["stop_sign"]: "tab:brown",
+                  BOX_CLASSES["traffic_sign"]: "tab:olive"}
+_CLASS_NAMES = {v: k.replace("_", " ") for k, v in BOX_CLASSES.items()}
 _CLASS_BGR = {BOX_CLASSES["car"]: (0, 140, 255), BOX_CLASSES["walker"]: (180, 60, 150)}
 # the 12 edges of a box as pairs of corner indices (corners(): x-major, then y, then z)
 _EDGES = ((0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (1, 3), (4, 6), (5, 7), (0, 4), (1, 5),
           (2, 6), (3, 7))
 
 
-def plain_text(draw: Callable[..., bytes]) -> Callable[..., bytes]:
+def plain_text(draw: Callable[..., Any]) -> Callable[..., Any]:
     """`draw` with every text matplotlib makes taken literally: route, scenario and skip
     reason names come from the shards, and a `$...$` in one would be parsed as mathtext
     (aborting the report on a bad expression), or as TeX where the user's matplotlibrc sets
     usetex. The settings are read when texts are made and drawn, both inside `draw`."""
     @functools.wraps(draw)
-    def drawn(*args: Any, **kw: Any) -> bytes:
+    def drawn(*args: Any, **kw: Any) -> Any:
         import matplotlib
         with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
             return draw(*args, **kw)
@@ -90,8 +92,9 @@ def camera_jpeg(image: np.ndarray, boxes_fwd_right: list[tuple[int, np.ndarray]]
     return buf.tobytes()
 
 
-def _limits(points: list[np.ndarray]) -> float:
-    """Half side of the square panel: the waypoints and target point in view, within bounds."""
+def bev_half(points: list[np.ndarray]) -> float:
+    """Half side (m) of the square panels: every sample's waypoints and target point in view,
+    within bounds. The report passes all its samples' points, so every panel has one scale."""
     reach = max((float(np.abs(p).max()) for p in points if p.size), default=0.0)
     return float(np.clip(reach * 1.15, BEV_HALF_M, BEV_MAX_HALF_M))
 
@@ -108,23 +111,27 @@ def _scene(ax: Axes, bev: dict[str, Any]) -> None:
     if lidar is not None and len(lidar):
         step = max(1, len(lidar) // MAX_LIDAR_POINTS)
         ax.scatter(lidar[::step, 0], lidar[::step, 1], s=0.4, c="0.55", lw=0, label="LiDAR")
-    for i, (cls, foot) in enumerate(bev.get("boxes", [])):
+    named: set[str] = set()
+    for cls, foot in bev.get("boxes", []):
         ring = np.vstack([foot, foot[:1]])
+        name = _CLASS_NAMES.get(cls, "other box")   # each class once in the legend, by colour
         ax.plot(ring[:, 0], ring[:, 1], color=_CLASS_COLOURS.get(cls, "tab:cyan"), lw=1.0,
-                label="boxes" if i == 0 else None)
+                label=None if name in named else name)
+        named.add(name)
     route = bev.get("route")
     if route is not None and len(route):
         ax.plot(route[:, 0], route[:, 1], ":", color="tab:blue", lw=1.2, label="route")
 
 
 @plain_text
-def bev_png(bev: dict[str, Any], title: str) -> bytes:
-    """The bird's-eye panel of one sample: `bev` holds (right, forward) arrays: waypoints
-    (P, 2), target (2,), and optionally route (R, 2), lidar (N, 2), boxes [(class, (4, 2))]."""
+def bev_png(bev: dict[str, Any], title: str, half: float | None = None) -> tuple[bytes, list[str]]:
+    """The bird's-eye panel of one sample and its legend's labels: `bev` holds (right,
+    forward) arrays: waypoints (P, 2), target (2,), and optionally route (R, 2), lidar (N, 2),
+    boxes [(class, (4, 2))]; `half` (m) the panel's half side (else fitted to this sample)."""
     fig = _figure((3.4, 3.4))
     ax = fig.add_axes((0.16, 0.13, 0.8, 0.78))
     wp, tgt = bev["waypoints"], bev["target"]
-    half = _limits([wp, tgt])
+    half = bev_half([wp, tgt]) if half is None else half
     _scene(ax, bev)
     ax.plot(wp[:, 0], wp[:, 1], "-o", color="tab:green", ms=3, lw=1.5, label="waypoints")
     shown, clipped = _clip_to(tgt, half)
@@ -140,7 +147,7 @@ def bev_png(bev: dict[str, Any], title: str) -> bytes:
     ax.grid(True, alpha=0.3)
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6, loc="lower right", framealpha=0.7)
-    return png_of(fig)
+    return png_of(fig), ax.get_legend_handles_labels()[1]
 
 
 @plain_text

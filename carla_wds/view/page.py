@@ -7,6 +7,7 @@ import base64
 import html
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from ..load import CARLAWebData
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..remote import RemoteOptions
 from ..words import counted
-from .draw import bars_png, bev_png, speed_png
+from .draw import bars_png, bev_half, bev_png, speed_png
 from .samples import bev_of, cameras_of, decode, scene_fields
 from .scan import Row, ViewError, choose, command_name, counts, read_samples, scan
 
@@ -28,13 +29,27 @@ RULE = ("strata of (route, command, speed bin); next the sample of the stratum w
         "route, command and speed bin were drawn least so far; ties and the sample within a "
         "stratum by the smallest sha256 of the key: deterministic")
 _CSS = """body{font:14px sans-serif;margin:16px;background:#fafafa;color:#222}
-.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(720px,1fr));gap:12px}
-.row{display:flex;gap:6px;align-items:flex-start}.row .cams{flex:1}
+.grid{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
+.row{display:flex;flex-wrap:wrap;gap:6px;align-items:flex-start}
 .card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px}
 .card h3{font-size:12px;margin:0 0 6px;word-break:break-all}
 .cams{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}.cams figure{margin:0}
-figcaption{font-size:11px;color:#555}.cams img{height:80px}.bev{margin:0;flex:none}
-.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}code{font-size:12px}"""
+.rig{display:grid;grid-template-columns:repeat(3,auto);gap:4px;justify-content:start}
+figcaption{font-size:11px;color:#555}.bev{margin:0;flex:none}.zoomable{cursor:zoom-in}
+.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}code{font-size:12px}
+#zoom{position:fixed;inset:0;background:rgba(0,0,0,.85);display:flex;flex-direction:column;
+align-items:center;justify-content:center;cursor:zoom-out;z-index:10;color:#eee}
+#zoom[hidden]{display:none}#zoom img{width:94vw;height:86vh;object-fit:contain}"""
+# click a picture: the overlay shows it as large as the window allows; a click or Esc closes
+_JS = """const z=document.getElementById('zoom');
+document.addEventListener('click',e=>{const t=e.target;
+if(t.classList&&t.classList.contains('zoomable')){z.querySelector('img').src=t.src;
+z.querySelector('p').textContent=t.alt;z.hidden=false}else if(z.contains(t)){z.hidden=true}});
+document.addEventListener('keydown',e=>{if(e.key==='Escape')z.hidden=true});"""
+_ZOOM = '<div id="zoom" hidden><img alt="zoomed picture"><p></p></div>'
+# where a camera sits in the surround grid, from words in its name (any layout's rig)
+_BACK, _LEFT, _RIGHT = re.compile(r"back|rear", re.I), re.compile("left", re.I), \
+    re.compile("right", re.I)
 
 
 def _uri(data: bytes, mime: str) -> str:
@@ -53,24 +68,55 @@ def default_size(data: CARLAWebData) -> tuple[int, int]:
     return h, max(1, round(h * size[1] / size[0]))
 
 
-def _card(row: Row, cams: list[bytes], names: tuple[str, ...], bev: dict[str, Any]) -> str:
+def rig_places(names: tuple[str, ...]) -> list[tuple[int, int]] | None:
+    """Each camera's (row, column) in a surround grid, read from its name: 'back' or 'rear'
+    on the second row, 'left' and 'right' in the outer columns (front-left, front,
+    front-right / back-left, back, back-right). None for one camera, or where two names give
+    one place (names that say no direction): those are shown in the pack's order."""
+    places = [(2 if _BACK.search(n) else 1,
+               1 if _LEFT.search(n) else 3 if _RIGHT.search(n) else 2) for n in names]
+    return places if len(names) > 1 and len(set(places)) == len(places) else None
+
+
+def _card(row: Row, cams: list[bytes], names: tuple[str, ...], panel: bytes) -> str:
     command = command_name(row.command)
     title = f"{row.key} · {command} · {row.speed:.1f} m/s"
-    figs = "".join(f"<figure>{_img(c, 'image/jpeg', n)}<figcaption>{html.escape(n)}"
-                   "</figcaption></figure>" for c, n in zip(cams, names))
-    panel = _img(bev_png(bev, "bird's-eye (m)"), "image/png", "bev")
+    places = rig_places(names)
+    at = [""] * len(names) if places is None else \
+        [f' style="grid-row:{r};grid-column:{c}"' for r, c in places]
+    figs = "".join(f"<figure{a}>{_img(c, 'image/jpeg', n, 'zoomable')}<figcaption>"
+                   f"{html.escape(n)}</figcaption></figure>" for a, c, n in zip(at, cams, names))
+    bev = _img(panel, "image/png", "bird's-eye", "zoomable")
     return (f'<div class="card" data-key="{html.escape(row.key)}" data-route="'
             f'{html.escape(row.route)}" data-command="{html.escape(command)}">'
-            f'<h3>{html.escape(title)}</h3><div class="row"><div class="cams">{figs}</div>'
-            f'<figure class="bev">{panel}</figure></div></div>')
+            f'<h3>{html.escape(title)}</h3><div class="row"><div class="cams'
+            f'{"" if places is None else " rig"}">{figs}</div>'
+            f'<figure class="bev">{bev}</figure></div></div>')
 
 
-def _charts(hist: dict[str, dict[str, int]], speeds: np.ndarray) -> str:
-    pngs = [speed_png(speeds), bars_png("commands", hist["commands"]),
-            bars_png("towns", hist["towns"]), bars_png("scenarios (clip or folder name)",
-                                                       hist["scenarios"]),
-            bars_png("skipped frames by reason (manifest)", hist["skipped"], "frames")]
-    return "".join(_img(p, "image/png", "chart") for p in pngs)
+# the buckets a pack records per sample (manifest["buckets"]["sizes"]), charted in this order
+BUCKET_CHARTS = {"accel": "acceleration", "yaw_rate": "yaw rate", "start": "start from a stop",
+                 "leading": "leading actor", "crossing": "crossing actor"}
+
+
+def _charts(hist: dict[str, dict[str, int]], speeds: np.ndarray, buckets: dict[str, Any]) -> str:
+    """The charts; one whose counts hold a single value says so in a line instead (a bar
+    chart of one bar shows nothing, as every tcp sample's scenario '-')."""
+    bars = [("commands", hist["commands"], "samples"), ("towns", hist["towns"], "samples"),
+            ("scenarios (clip or folder name)", hist["scenarios"], "samples")]
+    bars += [(f"{title} (manifest buckets)", buckets[name], "samples")
+             for name, title in BUCKET_CHARTS.items() if isinstance(buckets.get(name), dict)]
+    bars.append(("skipped frames by reason (manifest)", hist["skipped"], "frames"))
+    out, notes = [_img(speed_png(speeds), "image/png", "speeds")], []
+    for title, values, unit in bars:
+        if len(values) > 1:
+            out.append(_img(bars_png(title, values, unit), "image/png", title))
+        else:
+            notes.append(f"{title}: " + (f"all {counted(next(iter(values.values())), unit[:-1])}"
+                                         f" {html.escape(next(iter(values)))}" if values
+                                         else "none"))
+    note = f'<p class="one">One value (no chart): {"; ".join(notes)}.</p>' if notes else ""
+    return f'<div class="charts">{"".join(out)}</div>{note}'
 
 
 # characters a script element's JSON must not hold raw: `<` (`</script>`, and `<!--<script>`,
@@ -92,9 +138,10 @@ def render(title: str, head: str, cards: list[str], charts: str, doc: dict[str, 
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<link rel="icon" href="data:,"><title>{html.escape(title)}</title>'
             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{head}"
-            f'<h2>Labels</h2><div class="charts">{charts}</div>'
-            f'<h2>Samples</h2><div class="grid">{"".join(cards)}</div>'
-            f'<script type="application/json" id="report-data">{data}</script></body></html>')
+            f"<h2>Labels</h2>{charts}"
+            f'<h2>Samples</h2><div class="grid">{"".join(cards)}</div>{_ZOOM}'
+            f'<script type="application/json" id="report-data">{data}</script>'
+            f"<script>{_JS}</script></body></html>")
 
 
 def _head(data: CARLAWebData, rows: list[Row], chosen: list[Row]) -> str:
@@ -135,20 +182,27 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
     log.info("view: drawing %s (fields %s)", counted(len(raws), "sample"), fields or "none")
     batch = decode(data, raws)
     frames = dict(data.spec.frames)
-    cards, bevs, at = [], {}, {k: i for i, k in enumerate(batch.keys)}
-    for row in progress_bar(chosen, desc="samples", disable=not show_bar):
+    at = {k: i for i, k in enumerate(batch.keys)}
+    drawn = []
+    for row in chosen:
         i = at.get(row.key)
         if i is None or not bool(batch.valid[i]):
             log.warning("view: %s not drawn: %s", row.key, "; ".join(batch.errors)[:300])
             continue
-        bev = bev_of(batch, i, frames)
+        drawn.append((row, i, bev_of(batch, i, frames)))
+    # one scale for every panel, so distances compare across samples
+    half = bev_half([p for _, _, b in drawn for p in (b["waypoints"], b["target"])])
+    cards, bevs = [], {}
+    for row, i, bev in progress_bar(drawn, desc="samples", disable=not show_bar):
+        panel, legend = bev_png(bev, "bird's-eye (m)", half)
         bevs[row.key] = {"waypoints": np.round(bev["waypoints"], 3).tolist(),
-                         "target": np.round(bev["target"], 3).tolist()}
-        cards.append(_card(row, cameras_of(batch, i, frames), data.spec.cameras, bev))
+                         "target": np.round(bev["target"], 3).tolist(), "legend": legend}
+        cards.append(_card(row, cameras_of(batch, i, frames), data.spec.cameras, panel))
     hist = counts(rows, list(manifest.doc.get("skipped", [])))
     doc = {"counts": hist, "samples": [r.key for r in chosen], "bev": bevs,
-           "fields": fields, "rule": RULE}
+           "bev_half_m": half, "fields": fields, "rule": RULE}
     page = render(f"carla-wds view: {manifest.where}", _head(data, rows, chosen), cards,
-                  _charts(hist, np.asarray([r.speed for r in rows])), doc)
+                  _charts(hist, np.asarray([r.speed for r in rows]),
+                          manifest.doc.get("buckets", {}).get("sizes", {})), doc)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_bytes(out, page.encode("utf-8"))

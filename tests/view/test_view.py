@@ -4,6 +4,8 @@ against the shards read here with tarfile and numpy, and against each layout's a
 out here from docs/coordinates.md, not through carla_wds."""
 from __future__ import annotations
 
+import base64
+import html
 import io
 import json
 import re
@@ -11,6 +13,7 @@ import tarfile
 from collections import Counter
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -147,3 +150,51 @@ def test_a_damaged_shard_is_one_line_naming_it_and_the_fix(cli, packs, tmp_path,
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and shard.name in lines[0] and "Fix: re-" in lines[0], lines
     assert not out.exists()
+
+
+BOX_NAMES = {0: "car", 1: "walker", 2: "traffic light", 3: "stop sign", 5: "traffic sign"}
+
+
+def test_birds_eye_legend_names_the_box_classes_and_one_scale_serves_all(packs, tmp_path):
+    """Each panel's legend names the classes of the boxes it draws (by their colours), and
+    every panel has one half side, wide enough for every sample's waypoints."""
+    shards = packs["bench2drive"]
+    data = report_data(view(shards, tmp_path / "r.html", n=8, progress=False))
+    held = members(shards)
+    for key, bev in data["bev"].items():
+        rows = np.load(io.BytesIO(held[key]["boxes.npy"]))
+        classes = {BOX_NAMES[int(c)] for c in rows[:, 0] if int(c) != 4}   # 4: the ego
+        assert classes and classes <= set(bev["legend"]), (classes, bev["legend"])
+    half = data["bev_half_m"]
+    reach = max(np.abs(np.asarray(b["waypoints"])).max() for b in data["bev"].values())
+    assert 24.0 <= half <= 60.0 and reach <= half
+    sizes = {img.shape for img in panels(tmp_path / "r.html")}
+    assert len(sizes) == 1, sizes
+
+
+def panels(page: Path) -> list[np.ndarray]:
+    found = re.findall(r'alt="bird&#x27;s-eye" src="data:image/png;base64,([^"]+)"',
+                       page.read_text())
+    return [cv2.imdecode(np.frombuffer(base64.b64decode(b), np.uint8), 1) for b in found]
+
+
+def chart_names(page: Path) -> list[str]:
+    charts = page.read_text().split('<div class="charts">')[1].split("</div>")[0]
+    return [html.unescape(a) for a in re.findall(r'<img alt="([^"]+)"', charts)]
+
+
+def test_charts_of_the_recorded_buckets_and_no_chart_of_one_value(packs, tmp_path):
+    """tcp: every sample's scenario is '-', so no scenarios chart but a line saying so; the
+    manifest's buckets with several values are charted; garage's one-command pack likewise."""
+    page = view(packs["tcp"], tmp_path / "tcp.html", progress=False)
+    sizes = json.loads((packs["tcp"] / "manifest.json").read_text())["buckets"]["sizes"]
+    names = chart_names(page)
+    assert not [n for n in names if n.startswith("scenarios")], names
+    total = sum(sizes["accel"].values())
+    assert f"scenarios (clip or folder name): all {total} samples -" in page.read_text()
+    for bucket, title in (("accel", "acceleration"), ("yaw_rate", "yaw rate"),
+                          ("start", "start from a stop")):
+        assert len(sizes[bucket]) > 1 and f"{title} (manifest buckets)" in names, names
+    assert f"leading actor (manifest buckets): all {total} samples unknown" in page.read_text()
+    b2d = chart_names(view(packs["bench2drive"], tmp_path / "b.html", progress=False))
+    assert "scenarios (clip or folder name)" in b2d, b2d

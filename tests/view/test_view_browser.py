@@ -51,8 +51,9 @@ def open_page(browser, page_file: Path, shot: Path) -> dict:
     page.on("request", lambda r: seen["requests"].append(r.url))
     page.goto(page_file.as_uri(), wait_until="load")
     seen["images"] = page.evaluate(
-        "[...document.images].map(i => ({alt: i.alt, complete: i.complete,"
-        " w: i.naturalWidth, h: i.naturalHeight}))")
+        "[...document.images].filter(i => !i.closest('#zoom')).map(i => ({alt: i.alt,"
+        " complete: i.complete, w: i.naturalWidth, h: i.naturalHeight}))")
+    seen["charts"] = page.evaluate("document.querySelectorAll('.charts img').length")
     seen["cards"] = page.evaluate("document.querySelectorAll('.card').length")
     page.screenshot(path=str(shot), full_page=True)
     page.close()
@@ -65,8 +66,8 @@ def test_the_report_opens_in_headless_chromium(browser, packs, tmp_path, layout)
     seen = open_page(browser, page_file, tmp_path / "shot.png")
     n_cams = 6 if layout == "bench2drive" else 1
     assert seen["cards"] == 6
-    # 5 charts, and per card its cameras and the bird's-eye panel: every one decoded
-    assert len(seen["images"]) == 5 + seen["cards"] * (n_cams + 1)
+    # the charts, and per card its cameras and the bird's-eye panel: every one decoded
+    assert len(seen["images"]) == seen["charts"] + seen["cards"] * (n_cams + 1)
     assert all(i["complete"] and i["w"] > 0 and i["h"] > 0 for i in seen["images"]), seen["images"]
     assert not seen["errors"], seen["errors"]
     assert not [m for m in seen["console"] if m[0] in ("error", "warning")], seen["console"]
@@ -75,3 +76,43 @@ def test_the_report_opens_in_headless_chromium(browser, packs, tmp_path, layout)
     shot = cv2.imread(str(tmp_path / "shot.png"))
     assert shot is not None and shot.shape[1] == 1200 and shot.shape[0] > 900
     assert float(shot.std()) > 10.0   # a drawn page, not a blank one
+
+
+BOXES = "el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom] }"
+
+
+def test_cameras_at_their_size_in_rig_order_and_click_to_zoom(browser, packs, tmp_path):
+    """Bench2Drive's six cameras: drawn at the size embedded (not shrunk), front-left, front,
+    front-right above back-left, back, back-right, the bird's-eye panel to their right; a click
+    on a camera shows it large in the overlay, a click on the overlay or Esc closes it."""
+    page_file = view(packs["bench2drive"], tmp_path / "report.html", n=2, progress=False)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(page_file.as_uri(), wait_until="load")
+    card = page.locator(".card").first
+    box = {}
+    for name in ("front_left", "front", "front_right", "back_left", "back", "back_right"):
+        img = card.locator(f'img[alt="{name}"]')
+        size = img.evaluate("i => [i.naturalWidth, i.width, i.naturalHeight, i.height]")
+        assert size == [160, 160, 90, 90], (name, size)
+        box[name] = img.evaluate(BOXES)
+    for row in (("front_left", "front", "front_right"), ("back_left", "back", "back_right")):
+        assert box[row[0]][2] <= box[row[1]][0] and box[row[1]][2] <= box[row[2]][0], box
+        assert box[row[0]][1] == box[row[1]][1] == box[row[2]][1], box
+    assert box["front"][3] <= box["back"][1], box
+    bev = card.locator('img[alt="bird\'s-eye"]').evaluate(BOXES)
+    assert bev[0] >= box["front_right"][2] and bev[1] < box["back"][3], (bev, box)
+    zoom = page.locator("#zoom")
+    assert not zoom.is_visible()
+    card.locator('img[alt="front"]').click()
+    assert zoom.is_visible()
+    big = zoom.locator("img").evaluate("i => [i.src, i.width, i.height]")
+    assert big[0] == card.locator('img[alt="front"]').get_attribute("src")
+    assert big[1] > 4 * 160 or big[2] > 4 * 90, big   # the window's size, not the card's
+    assert zoom.inner_text() == "front"
+    zoom.click()
+    assert not zoom.is_visible()
+    card.locator('img[alt="bird\'s-eye"]').click()
+    assert zoom.is_visible()
+    page.keyboard.press("Escape")
+    assert not zoom.is_visible()
+    page.close()
