@@ -123,6 +123,17 @@ def _scene(ax: Axes, bev: dict[str, Any]) -> None:
         ax.plot(route[:, 0], route[:, 1], ":", color="tab:blue", lw=1.2, label="route")
 
 
+def _metre_axes(ax: Axes, half: float) -> None:
+    """A square (right, forward) metre view of +-half around the ego, forward up."""
+    ax.set_xlim(-half, half)
+    ax.set_ylim(-half, half)
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("right [m]", fontsize=8)
+    ax.set_ylabel("forward [m]", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+
+
 @plain_text
 def bev_png(bev: dict[str, Any], title: str, half: float | None = None) -> tuple[bytes, list[str]]:
     """The bird's-eye panel of one sample and its legend's labels: `bev` holds (right,
@@ -138,13 +149,7 @@ def bev_png(bev: dict[str, Any], title: str, half: float | None = None) -> tuple
     ax.plot(*shown, marker="*", ms=11, color="tab:blue", mfc="none" if clipped else "tab:blue",
             ls="", label="target" + (" (off view)" if clipped else ""))
     ax.plot(0, 0, marker="^", ms=9, color="black", ls="", label="ego")
-    ax.set_xlim(-half, half)
-    ax.set_ylim(-half, half)
-    ax.set_aspect("equal", adjustable="box")
-    ax.set_xlabel("right [m]", fontsize=8)
-    ax.set_ylabel("forward [m]", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(True, alpha=0.3)
+    _metre_axes(ax, half)
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=6, loc="lower right", framealpha=0.7)
     return png_of(fig), ax.get_legend_handles_labels()[1]
@@ -184,4 +189,30 @@ def speed_png(speeds: np.ndarray) -> bytes:
     ax.set_ylabel("samples", fontsize=8)
     ax.tick_params(labelsize=7)
     fig.suptitle(f"speeds ({speeds.size} samples)", fontsize=9, x=0.02, ha="left")
+    return png_of(fig)
+
+
+@plain_text
+def ends_png(ends: np.ndarray) -> bytes:
+    """Every sample's last waypoint, (N, 2) (right, forward) metres: where the pack drives."""
+    fig = _figure((3.4, 3.4))
+    ax = fig.add_axes((0.18, 0.14, 0.76, 0.74))
+    ax.scatter(ends[:, 0], ends[:, 1], s=4, alpha=0.5, color="tab:green", lw=0)
+    ax.plot(0, 0, marker="^", ms=8, color="black", ls="")
+    reach = max(1.0, float(np.abs(ends).max()) * 1.1) if ends.size else 1.0
+    _metre_axes(ax, reach)
+    fig.suptitle(f"last waypoints ({len(ends)} samples)", fontsize=9, x=0.02, ha="left")
+    return png_of(fig)
+
+
+@plain_text
+def controls_png(controls: np.ndarray) -> bytes:
+    """Histograms of the expert's (N, 3) steer, throttle and brake."""
+    fig = _figure((4.6, 2.2))
+    for j, (name, lo) in enumerate((("steer", -1.0), ("throttle", 0.0), ("brake", 0.0))):
+        ax = fig.add_axes((0.08 + j * 0.32, 0.22, 0.26, 0.62))
+        ax.hist(np.clip(controls[:, j], lo, 1.0), bins=np.linspace(lo, 1.0, 11), color="tab:blue")
+        ax.set_xlabel(name, fontsize=8)
+        ax.tick_params(labelsize=6)
+    fig.suptitle(f"expert controls ({len(controls)} samples)", fontsize=9, x=0.02, ha="left")
     return png_of(fig)

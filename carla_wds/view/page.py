@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..fileio import atomic_write_bytes
 from ..load import CARLAWebData
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..remote import RemoteOptions
 from ..words import counted
-from .draw import bars_png, bev_half, bev_png, speed_png
+from ..train.frames import label_frames, to_right_forward
+from .draw import bars_png, bev_half, bev_png, controls_png, ends_png, speed_png
 from .samples import bev_of, cameras_of, decode, scene_fields
 from .scan import Row, ViewError, choose, command_name, counts, read_samples, scan
 
@@ -99,15 +101,32 @@ BUCKET_CHARTS = {"accel": "acceleration", "yaw_rate": "yaw rate", "start": "star
                  "leading": "leading actor", "crossing": "crossing actor"}
 
 
-def _charts(hist: dict[str, dict[str, int]], speeds: np.ndarray, buckets: dict[str, Any]) -> str:
+def _whole_pack(rows: list[Row], frames: dict[str, str]) -> list[str]:
+    """The scatter of every sample's last waypoint, in (right, forward) metres, and the
+    expert controls' histograms where the pack records them."""
+    ends = np.asarray([r.end for r in rows], np.float64).reshape(-1, 2)
+    ends = ends[np.isfinite(ends).all(axis=1)]
+    out = [_img(ends_png(to_right_forward(torch.from_numpy(ends), label_frames(frames)[0])
+                         .numpy()), "image/png", "last waypoints")] if len(ends) else []
+    controls = np.asarray([r.controls for r in rows if r.controls is not None], np.float64)
+    if len(controls):
+        out.append(_img(controls_png(controls), "image/png", "expert controls"))
+    return out
+
+
+def _charts(hist: dict[str, dict[str, int]], rows: list[Row], buckets: dict[str, Any],
+            frames: dict[str, str]) -> str:
     """The charts; one whose counts hold a single value says so in a line instead (a bar
     chart of one bar shows nothing, as every tcp sample's scenario '-')."""
     bars = [("commands", hist["commands"], "samples"), ("towns", hist["towns"], "samples"),
             ("scenarios (clip or folder name)", hist["scenarios"], "samples")]
     bars += [(f"{title} (manifest buckets)", buckets[name], "samples")
              for name, title in BUCKET_CHARTS.items() if isinstance(buckets.get(name), dict)]
+    if hist["box_classes"]:   # a pack with boxes
+        bars.append(("boxes by class (all samples, not the ego)", hist["box_classes"], "boxes"))
     bars.append(("skipped frames by reason (manifest)", hist["skipped"], "frames"))
-    out, notes = [_img(speed_png(speeds), "image/png", "speeds")], []
+    speeds = np.asarray([r.speed for r in rows])
+    out, notes = [_img(speed_png(speeds), "image/png", "speeds")] + _whole_pack(rows, frames), []
     for title, values, unit in bars:
         if len(values) > 1:
             out.append(_img(bars_png(title, values, unit), "image/png", title))
@@ -202,7 +221,7 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
     doc = {"counts": hist, "samples": [r.key for r in chosen], "bev": bevs,
            "bev_half_m": half, "fields": fields, "rule": RULE}
     page = render(f"carla-wds view: {manifest.where}", _head(data, rows, chosen), cards,
-                  _charts(hist, np.asarray([r.speed for r in rows]),
-                          manifest.doc.get("buckets", {}).get("sizes", {})), doc)
+                  _charts(hist, rows, manifest.doc.get("buckets", {}).get("sizes", {}),
+                          frames), doc)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_bytes(out, page.encode("utf-8"))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..manifest import Manifest
+from ..modalities.boxes import BOX_CLASSES
 from ..remote import RemoteOptions
 from ..schema import COMMAND_NAMES, SchemaError, decode_member
 from ..shardread import ShardRef, open_shard, samples_of
@@ -35,6 +36,9 @@ _TOWN = re.compile(r"town[_ ]?(\d+)", re.I)
 _CLIP = re.compile(r"^(.+?)_Town\d+")   # case-sensitive: clips are <Scenario>_TownNN_...
 
 
+_EGO = BOX_CLASSES["ego"]
+_CLASS_NAMES = {v: k.replace("_", " ") for k, v in BOX_CLASSES.items()}
+_CONTROLS = ("steer", "throttle", "brake")   # the expert's, in a measurements record
 NOT_ONE_HOT = -1   # Row.command of a target_command with no single hot entry
 
 
@@ -61,6 +65,9 @@ class Row:
     frame: int
     command: int    # the one-hot's index (COMMAND_NAMES for a known one), or NOT_ONE_HOT
     speed: float    # m/s
+    end: tuple[float, float] = (float("nan"), float("nan"))   # last waypoint, label axes
+    classes: tuple[int, ...] = ()   # its boxes' classes (not the ego), where the pack has boxes
+    controls: tuple[float, float, float] | None = None   # the expert's steer, throttle, brake
 
     @property
     def speed_bin(self) -> int:
@@ -94,7 +101,29 @@ def _row(spec: Any, raw: dict[str, Any], shard: int, where: str) -> Row:
     route = str(meta.get("episode", raw["__key__"].rsplit("__", 1)[0]))
     # any width: an index past COMMAND_NAMES or no single hot entry is labelled, not an error
     command = int(onehot.argmax()) if np.count_nonzero(onehot) == 1 else NOT_ONE_HOT
-    return Row(raw["__key__"], shard, route, int(meta.get("frame", -1)), command, float(speed))
+    return Row(raw["__key__"], shard, route, int(meta.get("frame", -1)), command, float(speed),
+               **_whole_pack(spec, raw, where))
+
+
+def _member(spec: Any, modality: str) -> str | None:
+    return next((e.member for e in spec.extras if e.modality == modality and e.twin_of is None),
+                None)
+
+
+def _whole_pack(spec: Any, raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """What the whole-pack charts need of a sample, each where the pack holds it: the last
+    waypoint, its boxes' classes and the expert's controls (a few numbers: bounded work)."""
+    wp = np.asarray(decode_member(spec, raw, "waypoints.npy", where), np.float64).reshape(-1, 2)
+    out: dict[str, Any] = {"end": (float(wp[-1, 0]), float(wp[-1, 1]))} if len(wp) else {}
+    if (boxes := _member(spec, "boxes")) and boxes in raw:
+        table = np.asarray(decode_member(spec, raw, boxes, where))
+        if table.ndim == 2 and table.shape[0] and table.shape[1]:
+            out["classes"] = tuple(int(c) for c in table[:, 0] if int(c) != _EGO)
+    if (record := _member(spec, "measurements")) and record in raw:
+        m = decode_member(spec, raw, record, where)
+        if all(k in (getattr(getattr(m, "dtype", None), "names", None) or ()) for k in _CONTROLS):
+            out["controls"] = tuple(float(m[k]) for k in _CONTROLS)
+    return out
 
 
 def _raws(manifest: Manifest, shard: int, remote: RemoteOptions | None,
@@ -177,12 +206,15 @@ def choose(rows: list[Row], n: int) -> list[Row]:
 
 
 def counts(rows: list[Row], skipped: list[dict]) -> dict[str, dict[str, int]]:
-    """The histograms' counts: samples per command, speed bin, town and scenario; skipped
+    """The histograms' counts: samples per command, speed bin, town and scenario, boxes per
+    class; skipped
     frames per reason (numbers folded, so one kind of fault is one bar)."""
     return {"commands": dict(Counter(command_name(r.command) for r in rows)),
             "speeds": dict(Counter(SPEED_BINS[r.speed_bin] for r in rows)),
             "towns": dict(Counter(town_of(r.route) for r in rows)),
             "scenarios": dict(Counter(scenario_of(r.route) for r in rows)),
+            "box_classes": dict(Counter(_CLASS_NAMES.get(c, f"class {c}") for r in rows
+                                        for c in r.classes)),
             "skipped": dict(Counter(reason_of(s) for s in skipped))}
 
 

@@ -198,3 +198,20 @@ def test_charts_of_the_recorded_buckets_and_no_chart_of_one_value(packs, tmp_pat
     assert f"leading actor (manifest buckets): all {total} samples unknown" in page.read_text()
     b2d = chart_names(view(packs["bench2drive"], tmp_path / "b.html", progress=False))
     assert "scenarios (clip or folder name)" in b2d, b2d
+
+
+def test_whole_pack_charts_of_boxes_end_points_and_expert_controls(packs, tmp_path):
+    """garage holds boxes and a measurements record with the expert's steer/throttle/brake:
+    the boxes are counted per class over every sample, and the end points and controls are
+    charted; tcp holds neither boxes nor controls, so only the end points are."""
+    shards = packs["garage"]
+    page = view(shards, tmp_path / "g.html", progress=False)
+    classes = Counter(BOX_NAMES[int(c)] for m in members(shards).values()
+                      for c in np.load(io.BytesIO(m["boxes.npy"]))[:, 0] if int(c) != 4)
+    assert classes and report_data(page)["counts"]["box_classes"] == dict(classes)
+    names = chart_names(page)
+    for chart in ("last waypoints", "expert controls", "boxes by class (all samples, not the ego)"):
+        assert chart in names, names
+    tcp = chart_names(view(packs["tcp"], tmp_path / "t.html", progress=False))
+    assert "last waypoints" in tcp and "expert controls" not in tcp
+    assert not [n for n in tcp if n.startswith("boxes")], tcp
