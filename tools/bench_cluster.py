@@ -67,11 +67,13 @@ def _run_parts(archives: Path, out: Path, parts: int, procs: int) -> list[float]
 
 
 def bench_parallel(work: Path, clips: int, frames: int, parts: int, procs: int,
-                   repeats: int) -> list[str]:
+                   repeats: int, image_size: tuple[int, int] | None = None) -> list[str]:
     from carla_wds.pack.synth import synth_dataset
     raw = work / "raw"
     if not (raw / "archives").is_dir():
-        synth_dataset(raw, "bench2drive", episodes=clips, frames=frames, seed=0, progress=False)
+        sized = {"image_size": image_size} if image_size else {}
+        synth_dataset(raw, "bench2drive", episodes=clips, frames=frames, seed=0, progress=False,
+                      **sized)
     archives = raw / "archives"
     size = sum(p.stat().st_size for p in archives.iterdir())
     times: dict[str, list[float]] = {}
@@ -114,14 +116,14 @@ def bench_parallel(work: Path, clips: int, frames: int, parts: int, procs: int,
     return rows
 
 
-def bench_spread() -> list[str]:
+def bench_spread(clips: int = 13638) -> list[str]:
     from carla_wds.pack.plan_parts import greedy_parts
     from carla_wds.pack.routes import select_part
     rows = ["| sigma | clips | P | --part i/N max/mean | plan max/mean | plan min/mean |",
             "|---|---|---|---|---|---|"]
     for sigma in (0.5, 1.0):
         rng = np.random.default_rng(0)
-        raw = rng.lognormal(0, sigma, 13638)
+        raw = rng.lognormal(0, sigma, clips)
         sizes = {f"clip{i:05d}": int(s) for i, s in enumerate(raw * 312e6 / raw.mean())}
         names = sorted(sizes)
         for parts in (64, 256, 1024):
@@ -221,16 +223,23 @@ def main() -> None:
     ap.add_argument("--merge-parts", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--what", default="parallel,spread,merge")
+    # Bench2Drive's base set has 13,638 clips; --part i/N is O(clips) a part, so a smaller
+    # count keeps the smoke run (the docs test) short
+    ap.add_argument("--spread-clips", type=int, default=13638)
+    # the synthesised clips' camera size, HxW (default: Bench2Drive's 900x1600); the smoke
+    # run's small images synthesise in seconds, not a minute and a half
+    ap.add_argument("--image-size", type=lambda v: tuple(int(x) for x in v.split("x")),
+                    default=None)
     a = ap.parse_args()
     a.workdir.mkdir(parents=True, exist_ok=True)
     what = a.what.split(",")
     if "spread" in what:
-        print("\n".join(bench_spread()), flush=True)
+        print("\n".join(bench_spread(a.spread_clips)), flush=True)
     if "merge" in what:
         print("\n".join(bench_merge(a.workdir, a.merge_parts, a.repeats)), flush=True)
     if "parallel" in what:
         print("\n".join(bench_parallel(a.workdir, a.clips, a.frames, a.parts, a.procs,
-                                       a.repeats)), flush=True)
+                                       a.repeats, a.image_size)), flush=True)
 
 
 if __name__ == "__main__":
