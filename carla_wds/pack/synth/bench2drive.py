@@ -209,8 +209,10 @@ class _ClipWriter:
         self.lut = np.arange(256, dtype=np.uint8)
         for old, new in _TAGS_0915.items():
             self.lut[old] = new
-        self.depth = {fov: np.minimum(np.round(depth_m(size[0], size[1], fov)), 255).astype(
-            np.uint8) for fov in {r[7] for r in B2D_RIG}}
+        # one flat-ground depth image per field of view, the same every frame: encoded once
+        self.depth = {fov: encode(".png", np.minimum(np.round(depth_m(size[0], size[1], fov)),
+                                                     255).astype(np.uint8), "depth")
+                      for fov in {r[7] for r in B2D_RIG}}
 
     def put(self, rel: str, data: bytes) -> None:
         path = self.dir / rel
@@ -253,7 +255,7 @@ class _ClipWriter:
             _draw_cars(bgr, tags, inst, k, w2c, boxes_world)
             ok, jpg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 20])
             self.put(f"camera/rgb_{folder}/{name}.jpg", jpg.tobytes())
-            self.put(f"camera/depth_{folder}/{name}.png", encode(".png", self.depth[fov], "depth"))
+            self.put(f"camera/depth_{folder}/{name}.png", self.depth[fov])
             self.put(f"camera/semantic_{folder}/{name}.png", encode(".png", tags, "semantic"))
             self.put(f"camera/instance_{folder}/{name}.png", encode(".png", inst, "instance"))
 

@@ -29,7 +29,8 @@ from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
 
-from ...helpers import SCRIPTS, all_keys, torchrun
+from ...helpers import SCRIPTS, all_keys
+from ...ranks import run_script
 from .batch_goldens import check_batch, read_golden, served
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "bench2drive_tcp_batches.npz"
@@ -121,19 +122,18 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
     ({"stride": 1}, "expert file offset -1 (needs 0)"),
     ({**PORT, "sensors": ("lidar",)}, "lack the record fields ['expert_value'"),
     ({**PORT, "handedness": "right"}, "--handedness 'right' (needs 'left')")])
-def test_refuses_shards_packed_otherwise(tmp_path, options, says):
-    shards = _b2d(tmp_path, options)
+def test_refuses_shards_packed_otherwise(tmp_path, small, options, says):
+    # small's clips (synthesised once for the module), packed here with these options
+    pack(small.parent / "raw" / "v1", tmp_path / "shards",
+         PackOptions.of(layout="bench2drive", progress=False, **options))
     with pytest.raises(ValueError) as exc:
-        CARLAWebData(str(shards), batch_size=2, adapter="b2d_tcp")
+        CARLAWebData(str(tmp_path / "shards"), batch_size=2, adapter="b2d_tcp")
     assert says in _one_line(exc)
 
 
-def test_refuses_another_layout(tmp_path):
-    synth_dataset(tmp_path / "raw", "tcp", episodes=1, frames=12, seed=5, image_size=(48, 64),
-                  progress=False)
-    pack(tmp_path / "raw", tmp_path / "shards", PackOptions(layout="tcp", progress=False))
-    with pytest.raises(ValueError) as exc:
-        CARLAWebData(str(tmp_path / "shards"), batch_size=2, adapter="b2d_tcp")
+def test_refuses_another_layout(packed_tcp):
+    with pytest.raises(ValueError) as exc:   # the session's tcp pack, read only
+        CARLAWebData(str(packed_tcp), batch_size=2, adapter="b2d_tcp")
     assert "layout 'tcp'; it needs bench2drive" in _one_line(exc)
 
 
@@ -187,15 +187,16 @@ def _recomputed(small: Path, iteration: int) -> tuple[dict, dict]:
     return plain, augmented
 
 
+@pytest.mark.ddp
 def test_a_model_with_their_contract_trains_under_torchrun(tmp_path):
     """CARLADataModule(adapter="b2d_tcp"): a model reading the batch as the port's train.py
-    does trains (all 7 losses finite) and validates under torchrun (2 ranks, gloo); validation
+    does trains (all 7 losses finite) and validates under DDP (2 ranks, gloo); validation
     covers every val sample once, with equal batch counts and finite padding rows."""
     pytest.importorskip("pytorch_lightning")
     train = _b2d(tmp_path / "train", PORT, episodes=2, frames=29, seed=3)
     val = _b2d(tmp_path / "val", PORT, episodes=1, frames=29, seed=4)
-    proc = torchrun(str(SCRIPTS / "b2d_tcp_contract_fit.py"), str(train), str(val),
-                    str(tmp_path))
+    proc = run_script(str(SCRIPTS / "b2d_tcp_contract_fit.py"), str(train), str(val),
+                      str(tmp_path))
     assert isinstance(proc, subprocess.CompletedProcess)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in ranks:
