@@ -30,8 +30,10 @@ install: $(VENV)/.installed $(CHROMIUM)
 demo: $(VENV)/.installed
 	$(PY) tools/demo.py --out runs/demo
 
+# two workers (CI's cores; TEST_JOBS=1 for a serial run): tests/parallel.py groups the work
+TEST_JOBS ?= 2
 test: $(VENV)/.installed $(CHROMIUM)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 
 # the inner loop: no child processes, torchrun, S3 server, doc blocks, benchmarks or browser
 # (tests/markers.py assigns those markers by rule); make test runs every tier

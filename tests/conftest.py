@@ -36,8 +36,9 @@ from carla_wds.pack.synth import synth_dataset
 from .benchruns import BenchRuns
 from .helpers import PackZoo
 
-# cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make quick` skips them
-pytest_plugins = ["tests.markers", "pytester"]
+# cost markers (proc, ddp, s3, docs, bench, browser), given by rule; `make quick` skips them;
+# under -n, the serial group and the unit of work (tests/parallel.py)
+pytest_plugins = ["tests.markers", "tests.parallel", "pytester"]
 
 IMAGE_SIZE = (48, 64)          # (height, width); small so the whole suite stays fast
 RAW_EPISODES = 3

@@ -35,6 +35,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from .parallel import assign_groups
+
 MARKERS: dict[str, str] = {
     "proc": "starts a child process (the CLI or a tool through subprocess / sys.executable)",
     "ddp": "launches torchrun (tests.helpers.torchrun)",
@@ -125,10 +127,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _watch_popen()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# first, so that tests/parallel.py's groups (which read these markers) are set before
+# pytest-xdist's hook turns them into node ids
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for name in sorted(markers_for(item)):
             item.add_marker(name)
+    assign_groups(config, items)
 
 
 _started: list[str] = []

@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..helpers import SCRIPTS, all_keys, make_pack
 
 
+# the guard's hang timeout is wall-clock: under -n it runs in the serial group (tests/parallel.py)
+@pytest.mark.serial
 def test_a_worker_hung_in_fork_is_forked_again_and_no_sample_is_lost(tmp_path):
     shards = make_pack(tmp_path / "data", episodes=2, frames=24)
     out, mark = tmp_path / "keys.json", tmp_path / "stuck.pid"
