@@ -32,13 +32,14 @@ demo: $(VENV)/.installed
 
 # two workers (CI's cores; TEST_JOBS=1 for a serial run): tests/parallel.py groups the work
 TEST_JOBS ?= 2
+XDIST := $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 test: $(VENV)/.installed $(CHROMIUM)
-	$(PY) -m pytest -q $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+	$(PY) -m pytest -q $(XDIST)
 
 # the inner loop: no child processes, torchrun, S3 server, doc blocks, benchmarks or browser
 # (tests/markers.py assigns those markers by rule); make test runs every tier
 quick: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not (proc or ddp or s3 or docs or bench or browser)"
+	$(PY) -m pytest -q $(XDIST) -m "not (proc or ddp or s3 or docs or bench or browser)"
 
 wheel-check: $(VENV)/.installed
 	PY=$(abspath $(PY)) bash tools/check_wheel.sh
