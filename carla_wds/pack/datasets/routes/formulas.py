@@ -23,6 +23,7 @@ FORMULAS: dict[str, Formula] = {
     "simlingo_route_augmented": simlingo_rules.route_augmented,
     "simlingo_route_adjusted": simlingo_rules.route_adjusted,
     "simlingo_route_adjusted_augmented": simlingo_rules.route_adjusted_augmented,
+    "simlingo_point_augmented": simlingo_rules.point_augmented,
 }
 
 # Route rules a layout's route_filter may name as keep_also: a project's own exception to the

@@ -55,7 +55,7 @@ def augmented(route: np.ndarray, y: float, yaw_deg: float) -> np.ndarray:
     return (route - np.array([0.0, y])) @ rot
 
 
-def _cuts(center: np.ndarray, radius: float, p: np.ndarray, q: np.ndarray,
+def circle_cuts(center: np.ndarray, radius: float, p: np.ndarray, q: np.ndarray,
           segment: bool) -> list[float]:
     """Where the line p + t (q - p) meets the circle, as parameters t (0..1 on the segment
     when `segment`); a tangent (|discriminant| <= 1e-9, as garage's) counts once."""
@@ -98,7 +98,7 @@ def smooth_path(route: np.ndarray, n: int = NUM_ROUTE_POINTS) -> np.ndarray:
         else:   # past the end: the last segment, extended
             cur, prev = route[-1], route[-2]
             p, q, segment = prev, cur, False
-        ts = _cuts(center, radius, p, q, segment)
+        ts = circle_cuts(center, radius, p, q, segment)
         if ts:
             center = p + max(ts) * (q - p)   # the cut farther along the segment
             out.append(center)

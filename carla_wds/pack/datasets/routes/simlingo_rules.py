@@ -15,6 +15,10 @@ simlingo_training/dataloader/dataset_base.py (no code of theirs).
   resampled by equal_spacing_route: (0, 0) put in front, the polyline's cumulative length
   (plus 1e-4 per point, "prevents dists not being strictly increasing") interpolated at
   0, 1, ..., 19 m, np.interp holding the last point past the end.
+- Target points (dataset_driving.py l.75-78): target_point and target_point_next both go
+  through augment_target_point (dataset_base.py l.686-694), R(yaw).T (p - (0, y)), the same
+  move as the routes' (the twin's target_point_next is a formula here because the camera-twin
+  load adapter moves carla_garage's labels only, and garage's loader never reads it).
 """
 from __future__ import annotations
 
@@ -101,3 +105,13 @@ def route_adjusted(raw: Any, frame: dict) -> np.ndarray:
 def route_adjusted_augmented(raw: Any, frame: dict) -> np.ndarray:
     """Formula simlingo_route_adjusted_augmented: SimLingo's `route_adjusted` with the twin."""
     return equal_spacing(augmented(_points(raw), *_aug(frame)))
+
+
+def point_augmented(raw: Any, frame: dict) -> np.ndarray:
+    """Formula simlingo_point_augmented: a saved [x, y] point (target_point_next) as SimLingo
+    serves it with the twin camera, (2,)."""
+    point = np.asarray(raw, dtype=np.float64)
+    if point.shape != (2,) or not np.isfinite(point).all():
+        raise ValueError(f"has shape {list(point.shape)} or non-finite values; expected a "
+                         "finite [x, y] point")
+    return augmented(point[None], *_aug(frame))[0]
