@@ -135,6 +135,30 @@ class PackZoo:
         return out
 
 
+_RAWS: dict[tuple, tuple[Path, dict[str, str]]] = {}
+
+
+def shared_raw(tmp_path_factory, layout: str, *, episodes: int, frames: int, seed: int,
+               image_size: tuple[int, int]) -> Path:
+    """synth_dataset's folder for these arguments, written once per session and shared by
+    the test modules that ask for the same (their module fixtures call this); read-only: a
+    test that changes raw files copies them first. Every call checks that no file changed
+    since it was written."""
+    key = (str(tmp_path_factory.getbasetemp()), layout, episodes, frames, seed,
+           tuple(image_size))
+    if key not in _RAWS:
+        out = tmp_path_factory.mktemp(f"shared_raw_{layout}")
+        synth_dataset(out, layout, episodes=episodes, frames=frames, seed=seed,
+                      image_size=tuple(image_size), progress=False)
+        _RAWS[key] = (out, _sums(out))
+    out, sums = _RAWS[key]
+    now = _sums(out)
+    changed = sorted(n for n in set(sums) | set(now) if sums.get(n) != now.get(n))
+    assert not changed, (f"a test changed the shared raw folder {out}: {changed[:5]}; copy "
+                         "it first (copy_tree)")
+    return out
+
+
 def _sums(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): sha256_file(p) for p in sorted(root.rglob("*"))
             if p.is_file()}

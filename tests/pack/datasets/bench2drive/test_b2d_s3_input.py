@@ -22,7 +22,7 @@ from carla_wds import objstore   # noqa: E402
 from carla_wds.pack.datasets.bench2drive.plan import B2DSettings, plan_clip   # noqa: E402
 from carla_wds.pack.datasets.bench2drive.clips import ArchiveClip, ClipRef, find_clips   # noqa: E402
 from carla_wds.pack.errors import PackError   # noqa: E402
-from carla_wds.pack.synth import synth_dataset   # noqa: E402
+from tests.helpers import shared_raw   # noqa: E402
 from carla_wds.pack.synth.bench2drive import SPLIT_FILE, clip_name   # noqa: E402
 from carla_wds.remote import RemoteError, RemoteOptions   # noqa: E402
 from tests.conftest import read_pack   # noqa: E402
@@ -39,10 +39,9 @@ SUBDIRS = ("z/deep", "a", "m")
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("b2d_s3")
-    synth_dataset(out, "bench2drive", episodes=EPISODES, frames=30, seed=5,
-                  image_size=(54, 96), progress=False)
-    return out
+    # the same clips as test_layout_bench2drive_faults's: written once a session (read only)
+    return shared_raw(tmp_path_factory, "bench2drive", episodes=EPISODES, frames=30, seed=5,
+                      image_size=(54, 96))
 
 
 @pytest.fixture(autouse=True)
