@@ -13,7 +13,11 @@ this script installs in sys.modules - the loading path never calls the simulator
     /tmp/golden_venv/bin/python -m tools.golden.lead --repo-dir /tmp/golden_src/lead
 
 Writes tests/golden/lead.json: each sample's route and frame in the loader's order, and its
-future_waypoints, target_point (+ next, previous), command one-hot and speed, float32-rounded.
+future_waypoints, future_yaws, target_point (+ next, previous), the smoothed `route`, command
+one-hot and speed, float32-rounded; under "twin" the same labels with the perturbated sensors
+(use_sensor_perburtation drawn every time: np.random.random shimmed to 0 in a second pass, and
+build_buckets false for its one test of it, so the loader moves the labels and still returns
+before loading sensors).
 """
 from __future__ import annotations
 
@@ -79,13 +83,40 @@ def run(repo_dir: Path, data: Path) -> list[dict]:
     for i in range(len(dataset)):
         d = dataset[i]
         out.append({"route": d["route_dir"].split("/")[-2] + "/" + d["route_number"],
-                    "frame": int(d["frame_number"]),
-                    "waypoints": common.f32(d["future_waypoints"]),
-                    "target_point": common.f32(d["target_point"]),
-                    "target_point_next": common.f32(d["target_point_next"]),
-                    "target_point_previous": common.f32(d["target_point_previous"]),
+                    "frame": int(d["frame_number"]), **_moved(d),
                     "command": common.f32(d["command"]), "speed": common.f32(d["speed"])})
+    draw = np.random.random
+    np.random.random = lambda *a: 0.0   # every sample takes the perturbated sensors
+    try:
+        for i, sample in enumerate(out):
+            dataset.build_buckets = _FalseOnce()
+            d = dataset[i]
+            assert d["perturbate_sensor"], "the twin pass did not perturbate"
+            sample["twin"] = {**_moved(d), "translation": d["perturbation_translation"],
+                              "rotation": d["perturbation_rotation"]}
+    finally:
+        np.random.random = draw
     return out
+
+
+def _moved(d: dict) -> dict:
+    """The labels the perturbated sensors move."""
+    return {"waypoints": common.f32(d["future_waypoints"]),
+            "future_yaws": common.f32(d["future_yaws"]), "route_points": common.f32(d["route"]),
+            **{k: common.f32(d[k]) for k in ("target_point", "target_point_next",
+                                             "target_point_previous")}}
+
+
+class _FalseOnce:
+    """build_buckets: false where __getitem__ first tests it (the perturbation draw), true
+    after (its early return before the sensors)."""
+
+    def __init__(self) -> None:
+        self.tested = False
+
+    def __bool__(self) -> bool:
+        first, self.tested = not self.tested, True
+        return not first
 
 
 def main() -> None:

@@ -190,9 +190,11 @@ class _LeadRoute:
                 "dataset_information": {"save_depth_resolution_ratio": 4, "data_save_freq": 5}}
 
     def _route(self, step: int) -> np.ndarray:
-        """The dense route ahead in the ego frame, 1 m apart (num_route_points_saved = 50)."""
+        """The dense route ahead in the ego frame as expert_base.py remaining_route takes it:
+        from tf_first_checkpoint_distance = 2.5 m on, every 1 m (points_per_meter = 10 apart),
+        num_route_points_saved = 50 (config_base.py l.36-38, config_expert.py l.390)."""
         x, y, theta = self.pose(step)
-        rx, ry, _ = self.sim["road"].at(float(self.sim["s"][step]) + np.arange(1, 51) * 1.0)
+        rx, ry, _ = self.sim["road"].at(float(self.sim["s"][step]) + 2.5 + np.arange(50) * 1.0)
         return np.stack(to_ego(rx, ry, x, y, theta), axis=1).astype(np.float32)
 
     def _targets(self, t: int, step: int) -> tuple[list, list]:

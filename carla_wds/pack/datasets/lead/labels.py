@@ -12,11 +12,15 @@ in the record: *_perturbated).
   the ego frame by R(theta)^T (p - pos_global) (common_utils.py inverse_conversion_2d).
 - command (l.485-495): carla_dataset_utils.command_to_one_hot(next_commands[0]): a negative
   command is 4 (LANEFOLLOW), then index command - 1, any index outside 0..5 is 3.
+- route (l.397-418): the smoothed route's first 10 points (route.py), in the record.
 - perturbation (carla_dataset_utils.py perturbate_waypoints / perturbate_target_point):
   p' = R(rot_deg)^T (p - (0, translation)), carla_garage's augmentation formula: the record
   holds the metas' perturbation_translation / _rotation as augmentation_translation /
-  _rotation, so CARLAWebData(twin_p=p) serves the rgb_perturbated twin with its labels moved
-  (load/adapters/garage.py) as LEAD's loader does with use_sensor_perburtation.
+  _rotation, so CARLAWebData(twin_p=p) serves the rgb_perturbated twin with its waypoints and
+  target point moved (load/adapters/garage.py) as LEAD's loader does with
+  use_sensor_perburtation. What that adapter does not move (it knows carla_garage's labels
+  only) is packed moved, as `<name>_augmented` record fields the loader swaps in for the twin
+  (MeasField.twin_of): target_point_next, target_point_previous, future_yaws and route.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from ....modalities.measurements import MeasField
 from ....datasets.lead import FRAME
 from ...labels import non_finite_label
 from .pickles import number
+from .route import PREDICTION_POINTS, perturbed, perturbed_yaws, route_label
 
 SPACING, PRED_LEN, TP_POP = 5, 8, 3.25
 TP_KEY, CMD_KEY = f"next_target_points_{TP_POP}", f"next_commands_{TP_POP}"
@@ -58,12 +63,6 @@ def to_ego(point: Any, pos: np.ndarray, theta: float) -> np.ndarray:
     c, s = math.cos(theta), math.sin(theta)
     rot = np.array([[c, -s], [s, c]])
     return rot.T @ (np.asarray(point, np.float64)[:2] - pos)
-
-
-def perturbed(points: np.ndarray, translation: float, rotation_deg: float) -> np.ndarray:
-    a = math.radians(rotation_deg)
-    rot = np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
-    return (np.atleast_2d(points) - np.array([0.0, translation])) @ rot
 
 
 def frame_values(meta: dict, episode: str, frame: int) -> tuple[dict, dict]:
@@ -95,22 +94,35 @@ def frame_values(meta: dict, episode: str, frame: int) -> tuple[dict, dict]:
         raise ValueError(f"label {bad} is not finite (from metas); expected finite metres")
     trans, rot = number(meta, "perturbation_translation"), number(meta, "perturbation_rotation")
     yaws = np.asarray(meta.get("future_yaws", []), np.float64)
+    yaws = yaws[SPACING:need + 1:SPACING] if len(yaws) > need else np.zeros(PRED_LEN)
+    tp_previous = to_ego(points[0], pos, theta)
     record = {"speed": labels["speed"], "theta": theta, "steer": number(meta, "steer"),
               "throttle": number(meta, "throttle"), "brake": bool(meta["brake"]),
               "target_speed": number(meta, "target_speed"),
               "command": int(commands[0]), "next_command": int(commands[1]),
-              "target_point_next": tp_next, "target_point_previous": to_ego(points[0], pos, theta),
-              "future_yaws": yaws[SPACING:need + 1:SPACING] if len(yaws) > need else
-              np.zeros(PRED_LEN),
+              "target_point_next": tp_next, "target_point_previous": tp_previous,
+              "future_yaws": yaws, "route": _route(meta, 0.0, 0.0),
               # the metas' perturbation_*, under the names the camera-twin load adapter reads
               "augmentation_translation": trans, "augmentation_rotation": rot,
               "waypoints_perturbated": perturbed(waypoints, trans, rot),
-              "target_point_perturbated": perturbed(tp, trans, rot)[0],
+              "target_point_perturbated": perturbed(tp, trans, rot),
+              # the twin's values of what that adapter leaves alone (swapped in by twin_of)
+              "target_point_next_augmented": perturbed(tp_next, trans, rot),
+              "target_point_previous_augmented": perturbed(tp_previous, trans, rot),
+              "future_yaws_augmented": perturbed_yaws(yaws, rot),
+              "route_augmented": _route(meta, trans, rot),
               **{h: bool(meta.get(h, False)) for h in HAZARDS}}
     out = {**{k: np.asarray(v, np.float32) for k, v in labels.items() if k != "speed"},
            "target_command": onehot, "speed": labels["speed"],
            "meta": {"episode": episode, "frame": frame, "command": int(commands[0])}}
     return out, record
+
+
+def _route(meta: dict, translation: float, rotation_deg: float) -> np.ndarray:
+    if "route" not in meta:
+        raise ValueError("metas lacks 'route'; LEAD's loader reads it for the route label "
+                         "(expected the expert's dense route, expert.py l.3005)")
+    return route_label(meta["route"], translation, rotation_deg)
 
 
 def record_fields() -> tuple[MeasField, ...]:
@@ -126,6 +138,14 @@ def record_fields() -> tuple[MeasField, ...]:
             MeasField("augmentation_rotation", units="deg"),
             MeasField("waypoints_perturbated", shape=(PRED_LEN, 2), **v),
             MeasField("target_point_perturbated", shape=(2,), **v),
+            MeasField("route", shape=(PREDICTION_POINTS, 2), **v),
+            MeasField("target_point_next_augmented", shape=(2,), twin_of="target_point_next",
+                      **v),
+            MeasField("target_point_previous_augmented", shape=(2,),
+                      twin_of="target_point_previous", **v),
+            MeasField("future_yaws_augmented", shape=(PRED_LEN,), units="rad", frame=FRAME,
+                      twin_of="future_yaws"),
+            MeasField("route_augmented", shape=(PREDICTION_POINTS, 2), twin_of="route", **v),
             *(MeasField(h, "bool") for h in HAZARDS))
 
 
