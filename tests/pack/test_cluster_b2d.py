@@ -10,18 +10,17 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from carla_wds.pack.synth import synth_dataset   # noqa: E402
-
+from ..helpers import shared_raw   # noqa: E402
 from ..s3server import BUCKET, client, env, fresh_prefix   # noqa: E402
 from .clusterkit import plan_of, run   # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("b2d_plan")
-    synth_dataset(out, "bench2drive", episodes=4, frames=30, seed=7, image_size=(54, 96),
-                  progress=False)
-    return out / "archives"
+    # the clips of test_layout_bench2drive_faults and test_b2d_s3_input, written once a
+    # session (read only): 3 archives, spread over two sub-prefixes and two parts
+    return shared_raw(tmp_path_factory, "bench2drive", episodes=3, frames=30, seed=5,
+                      image_size=(54, 96)) / "archives"
 
 
 def test_a_plan_of_stored_clips_takes_sizes_from_the_listing_and_packs_from_the_store(

@@ -17,19 +17,20 @@ import pytest
 from carla_wds import limits
 from carla_wds.pack.datasets.bench2drive.clips import ArchiveClip, ClipError, ClipRef
 from carla_wds.pack.errors import PackError
-from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth.bench2drive import clip_name
 from tests.conftest import read_pack, run_pack
+from tests.helpers import shared_raw
 
 NAME = clip_name(0)
+EPISODES = 3
 
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("b2d_hostile")
-    synth_dataset(out, "bench2drive", episodes=2, frames=30, seed=11, image_size=(54, 96),
-                  progress=False)
-    return out
+    # the clips of test_layout_bench2drive_faults and test_b2d_s3_input, written once a
+    # session (read only)
+    return shared_raw(tmp_path_factory, "bench2drive", episodes=EPISODES, frames=30, seed=5,
+                      image_size=(54, 96))
 
 
 def archive(raw: Path, i: int = 0) -> bytes:
@@ -110,7 +111,7 @@ def test_a_multi_member_gzip_reads_whole_and_each_member_is_checked(raw, tmp_pat
 def test_multi_member_archives_pack_like_single_member_ones(raw, tmp_path):
     src = tmp_path / "multi"
     src.mkdir()
-    for i in range(2):
+    for i in range(EPISODES):
         body = gzip.decompress(archive(raw, i))
         half = len(body) // 3
         (src / f"{clip_name(i)}.tar.gz").write_bytes(
