@@ -14,7 +14,6 @@ from carla_wds.manifest import read_manifest
 from carla_wds.manifest_schema import ManifestError
 from carla_wds.pack.buckets import crossing
 
-from ..helpers import make_pack
 
 ROAD = {1: "LEFT", 2: "RIGHT", 3: "STRAIGHT", 4: "LANEFOLLOW", 5: "CHANGELANELEFT",
         6: "CHANGELANERIGHT"}
@@ -65,8 +64,8 @@ def decoded(manifest: dict) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def pack(tmp_path_factory):
-    return make_pack(tmp_path_factory.mktemp("buckets"), episodes=4, frames=40, max_samples=11)
+def pack(zoo):
+    return zoo(episodes=4, frames=40, max_samples=11)   # shared, read-only (conftest.zoo)
 
 
 def test_every_samples_buckets_are_the_formula(pack):
@@ -99,11 +98,24 @@ def test_a_malformed_bucket_run_is_refused(pack, tmp_path):
         read_manifest(tmp_path)
 
 
-def boxes_pack(tmp_path, layout: str):
-    """A small pack of a layout with boxes (2 routes or clips of 40 frames)."""
-    if layout == "garage":
-        return make_pack(tmp_path, layout=layout, episodes=2, frames=40, max_samples=50)
-    # its synth writes clips as folders and as archives: pack the archives
+@pytest.fixture(scope="module")
+def boxes_packs(zoo, tmp_path_factory):
+    """boxes_packs(layout) -> a small pack of a layout with boxes (2 routes or clips of 40
+    frames), made once for the module; the tests only read it."""
+    made = {}
+
+    def get(layout: str):
+        if layout == "garage":   # shared, read-only (conftest.zoo)
+            return zoo(layout=layout, episodes=2, frames=40, max_samples=50)
+        if layout not in made:
+            made[layout] = b2d_boxes_pack(tmp_path_factory.mktemp(f"boxes_{layout}"), layout)
+        return made[layout]
+    return get
+
+
+def b2d_boxes_pack(tmp_path, layout: str):
+    """A small Bench2Drive pack with boxes (2 clips of 40 frames); its synth writes clips as
+    folders and as archives: pack the archives."""
     from carla_wds.pack.packer import PackOptions
     from carla_wds.pack.packer import pack as run_pack
     from carla_wds.pack.synth import synth_dataset
@@ -115,8 +127,8 @@ def boxes_pack(tmp_path, layout: str):
 
 
 @pytest.mark.parametrize("layout", ["garage", "bench2drive"])
-def test_the_leading_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout):
-    pack = boxes_pack(tmp_path, layout)
+def test_the_leading_bucket_is_the_nearest_car_or_walker_ahead(boxes_packs, zoo, layout):
+    pack = boxes_packs(layout)
     manifest = json.loads((pack / "manifest.json").read_text())
     got = [r["leading"] for r in decoded(manifest)]
     want = []
@@ -132,7 +144,7 @@ def test_the_leading_bucket_is_the_nearest_car_or_walker_ahead(tmp_path, layout)
     assert got == want and set(got) - {"none"}
     # packs without boxes: unknown
     assert set(r["leading"] for r in decoded(json.loads(
-        (make_pack(tmp_path / "tcp", episodes=1, frames=12) / "manifest.json").read_text()))
+        (zoo(episodes=1, frames=12) / "manifest.json").read_text()))
                ) == {"unknown"}
 
 
@@ -182,8 +194,8 @@ def test_the_crossing_bucket_on_known_tables(rows, want):
 
 
 @pytest.mark.parametrize("layout", ["garage", "bench2drive"])
-def test_the_crossing_bucket_of_packed_samples_follows_the_formula(tmp_path, layout):
-    pack = boxes_pack(tmp_path, layout)
+def test_the_crossing_bucket_of_packed_samples_follows_the_formula(boxes_packs, layout):
+    pack = boxes_packs(layout)
     manifest = json.loads((pack / "manifest.json").read_text())
     want = []
     for shard in manifest["shards"]:
@@ -221,11 +233,11 @@ def timed_buckets(pack, frames_hz: float) -> list[tuple[str, str, str]]:
     return out
 
 
-def test_bench2drive_buckets_time_its_frame_numbers_at_10_hz(tmp_path):
+def test_bench2drive_buckets_time_its_frame_numbers_at_10_hz(boxes_packs):
     """Bench2Drive's keys count 10 Hz source frames (every 5th kept, 0.5 s apart): accel,
     yaw_rate and start divide by 10 Hz, not by the 2 Hz keyframe rate (which made every rate
     5x too small and the 2 s start window 10 s)."""
-    pack = boxes_pack(tmp_path, "bench2drive")
+    pack = boxes_packs("bench2drive")
     manifest = json.loads((pack / "manifest.json").read_text())
     assert manifest["spec"]["source_rate_hz"] == 10 and manifest["spec"]["rate_hz"] == 2
     got = [(r["accel"], r["yaw_rate"], r["start"]) for r in decoded(manifest)]
