@@ -114,9 +114,23 @@ def test_an_unknown_box_class_is_refused_naming_it():
     assert lb2_boxes([{"class": "weather"}, {"class": "ego_info"}]).shape == (0, 14)
 
 
-def test_archives_hold_the_routes_under_their_release_paths(raw, tmp_path):
-    tars = synth_archives(tmp_path / "simlingo", "simlingo", episodes=3, frames=FRAMES, seed=2,
-                          image_size=(24, 48))
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    """releases(form) -> (folder, the archives synth_archives wrote there) of raw's routes
+    in that release form, written once for the module; the tests only read them."""
+    made = {}
+
+    def get(form: str) -> tuple[Path, list[Path]]:
+        if form not in made:
+            out = tmp_path_factory.mktemp(f"release_{form}") / form
+            made[form] = out, synth_archives(out, form, episodes=3, frames=FRAMES, seed=2,
+                                             image_size=(24, 48))
+        return made[form]
+    return get
+
+
+def test_archives_hold_the_routes_under_their_release_paths(raw, releases):
+    _, tars = releases("simlingo")
     assert [t.name for t in tars] == ["_".join(GROUP.parts) + f"_chunk_00{i}.tar.gz"
                                       for i in (1, 2)]
     with tarfile.open(tars[0]) as tar:
@@ -128,9 +142,8 @@ def test_archives_hold_the_routes_under_their_release_paths(raw, tmp_path):
     first = routes[0] + "/measurements/0003.json.gz"
     with tarfile.open(tars[0]) as tar:
         assert tar.extractfile(first).read() == (raw / first).read_bytes()
-    zips = synth_archives(tmp_path / "pdm", "pdm_lite", episodes=3, frames=FRAMES, seed=2,
-                          image_size=(24, 48))
-    assert [z.relative_to(tmp_path / "pdm").as_posix() for z in zips] == [
+    pdm, zips = releases("pdm_lite")
+    assert [z.relative_to(pdm).as_posix() for z in zips] == [
         "Town12/data/Accident.zip", "Town12/data/HazardAtSideLane.zip",
         "Town12/data/ParkingExit.zip"]
     with zipfile.ZipFile(zips[0]) as zf:
@@ -138,17 +151,16 @@ def test_archives_hold_the_routes_under_their_release_paths(raw, tmp_path):
         assert json.loads(gzip.decompress(zf.read(
             "Accident/Town12_Rep0_100_0_route0_01_01_00_00_00/results.json.gz"))
                           )["scores"]["score_composed"] == 100.0
-    assert not (tmp_path / "pdm" / ".synth_routes").exists()
+    assert not (pdm / ".synth_routes").exists()
 
 
 @pytest.mark.parametrize("form", ["simlingo", "pdm_lite"])
-def test_the_release_archives_pack_as_the_folders_do(raw, tmp_path, form):
+def test_the_release_archives_pack_as_the_folders_do(raw, releases, tmp_path, form):
     """Straight from SimLingo's .tar.gz chunks or PDM-Lite's zips, never extracted: the same
     samples, byte for byte, and SimLingo's route rule applied to the archived results."""
-    synth_archives(tmp_path / "arch", form, episodes=3, frames=FRAMES, seed=2,
-                   image_size=(24, 48))
+    arch, _ = releases(form)
     a = run_pack(raw, tmp_path / "a", layout="garage_lb2_simlingo")
-    b = run_pack(tmp_path / "arch", tmp_path / "b", layout="garage_lb2_simlingo")
+    b = run_pack(arch, tmp_path / "b", layout="garage_lb2_simlingo")
     assert a["total_samples"] == b["total_samples"] > 0
     # route folder name / frame -> members; meta.json names the route's path, which differs
     by_route = lambda pack: {  # noqa: E731
