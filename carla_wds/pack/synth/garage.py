@@ -298,7 +298,7 @@ class _GarageEpisode:
         aim_f, aim_r = to_ego(ax, ay, x, y, theta)
         return {
             "pos_global": [x, y], "theta": theta, "speed": speed,
-            "target_speed": 0.0 if hazard else float(road.vmax[road.index(s_t)]),
+            "target_speed": self._target_speed(t, hazard),
             "target_point": [float(v) for v in to_ego(tx, ty, x, y, theta)],
             "target_point_next": [float(v) for v in to_ego(nx, ny, x, y, theta)],
             "aim_wp": [float(v) for v in to_ego(ax, ay, x, y, theta)],
@@ -314,6 +314,15 @@ class _GarageEpisode:
             "augmentation_translation": trans, "augmentation_rotation": rot,
             "ego_matrix": carla_matrix(x, y, 0.0, theta),
         }
+
+    def _target_speed(self, t: int, hazard: str) -> float:
+        """carla_garage's autopilot (1448bed autopilot.py l.278-283, config.py l.33-36): 2 m/s
+        with a walker or stop sign close, 5 in a junction, else 8. Its loader's speed classes
+        stop there (config.py l.144-148: bins 2.1, 5.1, 8.1, four classes), so the road's
+        comfortable speed (up to 10 m/s) would label class 4; braking is the brake flag."""
+        if hazard in ("walker", "stop_sign"):
+            return 2.0
+        return 5.0 if bool(self.sim["junction"][t]) else 8.0
 
     def _cameras(self, t: int, name: str, pose: tuple[float, float, float],
                  boxes_ego: list[tuple], trans: float, rot: float) -> None:

@@ -104,6 +104,11 @@ class _LB2Episode(_GarageEpisode):
                    walker_affecting_id=None, walker_close_id=None)
         return out
 
+    def _target_speed(self, t: int, hazard: str) -> float:
+        """PDM-Lite's (carla_garage@0f1cd25 autopilot.py l.354): speed_limit *
+        ratio_target_speed_limit 0.72, the road's comfortable speed here; 0 at a hazard."""
+        return 0.0 if hazard else float(self.road.vmax[self.road.index(float(self.sim["s"][t]))])
+
     def _boxes(self, t: int, pose: tuple[float, float, float], speed: float,
                boxes_ego: list[tuple], counts: list[int]) -> list[dict]:
         """data_agent.py get_bounding_boxes: garage's entries plus the LB2 expert's others."""
