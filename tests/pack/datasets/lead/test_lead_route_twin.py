@@ -6,15 +6,14 @@ tests/pack/datasets/lead/test_golden_lead.py holds the same labels to LEAD's own
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from carla_wds import CARLAWebData
 from carla_wds.pack.datasets.lead.route import route_label, smooth
-from carla_wds.pack.synth.lead import synth_dataset
 from tests.conftest import run_pack
+from tests.helpers import shared_raw
 
 SIZE = (32, 48)
 
@@ -68,9 +67,9 @@ def targets(meta: dict) -> list:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("lead_twin")
-    synth_dataset(root / "raw", episodes=2, frames=24, seed=11, image_size=SIZE,
-                  progress=False)
-    run_pack(root / "raw", root / "out", layout="lead", allow_pickle_input=True)
+    # the routes test_synth_label_ranges checks too (synthesised once a session)
+    raw = shared_raw(tmp_path_factory, "lead", episodes=2, frames=20, seed=2, image_size=SIZE)
+    run_pack(raw, root / "out", layout="lead", allow_pickle_input=True)
     out = {}
     for twin in (0.0, 1.0):
         data = CARLAWebData(str(root / "out"), batch_size=4, image_size=SIZE, twin_p=twin,
