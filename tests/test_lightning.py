@@ -1,4 +1,5 @@
-"""CARLADataModule under a real 2-process Lightning DDP fit (torchrun, gloo)."""
+"""CARLADataModule under a real 2-process Lightning DDP fit (gloo; ranks forked by
+tests/ranks.py with torchrun's environment, so that Lightning takes them as torchrun's)."""
 from __future__ import annotations
 
 import json
@@ -8,12 +9,14 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 
-from .helpers import SCRIPTS, all_keys, make_pack, torchrun  # noqa: E402  # noqa: E402
+from .helpers import SCRIPTS, all_keys, make_pack  # noqa: E402
+from .ranks import run_script  # noqa: E402
 
 
+@pytest.mark.ddp
 def test_lightning_ddp_fit_has_exact_lengths(tmp_path):
     shards = make_pack(tmp_path / "data", episodes=2, frames=24)
-    torchrun(str(SCRIPTS / "lightning_fit.py"), str(shards), str(tmp_path))
+    run_script(str(SCRIPTS / "lightning_fit.py"), str(shards), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in ranks:
         # a finite total for the progress bar, equal to our exact per-rank length
@@ -44,14 +47,15 @@ def _tcp_roach(root: Path, seed: int, episodes: int) -> Path:
     return root / "shards"
 
 
+@pytest.mark.ddp
 def test_tcp_contract_model_trains_and_validates_under_ddp(tmp_path):
     """adapter="tcp" through CARLADataModule: a model reading the batch as TCP's train.py
-    does trains and validates under torchrun (2 ranks, gloo); train and val batches are the
+    does trains and validates under DDP (2 ranks, gloo); train and val batches are the
     same dicts; validation covers every val sample once with equal batch counts, and its
     padding rows (copies of real samples) keep their loss finite."""
     train = _tcp_roach(tmp_path / "train", seed=3, episodes=2)
     val = _tcp_roach(tmp_path / "val", seed=4, episodes=1)
-    torchrun(str(SCRIPTS / "tcp_contract_fit.py"), str(train), str(val), str(tmp_path))
+    run_script(str(SCRIPTS / "tcp_contract_fit.py"), str(train), str(val), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in ranks:
         assert r["contract"] and all(r["contract"])

@@ -1,4 +1,5 @@
-"""CARLAWebData under a real `torchrun --nproc_per_node 2` (gloo), and over real HTTP."""
+"""CARLAWebData on two DDP ranks (gloo; started by tests/ranks.py with torchrun's environment),
+and over real HTTP."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +15,8 @@ import pytest
 
 from carla_wds import CARLAWebData
 
-from ..helpers import SCRIPTS, SIZE, all_keys, torchrun
+from ..helpers import SCRIPTS, SIZE, all_keys
+from ..ranks import run_script
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +26,9 @@ def shards(zoo) -> Path:
 
 
 
+@pytest.mark.ddp
 def test_torchrun_two_ranks_equal_batches_and_complete_eval(shards, tmp_path):
-    torchrun(str(SCRIPTS / "ddp_loader_check.py"), str(shards), str(tmp_path))
+    run_script(str(SCRIPTS / "ddp_loader_check.py"), str(shards), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
     assert len(ranks[0]["train"]) == len(ranks[1]["train"]) == ranks[0]["len"] > 0

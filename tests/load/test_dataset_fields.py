@@ -1,9 +1,9 @@
 """The loader's exactness guarantees over a multi-modal garage pack with fields=[...] selected
 and the camera twin on: exact len() and equal batch counts per rank for any world size and
 worker count, eval covering every sample once, identical batches after a mid-epoch resume
-(fields and twin choice included), padding masked by *_len, and the same under real torchrun.
-The garage pack (tests/pack/datasets/routes/test_layout_garage.py) holds 30 samples in shards
-of 7, 7, 7, 7, 2.
+(fields and twin choice included), padding masked by *_len, and the same on two DDP ranks
+(forked by tests/ranks.py). The garage pack (tests/pack/datasets/routes/test_layout_garage.py)
+holds 30 samples in shards of 7, 7, 7, 7, 2.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import torch
 from carla_wds import CARLAWebData
 # every frame with a full future: short garage routes hold none of garage's own range
 from tests.conftest import run_pack_all_frames as run_pack
-from tests.helpers import all_keys, torchrun
+from tests.helpers import all_keys
+from tests.ranks import run_script
 # fixtures:
 from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 
@@ -152,10 +153,11 @@ RANK_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.ddp
 def test_torchrun_ranks_match_the_simulated_ones(packed_garage, tmp_path):  # noqa: F811
     script = tmp_path / "ranks.py"
     script.write_text(RANK_SCRIPT.format(fields=ALL))
-    torchrun(str(script), str(packed_garage), str(tmp_path))
+    run_script(str(script), str(packed_garage), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r, got in enumerate(ranks):
         sim = CARLAWebData(str(packed_garage), batch_size=3, num_workers=1, rank=r,

@@ -1,6 +1,6 @@
-"""CARLAWebData over s3:// under a real `torchrun --nproc_per_node 2` (gloo), 2 workers per
-rank, every process of the node sharing one bounded shard cache: the batches are the local
-folder's, exactly."""
+"""CARLAWebData over s3:// on two DDP ranks (gloo; forked by tests/ranks.py with torchrun's
+environment), 2 workers per rank, every process of the node sharing one bounded shard cache:
+the batches are the local folder's, exactly."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from ..helpers import SCRIPTS, all_keys, manifest_of, torchrun   # noqa: E402
+from ..helpers import SCRIPTS, all_keys, manifest_of   # noqa: E402
+from ..ranks import run_script   # noqa: E402
 from ..s3server import env, upload   # noqa: E402
 
 
@@ -21,10 +22,11 @@ def shards(zoo) -> Path:
     return zoo()   # shared, read-only (conftest.zoo)
 
 
+@pytest.mark.ddp
 def test_torchrun_two_ranks_two_workers_share_a_bounded_cache(shards, s3_endpoint, tmp_path,
                                                                monkeypatch):
     url = upload(s3_endpoint, shards)
-    for name, value in env(s3_endpoint).items():   # torchrun's ranks inherit them
+    for name, value in env(s3_endpoint).items():   # the forked ranks inherit them
         monkeypatch.setenv(name, value)
     entries = manifest_of(shards)["shards"]
     cache, out = tmp_path / "cache", tmp_path / "out"
@@ -32,8 +34,8 @@ def test_torchrun_two_ranks_two_workers_share_a_bounded_cache(shards, s3_endpoin
     # four readers at once, room for five shards of twelve: evictions, and sometimes a shard
     # read uncached when the others are all in use
     limit = 5 * max(s["bytes"] for s in entries)
-    torchrun(str(SCRIPTS / "s3_cache_check.py"), "ddp", url, str(shards), str(cache),
-             str(limit), str(out), timeout=400)
+    run_script(str(SCRIPTS / "s3_cache_check.py"), "ddp", url, str(shards), str(cache),
+               str(limit), str(out), timeout=400)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
     for r in ranks:   # each rank's batches over s3:// are its batches over the local folder

@@ -1,5 +1,5 @@
 """CARLAWebData(source=BASE, overlays=[...]) on real packs (issue 30): entries read in step
-with the base under workers, torchrun and resume; overlay_required filters with an exact
+with the base under workers, DDP ranks and resume; overlay_required filters with an exact
 len(); overlays of another base, missing shards and edited shards refused in one line."""
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from carla_wds.pack.overlay import pack_overlay
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.tario import ShardError
 
-from ..helpers import SCRIPTS, all_keys, torchrun
+from ..helpers import SCRIPTS, all_keys
 from ..overlaykit import garage_with_trees, overlay_entries
+from ..ranks import run_script
 
 KINDS = ("simlingo_commentary", "drivelm")
 SIZE = (16, 24)
@@ -95,9 +96,10 @@ def test_resume_mid_epoch_equals_the_uninterrupted_epoch(packs, required):
         other.load_state_dict(state)
 
 
+@pytest.mark.ddp
 def test_torchrun_two_ranks_read_overlays_in_step(packs, tmp_path):
-    torchrun(str(SCRIPTS / "overlay_ddp_check.py"), str(packs / "shards"),
-             str(packs / KINDS[0]), str(tmp_path))
+    run_script(str(SCRIPTS / "overlay_ddp_check.py"), str(packs / "shards"),
+               str(packs / KINDS[0]), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     table = overlay_entries(packs / KINDS[0])
     assert len(ranks[0]["train"]) == len(ranks[1]["train"]) > 0

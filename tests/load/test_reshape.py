@@ -9,7 +9,8 @@ import pytest
 
 from carla_wds import CARLAWebData
 
-from ..helpers import SIZE, all_keys, torchrun
+from ..helpers import SIZE, all_keys
+from ..ranks import run_script
 from .test_history import expected_window, route_frames
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "reshape_resume.py"
@@ -114,10 +115,11 @@ def test_a_split_change_is_refused_where_the_rest_cannot_be_planned(shards):
     assert len(loaders(shards, 1, 1, state={**state, "mode": "eval"}, mode="eval")[0]) > 0
 
 
+@pytest.mark.ddp
 @pytest.mark.parametrize("old,new", [(2, 1), (1, 2)])
 def test_torchrun_resumes_with_another_number_of_ranks(shards, tmp_path, old, new):
-    torchrun(str(SCRIPT), str(shards), str(tmp_path), "stop", "3", "2", nproc=old)
-    torchrun(str(SCRIPT), str(shards), str(tmp_path), "rest", "0", "1", nproc=new)
+    run_script(str(SCRIPT), str(shards), str(tmp_path), "stop", "3", "2", nproc=old)
+    run_script(str(SCRIPT), str(shards), str(tmp_path), "rest", "0", "1", nproc=new)
     served = [k for r in range(old)
               for k in json.loads((tmp_path / f"stop-rank{r}.json").read_text())["keys"]]
     parts = [json.loads((tmp_path / f"rest-rank{r}.json").read_text()) for r in range(new)]

@@ -1,11 +1,9 @@
 """The shipped garage_tiny config end to end: a synthetic carla_garage pack with LiDAR, trained
-under real torchrun x2 with the LiDAR BEV branch and the route as an extra input, scored with
-TCP's controller against the expert's controls."""
+on two DDP ranks (forked by tests/ranks.py) with the LiDAR BEV branch and the route as an extra
+input, scored with TCP's controller against the expert's controls."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,7 @@ from carla_wds.train.checkpoint import load_checkpoint
 from carla_wds.train.config import ConfigError, config_from_dict, load_config
 from carla_wds.train.inputs import loader_options, model_for, predict
 from carla_wds.train.loop import run_training
-
-from .test_loop import env, finish
+from tests.ranks import run_module
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +38,11 @@ def garage_args(root: Path, run_dir: Path, **extra) -> list[str]:
     return [f"{k}={v}" for k, v in items.items()]
 
 
+@pytest.mark.ddp
 def test_garage_tiny_trains_under_torchrun_x2_with_lidar(garage, tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "carla_wds.train", "--config", "garage_tiny", *garage_args(garage, run_dir)]
-    out = finish(subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True), timeout=600)
+    out = run_module("carla_wds.train", "--config", "garage_tiny",
+                     *garage_args(garage, run_dir), timeout=600).stdout
     assert "TCP's PID controller vs the expert's controls" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     r0, r1 = summary["ranks"]

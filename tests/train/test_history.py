@@ -1,6 +1,6 @@
 """The trainer's history windows (issue 27): data.history=K in the typed config, the bundled
-model pooling its past frames' features (masked by frame_valid), torchrun x2, and checkpoints
-that refuse a resume with another history."""
+model pooling its past frames' features (masked by frame_valid), two DDP ranks (forked by
+tests/ranks.py), and checkpoints that refuse a resume with another history."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from carla_wds.train.config import ConfigError, load_config
 from carla_wds.train.inputs import current_frame, predict
 from carla_wds.train.loop import run_training
 from carla_wds.train.model import ModelConfig, ModelIO, Past, build_model
-from tests.helpers import torchrun
+from tests.ranks import run_module
 from tests.train.test_loop import TINY, data, overrides  # noqa: F401 - the module fixture
 from tests.train.test_model import H, W, make_batch
 
@@ -100,10 +100,11 @@ def test_predict_and_loss_inputs_on_a_windowed_batch(data):  # noqa: F811
     assert current_frame(plain) is plain
 
 
+@pytest.mark.ddp
 def test_torchrun_two_ranks_train_with_history(data, tmp_path):  # noqa: F811
     run_dir = tmp_path / "ddp"
     args = overrides(data, run_dir, epochs=2, **{"data.history": 2, "data.num_workers": 1})
-    torchrun("-m", "carla_wds.train", "--config", TINY, *args, timeout=400)
+    run_module("carla_wds.train", "--config", TINY, *args, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     r0, r1 = summary["ranks"]
     assert summary["world_size"] == 2 and summary["val"]["n"] == 20   # every val sample once

@@ -20,6 +20,7 @@ from carla_wds.pack.synth import synth_dataset
 from carla_wds.train.checkpoint import load_checkpoint
 from carla_wds.train.config import CONFIG_DIR, ConfigError, load_config
 from carla_wds.train.loop import run_training
+from tests.ranks import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = str(CONFIG_DIR / "tiny.yaml")
@@ -112,14 +113,16 @@ def test_torchrun_two_ranks_equal_steps_identical_params(data, tmp_path):
     assert r0["param_sum"] == r1["param_sum"] and r0["param_sumsq"] == r1["param_sumsq"]
 
 
+@pytest.mark.ddp
 def test_eval_two_ranks_equals_one_process(data, tmp_path):
     run_dir = tmp_path / "base"
-    finish(launch(overrides(data, run_dir, epochs=1)))
+    run_module("carla_wds.train", "--config", TINY, *overrides(data, run_dir, epochs=1),
+               nproc=1)
     ckpt = str(run_dir / "checkpoint.pt")
     results = []
-    for nproc, name in ((1, "eval1"), (2, "eval2")):
+    for nproc, name in ((1, "eval1"), (2, "eval2")):   # ranks forked by tests/ranks.py
         args = overrides(data, tmp_path / name, eval_only="true", resume=ckpt)
-        finish(launch(args, nproc=nproc, extra=["--standalone"] if nproc > 1 else []))
+        run_module("carla_wds.train", "--config", TINY, *args, nproc=nproc)
         results.append(json.loads((tmp_path / name / "eval.json").read_text()))
     one, two = results
     assert one["n"] == two["n"] == 20

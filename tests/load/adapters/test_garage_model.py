@@ -27,7 +27,8 @@ from carla_wds.load.adapters.garage_model import camera, garage_boxes
 from carla_wds.modalities.boxes import BOX_CLASSES, BOX_COLUMNS, FILL
 from tools.golden.garage_batches import add_signals
 
-from ...helpers import SCRIPTS, make_pack, torchrun
+from ...helpers import SCRIPTS, make_pack
+from ...ranks import run_script
 from .batch_goldens import golden_shards, read_golden, row_sha256, sample_id, served
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "garage_batches.npz"
@@ -202,12 +203,13 @@ def test_the_name_alone_sets_the_settings(shards):
     assert data.image_size == (256, 1024) and "boxes" in data.fields
 
 
+@pytest.mark.ddp
 def test_a_model_with_their_contract_trains_under_torchrun(shards, tmp_path):
     """A small model reading the batch as carla_garage's train.py does (tests/scripts/
     garage_contract_train.py) trains a few DDP steps on 2 ranks and validates: the contract
     holds in every batch, losses are finite (eval padding rows too), equal step and batch
     counts per rank, and eval sees every sample once."""
-    torchrun(str(SCRIPTS / "garage_contract_train.py"), str(shards), str(tmp_path))
+    run_script(str(SCRIPTS / "garage_contract_train.py"), str(shards), str(tmp_path))
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(all(r["contract"]) for r in ranks)
     assert len(ranks[0]["train_losses"]) == len(ranks[1]["train_losses"]) > 0

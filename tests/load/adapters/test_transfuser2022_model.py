@@ -30,7 +30,8 @@ from carla_wds.modalities.boxes import BOX_COLUMNS
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 
-from ...helpers import SCRIPTS, make_pack, torchrun
+from ...helpers import SCRIPTS, make_pack
+from ...ranks import run_script
 from .batch_goldens import golden_shards, read_golden, row_sha256, sample_id, served
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "transfuser2022_batches.npz"
@@ -248,12 +249,13 @@ def test_the_name_alone_sets_the_settings(shards, given):
         CARLAWebData(str(shards), batch_size=2, adapter="transfuser2022", **given)
 
 
+@pytest.mark.ddp
 def test_a_model_with_their_contract_trains_under_torchrun(shards, tmp_path):
     """A small model reading the batch as TransFuser 2022's train.py does (tests/scripts/
     tf2022_contract_train.py) trains a few DDP steps on 2 ranks and validates: the contract
     holds in every batch, losses are finite (eval padding rows too), equal step and batch
     counts per rank, and eval sees every sample once."""
-    torchrun(str(SCRIPTS / "tf2022_contract_train.py"), str(shards), str(tmp_path))
+    run_script(str(SCRIPTS / "tf2022_contract_train.py"), str(shards), str(tmp_path))
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     losses = first["train_losses"] + second["train_losses"]
     assert first["contract"] and all(first["contract"] + second["contract"])
