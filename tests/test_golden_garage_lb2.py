@@ -1,8 +1,9 @@
 """garage_lb2_simlingo against the golden output of SimLingo's own loader
 (tests/golden/garage_lb2.json, made by tools/golden/garage_lb2.py at RenzKa/simlingo@eb2b89a):
 the same synthetic routes packed by carla-wds and loaded with CARLAWebData serve SimLingo's
-sample set (its route filter and frame range) and labels (waypoints, both routes with and
-without the twin camera, target points, commands, speed). No network, no project code."""
+sample set (its route filter and frame range) and labels (waypoints, both routes and
+target_point_next with and without the twin camera, target points, commands, speed). No
+network, no project code."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ ATOL = 2e-5
 RECORD = {"route_points": "route", "route_adjusted": "route_adjusted",
           "target_point_next": "target_point_next", "next_command": "next_command"}
 # the twin camera's routes: record fields a loader swaps in with the twin, read from the shards
-TWINS = ("route_augmented", "route_adjusted_augmented")
+TWINS = ("route_augmented", "route_adjusted_augmented", "target_point_next_augmented")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,8 @@ def test_the_sample_set_is_simlingos(compared):
 
 
 LABELS = ["waypoints", "target_point", "speed", "route_points", "route_adjusted",
-          "route_augmented", "route_adjusted_augmented", "target_point_next"]
+          "route_augmented", "route_adjusted_augmented", "target_point_next",
+          "target_point_next_augmented"]
 
 
 @pytest.mark.parametrize("label", LABELS + ["command", "next_command"])

@@ -90,7 +90,7 @@ def _sample(ds, i: int, root: Path) -> dict:
            "speed": common.f32(own["speed"])}
     for name in ("waypoints", "route", "route_adjusted", "target_point", "target_point_next"):
         out[name if name != "route" else "route_points"] = common.f32(own[name])
-    for name in ("waypoints", "route", "route_adjusted"):
+    for name in ("waypoints", "route", "route_adjusted", "target_point", "target_point_next"):
         out[f"{name}_augmented"] = common.f32(twin[name])
     return out
 
