@@ -8,7 +8,7 @@ Assignment (at collection, so `-m` can select on it): the code a test reaches is
 test function, every fixture it uses, and every function of the tests package those call
 (through globals, module attributes and nested functions), and the names and strings in it
 decide:
-- `ddp`: reaches tests.helpers.torchrun;
+- `ddp`: reaches tests.helpers.torchrun, or tests/ranks.py (DDP ranks forked from pytest);
 - `proc`: names `subprocess`, `Popen` or `sys.executable` (the CLI or a tool as a child), or
   holds a `pipe:` URL (a command the loader runs);
 - `bench`: a string naming a benchmark tool (`bench_*.py`), or a block of docs/benchmarks.md;
@@ -39,7 +39,7 @@ from .parallel import assign_groups
 
 MARKERS: dict[str, str] = {
     "proc": "starts a child process (the CLI or a tool through subprocess / sys.executable)",
-    "ddp": "launches torchrun (tests.helpers.torchrun)",
+    "ddp": "launches DDP ranks (tests.helpers.torchrun, or forked by tests/ranks.py)",
     "s3": "uses moto's S3 server on 127.0.0.1 (the s3_endpoint fixture)",
     "docs": "runs a block of README.md or docs/ (tests/test_docs_blocks.py)",
     "bench": "runs a benchmark tool (tools/bench_*.py)",
@@ -104,8 +104,10 @@ def markers_for(item: pytest.Item) -> set[str]:
     roots = [getattr(item, "function", None)] + [d[-1].func for d in defs if d]
     names, strings, funcs = _reached(roots)
     found = set()
-    if any(getattr(f, "__name__", "") == "torchrun" and f.__module__ == "tests.helpers"
-           for f in funcs):
+    # real torchrun, or ranks forked from pytest (tests/ranks.py): the runtime watch below
+    # sees Popen, not fork, so this rule is what keeps a forked-ranks test out of make quick
+    if any((f.__module__, getattr(f, "__name__", "")) == ("tests.helpers", "torchrun")
+           or f.__module__ == "tests.ranks" for f in funcs):
         found.add("ddp")
     if names & _PROC_NAMES or any(s.startswith("pipe:") for s in strings):
         found.add("proc")   # a pipe: URL is a command the loader runs
