@@ -24,6 +24,7 @@ FORMULAS: dict[str, Formula] = {
     "simlingo_route_adjusted": simlingo_rules.route_adjusted,
     "simlingo_route_adjusted_augmented": simlingo_rules.route_adjusted_augmented,
     "simlingo_point_augmented": simlingo_rules.point_augmented,
+    "simlingo_points_augmented": simlingo_rules.points_augmented,
 }
 
 # Route rules a layout's route_filter may name as keep_also: a project's own exception to the
@@ -35,14 +36,17 @@ ROUTE_RULES: dict[str, RouteRule] = {
 }
 
 
-def formula_value(name: str, shape: tuple[int, ...], dtype: str, raw: Any, frame: dict
-                  ) -> tuple[np.ndarray | None, str]:
-    """(value, "") from formula `name`, held to the field's shape and dtype, or (None, why)."""
+def formula_value(name: str, shape: tuple[int, ...], dtype: str, raw: Any, frame: dict,
+                  pad: bool = False) -> tuple[np.ndarray | None, str]:
+    """(value, "") from formula `name`, held to the field's shape and dtype, or (None, why).
+    With `pad`, the value is rows to be padded (at most shape[0] of shape[1:])."""
     try:
         value = np.asarray(FORMULAS[name](raw, frame), dtype=dtype)
     except (ValueError, TypeError) as exc:
         return None, f"{exc} (formula {name})"
-    if value.shape != shape or (value.dtype.kind == "f" and not np.isfinite(value).all()):
+    fits = value.shape[1:] == shape[1:] and len(value) <= shape[0] if pad and value.ndim \
+        else value.shape == shape
+    if not fits or (value.dtype.kind == "f" and not np.isfinite(value).all()):
         return None, (f"formula {name} gives {list(value.shape)}, not finite {list(shape)}; "
                       "expected the shape the layout declares")
     return value, ""

@@ -226,9 +226,9 @@ def _formula(d: dict, where: str, at: str) -> tuple[str, str]:
     """A field's formula (a name from formulas.FORMULAS) and twin_of, both optional."""
     from .formulas import FORMULAS
     formula, twin_of = d.get("formula", ""), d.get("twin_of", "")
-    if formula and (formula not in FORMULAS or d.get("pad") or d.get("future")):
+    if formula and (formula not in FORMULAS or d.get("future")):
         raise fail(where, f"{at}.formula", formula, f"one of {sorted(FORMULAS)}, on a field "
-                   "without pad or future")
+                   "without future")
     if twin_of:
         _name(twin_of, where, f"{at}.twin_of")
     return formula, twin_of

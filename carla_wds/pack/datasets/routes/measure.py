@@ -33,8 +33,9 @@ def record_fields(layout: Layout, pred_len: int) -> tuple[MeasField, ...]:
     for f in layout.measurement_fields:
         shape = (pred_len, *f.shape) if f.future else f.shape
         out.append(MeasField(f.name, f.dtype, shape, f.units, f.frame, f.twin_of))
-        if f.pad:
-            out.append(MeasField(f"{f.name}_len", "int32", (), "rows"))
+        if f.pad:   # a twin's count stands in for its field's count too
+            out.append(MeasField(f"{f.name}_len", "int32", (), "rows",
+                                 twin_of=f"{f.twin_of}_len" if f.twin_of else ""))
     return tuple(out)
 
 
@@ -81,8 +82,12 @@ def add_fields(values: dict[str, Any], data: dict, layout: Layout, source: str) 
             return missing_key(exc, f"measurement_fields.{f.name}.key: {f.key}", data)
         if source == "measurements" and f.key == layout.fields.get("theta"):
             raw = compass(raw)
-        value, reason = formula_value(f.formula, f.shape, f.dtype, raw, data) if f.formula \
-            else field_value(f, raw)   # a dataset's label rule the layout names (formulas.py)
+        if f.formula:   # a dataset's label rule the layout names (formulas.py)
+            value, reason = formula_value(f.formula, f.shape, f.dtype, raw, data, f.pad)
+            if value is not None and f.pad:
+                value, reason = field_value(f, value)
+        else:
+            value, reason = field_value(f, raw)
         if value is None:
             return f"field {f.key!r}: {reason}"
         values[f"m:{f.name}"] = value

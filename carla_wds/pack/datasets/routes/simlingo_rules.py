@@ -107,6 +107,12 @@ def route_adjusted_augmented(raw: Any, frame: dict) -> np.ndarray:
     return equal_spacing(augmented(_points(raw), *_aug(frame)))
 
 
+def points_augmented(raw: Any, frame: dict) -> np.ndarray:
+    """Formula simlingo_points_augmented: saved [x, y] points (route_original as saved) moved
+    with the twin camera, as many as saved (augment_route before load_route pads or cuts)."""
+    return augmented(_points(raw), *_aug(frame))
+
+
 def point_augmented(raw: Any, frame: dict) -> np.ndarray:
     """Formula simlingo_point_augmented: a saved [x, y] point (target_point_next) as SimLingo
     serves it with the twin camera, (2,)."""

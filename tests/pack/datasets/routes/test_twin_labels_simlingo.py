@@ -1,6 +1,7 @@
 """garage_lb2_simlingo's twin camera: every target point and route variant SimLingo moves
 with it (RenzKa/simlingo@eb2b89a dataset_driving.py l.75-78, dataset_base.py load_route
-l.416-439, augment_target_point l.686-694) is served moved when CARLAWebData swaps the twin in.
+l.416-439, augment_target_point l.686-694) is served moved when CARLAWebData swaps the twin in,
+and so are the saved routes the record keeps (route_raw, route_original_raw).
 
 The move is written here from their formula, R(yaw)^T (p - (0, y)) with the frame's recorded
 augmentation_translation y (m) and augmentation_rotation yaw (deg), applied to the raw
@@ -83,6 +84,12 @@ def test_every_target_point_and_route_moves_with_the_twin(served):
         np.testing.assert_allclose(got["route"], spaced(moved(original, y, yaw)), atol=1e-4)
         np.testing.assert_allclose(got["route_adjusted"], spaced(moved(m["route"], y, yaw)),
                                    atol=1e-4)
+        # the saved routes too: moved, as many points as saved, zero rows after them
+        for name, key in (("route_raw", "route"), ("route_original_raw", "route_original")):
+            n = len(m[key])
+            assert int(got[f"{name}_len"]) == n
+            np.testing.assert_allclose(got[name][:n], moved(m[key], y, yaw), atol=1e-4)
+            assert not got[name][n:].any()
     # synth shifts its twin up to 1 m and turns it up to 5 deg: a point ~40 m ahead is off
     # by metres unless it moves
     assert before > 1.0, before
