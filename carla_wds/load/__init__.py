@@ -7,8 +7,10 @@ from ..remote import RemoteError, RemoteOptions
 from ..tario import ShardError
 from .batch import CARLABatch, CARLASample
 from .dataset import CARLAWebData
+from .options import Augment, Decode, History, Overlays, Storage, Transport
 from .stages import decode_sample
 from .transform import SampleTransform, sample_rng
 
-__all__ = ["CARLABatch", "CARLASample", "CARLAWebData", "RemoteError", "RemoteOptions",
-           "SampleTransform", "ShardError", "decode_sample", "sample_rng"]
+__all__ = ["Augment", "CARLABatch", "CARLASample", "CARLAWebData", "Decode", "History",
+           "Overlays", "RemoteError", "RemoteOptions", "SampleTransform", "ShardError", "Storage",
+           "Transport", "decode_sample", "sample_rng"]

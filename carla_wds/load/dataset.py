@@ -23,30 +23,23 @@ from dataclasses import asdict, replace
 from collections.abc import Mapping
 from typing import Any, Iterator
 
-from ..datasets import lidar_presets
 from ..dist import rank_world
-from ..limits import Limits
-from ..limits import active as active_limits
 from ..limits import using as using_limits
-from ..manifest import Manifest, read_manifest
+from ..manifest import read_manifest
 from ..remote import RemoteOptions, with_storage
-from ..schema import SampleSpec
 from ..shardread import ShardRef
 from .batch import CARLABatch, field_layout, with_padding_fields
-from .classes import class_options
-from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
-                       resolve_load_adapters)
-from .fields import FieldOptions, check_fields, row_fields, stacked_kinds
+from .fields import check_fields
 from .history import history_settings, windowed
 from .plan import batches_per_rank
-from . import loader_doc, overlay, resume_state, settings
+from . import front, loader_doc, overlay, resume_state, settings
 from .mix import MixPlanner, mix_spec, same_samples
+from .options import Augment, Decode, History, Overlays, Storage, Transport
 from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
 from .workers import Epoch, Workers
 
 log = logging.getLogger(__name__)
-DEFAULT_IMAGE_SIZE = (256, 512)
 # a state's fields that must equal the loader's (world_size and num_workers may change:
 # load/reshape.py plans the rest of the epoch for the new split)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "batches_per_epoch", "history",
@@ -54,113 +47,70 @@ STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "batches_per_epoch", "
 STATE_DEFAULTS = {"history": 0, "history_stride": 1, "mix": None}   # older states lack them
 
 
-def _select_cameras(spec: SampleSpec, cameras: list[str] | None) -> SampleSpec:
-    if cameras is None:
-        return spec
-    missing = [c for c in cameras if c not in spec.cameras]
-    if missing:
-        raise ValueError(f"cameras {missing} are not in the shards; they hold "
-                         f"{list(spec.cameras)}")
-    return replace(spec, cameras=tuple(cameras))   # keeps the recorded codecs
-
-
-def _field_options(spec: SampleSpec, adapters: dict[str, Any], lidar_histogram: str | None,
-                   fields: tuple[str, ...]) -> FieldOptions:
-    """The load adapters that apply (each asks the manifest's spec, e.g. its transforms or
-    twins, with the caller's option; load/adapters/); a histogram needs the lidar field and
-    a known preset."""
-    if lidar_histogram is not None:
-        presets = lidar_presets()   # the dataset registry's (carla_wds.datasets)
-        if lidar_histogram not in presets or "lidar" not in fields:
-            raise ValueError(f"lidar_histogram {lidar_histogram!r}: expected one of "
-                             f"{sorted(presets)}, with 'lidar' in fields (got {list(fields)})")
-    return FieldOptions(lidar_histogram, adapters_for(spec, adapters))
-
-
-def _model(name: str | None, transform: SampleTransform | None, manifest: Manifest,
-           options: dict[str, Any], given: dict[str, Any], augment: bool = False
-           ) -> tuple[ModelAdapter | None, SampleTransform | None, dict, dict[str, Any]]:
-    """adapter=NAME: the model-ready adapter (its checks on the shards, the settings its name
-    sets, the load adapters it needs) as the sample_transform; else the caller's settings."""
-    if name is None:
-        return None, transform, {**given, "image_size": given["image_size"] or
-                                 DEFAULT_IMAGE_SIZE}, options
-    if transform is not None:
-        raise ValueError(f"adapter={name!r} is itself a sample_transform; give adapter= or "
-                         "sample_transform=, not both")
-    model = model_adapter(name)
-    settings = resolve(model, given)
-    model.check(manifest)
-    return model, model, settings, resolve_load_adapters(model, options, augment)
-
-
-def _decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | None
-                    ) -> dict[str, object]:
-    """FieldOptions keywords for the names that select parts of other members: calibration
-    (from the record; `rig` is the pack's camera order), and per-camera kinds to stack."""
-    asked = list(fields or ())
-    return {"calibration": "calibration" in asked, "rig": tuple(packed.cameras),
-            "stacked": tuple(stacked_kinds(spec, asked)), **class_options(spec, asked),
-            "row_fields": row_fields(spec)}
-
-
 class CARLAWebData:
     __doc__ = loader_doc.__doc__   # the arguments' docs, for help() and the API page
 
     def __init__(self, source: str | None = None, *, batch_size: int, mode: str = "train",
-                 num_workers: int = 0, seed: int = 0,
-                 image_size: tuple[int, int] | None = None, overlays: Any = None,
-                 cameras: list[str] | None = None, augment: bool = False,
-                 per_camera_augment: bool = True, shuffle_buffer: int = 256,
-                 cache_dir: str | None = None, on_error: str = "raise", rank: int | None = None,
-                 world_size: int | None = None, batches_per_epoch: int | None = None,
-                 verify: bool = False, pin_memory: bool = False, prefetch_factor: int = 2,
-                 persistent_workers: bool = False, shard_urls: list[str] | None = None,
-                 remote: RemoteOptions | None = None, fields: list[str] | None = None,
-                 lidar_histogram: str | None = None, exact_resize: bool = False,
-                 storage_options: dict | None = None, cache_limit_bytes: int | None = None,
-                 limits: Limits | dict[str, int] | None = None, overlay_required: bool = False,
-                 adapters: Mapping[str, Any] | None = None, adapter: str | None = None,
-                 sample_transform: SampleTransform | None = None, history: int = 0,
-                 history_stride: int | str = 1, mix: Any = None, **aliases: Any) -> None:
-        settings.check_args(mode, on_error, batch_size, num_workers, batches_per_epoch)
-        options = adapter_options(adapters, aliases)
-        # bounds on what one member may make a decoder allocate (limits.py); a dict raises
-        # some of this process's active ones
-        self.limits = limits if isinstance(limits, Limits) else \
-            active_limits().with_overrides(limits or {})
-        self._read(source, with_storage(remote, storage_options), mix)   # s3:// options too
-        self.adapter, self.sample_transform, given, options = _model(
-            adapter, sample_transform, self.manifest, options,
-            {"cameras": cameras, "image_size": image_size, "fields": fields,
-             "lidar_histogram": lidar_histogram}, augment)
-        cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields", "lidar_histogram"))
-        spec = _select_cameras(self.manifest.spec, cameras)
+                 num_workers: int = 0, seed: int = 0, image_size: tuple[int, int] | None = None,
+                 cameras: list[str] | None = None, fields: list[str] | None = None,
+                 augment: bool | Augment = False, shuffle_buffer: int = 256,
+                 on_error: str = "raise", rank: int | None = None, world_size: int | None = None,
+                 batches_per_epoch: int | None = None, transport: Transport | None = None,
+                 storage: Storage | None = None, decode: Decode | None = None,
+                 overlays: list[str] | Overlays | None = None,
+                 label_options: Mapping[str, Any] | None = None,
+                 adapter: str | SampleTransform | None = None, history: int | History = 0,
+                 mix: Any = None, **aliases: Any) -> None:
+        # every keyword as given, before a name below is bound: the front door reads them all
+        r = front.request({k: v for k, v in locals().items() if k not in ("self", "aliases")},
+                          aliases)
+        self.limits = r.limits()
+        self._read(source, with_storage(r.storage.remote, r.storage.options), mix)
+        self._decoding(r)
+        self._adopt(r)
+        self._set_shards(r.storage, r.overlays)
+        self._plan(r)
+
+    def _plan(self, r: front.Request) -> None:
+        """History windows, the epoch's batch count, the start position and the workers."""
+        self.history, self.history_stride, self._sequence = history_settings(
+            self._manifests, r.history.frames, r.history.stride, self.sample_transform)
+        self._len = settings.batches(self.where, self._epoch_counts(), self.batch_size,
+                                     self.world_size, self.mode, self.batches_per_epoch)
+        self._start_position()
+        self._workers = Workers(self.num_workers, prefetch_factor=self.prefetch_factor,
+                                pin_memory=self.pin_memory, persistent=r.transport.persistent,
+                                stats=self.stats)
+
+    def _decoding(self, r: front.Request) -> None:
+        """What a sample decodes to: the model adapter's settings or the caller's, the
+        cameras and fields selected, and how each field decodes."""
+        self.adapter, self.sample_transform, given, options = front.model(r, self.manifest)
+        cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields",
+                                                               "lidar_histogram"))
+        spec = front.select_cameras(self.manifest.spec, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
         self.field_opts = replace(
-            _field_options(spec, options, lidar_histogram, self.fields),
-            **_decode_options(spec, self.manifest.spec, fields),
-            exact_resize=bool(exact_resize), extra_sizes=settings.extra_sizes(self.manifest))
-        self.rank, self.world_size = rank_world(rank, world_size)
-        self.batch_size, self.mode, self.num_workers, self.seed = batch_size, mode, num_workers, seed
-        self.image_size, self.verify = tuple(given["image_size"]), verify
-        self.augment, self.per_camera_augment = augment, per_camera_augment
-        self.shuffle_buffer, self.cache_dir, self.on_error = shuffle_buffer, cache_dir, on_error
-        self.batches_per_epoch, self.pin_memory = batches_per_epoch, pin_memory
-        self.prefetch_factor = prefetch_factor
-        self._set_shards(shard_urls, cache_limit_bytes, overlays, overlay_required)
-        self.history, self.history_stride, self._sequence = history_settings(
-            self._manifests, history, history_stride, self.sample_transform)
-        self._len = settings.batches(self.where, self._epoch_counts(), batch_size,
-                                     self.world_size, mode, batches_per_epoch)
-        self._start_position()
+            front.field_options(spec, options, lidar_histogram, self.fields),
+            **front.decode_options(spec, self.manifest.spec, fields),
+            exact_resize=bool(r.decode.exact_resize),
+            extra_sizes=settings.extra_sizes(self.manifest))
+        self.image_size = tuple(given["image_size"])
+
+    def _adopt(self, r: front.Request) -> None:
+        """The request's plain settings, as the loader's attributes."""
+        self.rank, self.world_size = rank_world(r.rank, r.world_size)
+        self.batch_size, self.mode, self.num_workers, self.seed = (r.batch_size, r.mode,
+                                                                   r.num_workers, r.seed)
+        self.verify, self.cache_dir = r.storage.verify, r.storage.cache_dir
+        self.augment, self.per_camera_augment = r.augment.enabled, r.augment.per_camera
+        self.shuffle_buffer, self.on_error = r.shuffle_buffer, r.on_error
+        self.batches_per_epoch, self.pin_memory = r.batches_per_epoch, r.transport.pin_memory
+        self.prefetch_factor = r.transport.prefetch_factor
         self._field_layout: dict | None = None   # shapes of the selected fields, once seen
         self.stats = dict(skipped_samples=0, batches=0, batches_outside_ring=0)
-        self._workers = Workers(num_workers, prefetch_factor=prefetch_factor,
-                                pin_memory=pin_memory, persistent=persistent_workers,
-                                stats=self.stats)
 
     def _start_position(self) -> None:
         self.epoch, self.consumed, self.step_at_epoch_start = 0, 0, 0
@@ -196,10 +146,10 @@ class CARLAWebData:
         same_samples(self._manifests)
         self.where, self.remote = self.manifest.where, remote
 
-    def _set_shards(self, shard_urls: list[str] | None, cache_limit_bytes: int | None,
-                    overlays: Any = None, overlay_required: bool = False) -> None:
+    def _set_shards(self, storage: Storage, overlays: Overlays) -> None:
         """Every shard of the pack (of a mix's packs, one after the other); label overlays
         read in step (load/overlay.py: a filter changes the counts)."""
+        shard_urls = None if storage.shard_urls is None else list(storage.shard_urls)
         if shard_urls is not None and len(self._manifests) > 1:
             raise ValueError("shard_urls= names one pack's shards; a mix reads its packs' own")
         shards = [s for m in self._manifests for s in m.shards]
@@ -208,8 +158,8 @@ class CARLAWebData:
         self.urls = own if shard_urls is None else settings.shard_urls(self.manifest, shard_urls)
         self.shards = tuple(ShardRef(u, s.samples, s.bytes, s.sha256)
                             for u, s in zip(self.urls, shards))
-        self.cache_limit_bytes = settings.cache_limit(cache_limit_bytes, self.cache_dir,
-                                                      self.shards)
+        self.cache_limit_bytes = settings.cache_limit(storage.cache_limit_bytes,
+                                                      self.cache_dir, self.shards)
         # of the shard list as written, so that states saved by earlier versions still resume
         docs = [m.doc["shards"] for m in self._manifests]
         self.manifest_id = hashlib.sha256(json.dumps(docs[0] if len(docs) == 1 else docs,
@@ -217,7 +167,7 @@ class CARLAWebData:
         self._mixer = MixPlanner.of(self.mix, {m_src: m.doc["shards"] for m_src, m in zip(
             self.mix.sources(), self._manifests)}) if self.mix else None
         with using_limits(self.limits):   # the overlay manifests are file data too
-            self._overlay = overlay.attach(self, overlays, overlay_required)
+            self._overlay = overlay.attach(self, list(overlays.packs), overlays.required)
 
     def __len__(self) -> int:
         """Batches per rank in this epoch: the rest of it after a resume in another split."""

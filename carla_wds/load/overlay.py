@@ -218,7 +218,8 @@ def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin
     without. One ValueError line for what is not offered with them."""
     if not overlays:
         if required:
-            raise ValueError("overlay_required=True filters by overlays; give overlays=[...]")
+            raise ValueError("Overlays(required=True) filters by overlays, but none is given. "
+                             "Fix: overlays=Overlays([PACK, ...], required=True)")
         return None
     why = ("a mix" if data.mix else
            "sample_transform/adapter" if data.sample_transform is not None else None)

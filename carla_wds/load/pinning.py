@@ -36,7 +36,8 @@ THREAD_NAME = "carla-wds-pin"
 POLL = 0.1          # seconds between the thread's checks that it was told to stop
 CLOSE_WAIT = 30.0   # seconds close() waits for the thread (it may be in a worker's next())
 NO_CUDA = ("pin_memory=True, but CUDA is not available (torch.cuda.is_available() is False): "
-           "batches load unpinned. Fix: pin_memory=False on a machine without a GPU")
+           "batches load unpinned. Fix: transport=Transport(pin_memory=False) on a machine "
+           "without a GPU")
 
 
 def available() -> bool:
@@ -47,7 +48,7 @@ def available() -> bool:
 def usable(pin_memory: bool) -> bool:
     """pin_memory as it can run here: False, with one warning, where no CUDA is."""
     if pin_memory and not available():
-        warnings.warn(NO_CUDA, UserWarning, stacklevel=4)   # the caller of CARLAWebData
+        warnings.warn(NO_CUDA, UserWarning, stacklevel=5)   # the caller of CARLAWebData
         return False
     return bool(pin_memory)
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..datasets import lidar_preset, lidar_presets
 from ..modalities.measurements import MEASUREMENTS, MeasField
-from ..load import CARLABatch, CARLAWebData
+from ..load import CARLABatch, CARLAWebData, Decode
 from ..schema import SampleSpec
 from .config import ConfigError, TrainConfig
 from .control import has_expert_controls
@@ -71,7 +71,7 @@ def loader_options(cfg: ModelConfig, spec: SampleSpec | None = None) -> dict[str
     controls = spec is not None and has_expert_controls(list(record_fields(spec)))
     if cfg.measurements or controls:
         fields.append(MEASUREMENTS)
-    return {"fields": fields or None, "lidar_histogram": cfg.lidar}
+    return {"fields": fields or None, "decode": Decode(lidar_histogram=cfg.lidar)}
 
 
 def model_io(cfg: TrainConfig, spec: SampleSpec) -> ModelIO:

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .. import dist, limits
 from ..fileio import atomic_write_json
-from ..load import CARLAWebData, RemoteOptions
+from ..load import Augment, CARLAWebData, History, RemoteOptions, Storage, Transport
 from ..manifest import read_manifest
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..rng import derive_seed, rng_state, seed_everything, set_rng_state
@@ -81,12 +81,12 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     # workers and the loaders alike)
     limits.set_active(limits.DEFAULT.with_overrides(d.limits))
     remote = RemoteOptions(read_timeout=d.read_timeout, retries=d.retries)
-    common = dict(num_workers=d.num_workers, persistent_workers=d.persistent_workers,
-                  seed=cfg.seed, image_size=tuple(d.image_size),
-                  cameras=d.cameras, cache_dir=d.cache_dir,
-                  cache_limit_bytes=d.cache_limit_bytes, rank=rank, world_size=world,
-                  pin_memory=pin, verify=d.verify, on_error=d.on_error, remote=remote,
-                  history=d.history, history_stride=d.history_stride)
+    common = dict(num_workers=d.num_workers, seed=cfg.seed, image_size=tuple(d.image_size),
+                  cameras=d.cameras, rank=rank, world_size=world, on_error=d.on_error,
+                  transport=Transport(persistent=d.persistent_workers, pin_memory=pin),
+                  storage=Storage(remote=remote, cache_dir=d.cache_dir,
+                                  cache_limit_bytes=d.cache_limit_bytes, verify=d.verify),
+                  history=History(d.history, stride=d.history_stride))
     # the specs first: the model's inputs are checked in the config's words, and where the val
     # shards carry the expert's controls, eval decodes them too
     named = [("data.val", d.val)] + ([] if d.mix else [("data.train", d.train)])
@@ -94,8 +94,8 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     for path, manifest in specs.items():
         check_inputs(cfg.model, manifest.spec, manifest.where)
     source = dict(mix=d.mix) if d.mix else dict(source=d.train)   # a mix: its packs instead
-    train = CARLAWebData(**source, batch_size=d.batch_size, mode="train", augment=d.augment,
-                         per_camera_augment=d.per_camera_augment,
+    train = CARLAWebData(**source, batch_size=d.batch_size, mode="train",
+                         augment=Augment(d.augment, per_camera=d.per_camera_augment),
                          shuffle_buffer=d.shuffle_buffer, **common, **loader_options(cfg.model))
     val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common,
                        **loader_options(cfg.model, specs[d.val].spec))

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..load import CARLABatch, CARLAWebData
+from ..load import CARLABatch, CARLAWebData, History
 from ..manifest import read_manifest
 from .checkpoint import CheckpointError, load_checkpoint, stored_config
 from .config import ConfigError, TrainConfig, config_from_dict
@@ -36,8 +36,8 @@ def show(shards: str | Path, out: str | Path, checkpoint: str | Path | None = No
     if checkpoint is not None:
         ckpt, cfg = _read(checkpoint)
         image_size, cameras = tuple(cfg.data.image_size), cfg.data.cameras
-        inputs = {**loader_options(cfg.model), "history": cfg.data.history,
-                  "history_stride": cfg.data.history_stride}
+        inputs = {**loader_options(cfg.model),
+                  "history": History(cfg.data.history, stride=cfg.data.history_stride)}
     data = _shards(shards, n, image_size, cameras, checkpoint, on_error, inputs)
     batch = pick(data, n) if pick is not None else next(iter(data))
     if ckpt is not None:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..fileio import atomic_write_bytes
-from ..load import CARLAWebData
+from ..load import CARLAWebData, Storage
 from ..progress import bar as progress_bar   # a terminal's bar, or a few log lines
 from ..remote import RemoteOptions
 from ..words import counted
@@ -182,10 +182,10 @@ def view(shards: str | Path, out: str | Path, n: int = 12,
     if n < 1:
         raise ViewError(f"-n {n}: the report needs at least one sample. Fix: pass -n 12")
     probe = CARLAWebData(str(shards), batch_size=1, mode="eval", rank=0, world_size=1,
-                         remote=remote)
+                         storage=Storage(remote=remote))
     fields = scene_fields(probe.manifest.spec)
     data = CARLAWebData(str(shards), batch_size=1, mode="eval", rank=0, world_size=1,
-                        remote=remote, fields=fields,
+                        storage=Storage(remote=remote), fields=fields,
                         image_size=image_size or default_size(probe))
     manifest = data.manifest
     show_bar = sys.stderr.isatty() if progress is None else progress

@@ -17,6 +17,7 @@ the spec, whose sources are this run's temporary paths) recorded as present or a
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from carla_wds.load import CARLAWebData
+from carla_wds.load import CARLAWebData, Decode, History, Overlays
 
 # the packs the zoo does not make, from the tests that made them: Bench2Drive clips as
 # b2d_tcp needs them (every frame, the port's expert pairing), and a garage pack with two
@@ -74,8 +75,10 @@ def _mix(*entries: tuple[str, dict]) -> Callable:
     return lambda where: {"entries": [{"source": where(s), **e} for s, e in entries]}
 
 
-# name -> (pack or None for a mix, CARLAWebData keywords, epoch); "mix" and "overlays"
-# keywords are callables of the packs' paths
+# name -> (pack or None for a mix, CARLAWebData keywords, epoch); a "mix" is a callable of
+# the packs' paths, and the "overlaid" pack's config gets its overlay packs' paths. The
+# configurations use the grouped options (Decode, History, Overlays, label_options): they
+# were recorded with the flat keywords these replaced, which must load the same bytes.
 TRAIN = dict(batch_size=2, seed=3)
 CONFIGS: dict[str, tuple[str | None, dict[str, Any], int]] = {
     **{f"{layout}/{mode}": (layout, dict(TRAIN, image_size=S, mode=mode), 0)
@@ -90,20 +93,22 @@ CONFIGS: dict[str, tuple[str | None, dict[str, Any], int]] = {
     "tcp/train/augment/epoch2": ("tcp", dict(TRAIN, image_size=S, augment=True), 2),
     "tcp/train/batches_per_epoch": ("tcp", dict(TRAIN, image_size=(16, 48),
                                                 batches_per_epoch=5, shuffle_buffer=4), 0),
-    "tcp/eval/cameras/exact_resize": ("tcp", dict(TRAIN, image_size=(20, 40), mode="eval",
-                                                  cameras=["front"], exact_resize=True), 0),
+    "tcp/eval/cameras/exact_resize": ("tcp", dict(
+        TRAIN, image_size=(20, 40), mode="eval", cameras=["front"],
+        decode=Decode(exact_resize=True)), 0),
     "tcp_roach/train/brake_override_off": ("tcp_roach", dict(
-        TRAIN, image_size=S, fields=["measurements"], brake_override=False), 0),
+        TRAIN, image_size=S, fields=["measurements"],
+        label_options={"tcp_brake_override": False}), 0),
     "transfuser2022/eval/fields": ("transfuser2022", dict(
         TRAIN, image_size=S, mode="eval", fields=["depth", "semantics", "lidar", "boxes"]), 0),
     "garage/train/twin/lidar_histogram": ("garage", dict(
-        TRAIN, image_size=S, twin_p=0.5, fields=["lidar", "boxes"],
-        lidar_histogram="garage"), 0),
+        TRAIN, image_size=S, label_options={"garage_camera_twin": 0.5},
+        fields=["lidar", "boxes"], decode=Decode(lidar_histogram="garage")), 0),
     "tcp/train/history2": ("tcp", dict(TRAIN, image_size=S, history=2), 1),
     "tcp/eval/history2/w2": ("tcp", dict(TRAIN, image_size=S, history=2, num_workers=2,
                                          mode="eval"), 0),
     "tcp/train/history1_stride2/rank1of2": ("tcp", dict(
-        TRAIN, image_size=S, history=1, history_stride=2, rank=1, world_size=2), 0),
+        TRAIN, image_size=S, history=History(1, stride=2), rank=1, world_size=2), 0),
     "garage/train/history2": ("garage", dict(TRAIN, image_size=S, history=2), 0),
     "tcp/mix/train": (None, dict(TRAIN, image_size=S, mix=_mix(
         ("tcp", {"weight": 0.7}), ("tcp_b", {"weight": 0.3}))), 0),
@@ -115,7 +120,7 @@ CONFIGS: dict[str, tuple[str | None, dict[str, Any], int]] = {
         ("tcp", {"weight": 1}), ("tcp_b", {"count": 9}))), 0),
     "overlays/train": ("overlaid", dict(TRAIN, image_size=(16, 24)), 0),
     "overlays/train/w2/required": ("overlaid", dict(
-        TRAIN, image_size=(16, 24), num_workers=2, overlay_required=True), 0),
+        TRAIN, image_size=(16, 24), num_workers=2, overlays=Overlays(required=True)), 0),
     "overlays/eval/rank1of2": ("overlaid", dict(TRAIN, image_size=(16, 24), mode="eval",
                                                 rank=1, world_size=2), 0),
     "adapter/tcp/train": ("tcp_roach", dict(TRAIN, adapter="tcp"), 0),
@@ -151,16 +156,23 @@ def _hash_into(h: "hashlib._Hash", value: Any) -> None:
         h.update(f"{type(value).__name__}:{value!r}|".encode())
 
 
-def build(where: Callable[[str], str], name: str) -> tuple[CARLAWebData, int]:
+def build(where: Callable[[str], str], name: str) -> tuple[CARLAWebData, str]:
+    """The configuration's loader at its epoch, and a fingerprint of the packs it reads (their
+    manifests' shard lists, read from disk)."""
     source, kw, epoch = CONFIGS[name]
     kw = dict(kw)
+    packs = [] if source is None else [where(source)]
     if "mix" in kw:
         kw["mix"] = kw["mix"](where)
-    if source == "overlaid":
-        kw["overlays"] = [where(k) for k in OVERLAY_KINDS]
+        packs += [e["source"] for e in kw["mix"]["entries"]]
+    if source == "overlaid":   # the overlay packs' paths into the config's Overlays
+        kw["overlays"] = replace(kw.get("overlays", Overlays()),
+                                 packs=[where(k) for k in OVERLAY_KINDS])
+        packs += kw["overlays"].packs
     data = CARLAWebData(None if source is None else where(source), **kw)
     data.set_epoch(epoch)
-    return data, epoch
+    shards = [json.loads((Path(p) / "manifest.json").read_text())["shards"] for p in packs]
+    return data, hashlib.sha256(json.dumps(shards, sort_keys=True).encode()).hexdigest()
 
 
 def digest(data: CARLAWebData) -> dict[str, Any]:
@@ -185,7 +197,8 @@ def _record(name: str, got: dict) -> None:
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_batches_and_state_equal_the_recorded_digests(packs, name):
-    got = digest(build(packs, name)[0])
+    data, pack_sha = build(packs, name)
+    got = {"pack": pack_sha, **digest(data)}
     if REGEN:
         _record(name, got)
         return
@@ -193,6 +206,10 @@ def test_batches_and_state_equal_the_recorded_digests(packs, name):
     assert name in recorded, (f"{name}: no recorded digest. Fix: CARLA_WDS_REGEN_DIGESTS=1 "
                               ".venv/bin/python -m pytest -q tests/load/test_digests.py")
     want = recorded[name]
+    if got["pack"] != want["pack"]:
+        pytest.fail(f"{name}: the packs' manifests changed since the digests were recorded: "
+                    "packing or synth changed, not (only) the loader. Fix: if that change is "
+                    "meant, regenerate them in its commit (CARLA_WDS_REGEN_DIGESTS=1)")
     assert got["batches"] == want["batches"]
     assert json.dumps(got["state"], sort_keys=True) == json.dumps(want["state"], sort_keys=True)
     assert got["sha256"] == want["sha256"], f"{name}: the batches changed"

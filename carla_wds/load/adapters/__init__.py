@@ -1,7 +1,7 @@
 """The load adapters' room: dataset- and codebase-specific load transforms, by name.
 
 The loader names none of them: it builds every registered kind against the manifest's spec
-and the caller's options (`CARLAWebData(adapters={name: option})`), and each kind decides
+and the caller's options (`CARLAWebData(label_options={name: option})`), and each kind decides
 whether it applies (base.AdapterKind). A new adapter is one module here plus one `register`
 call below (or from the caller's own code, before the loader is built).
 """
@@ -58,7 +58,7 @@ def model_adapter(name: str) -> ModelAdapter:
     """The model-ready adapter called `name`; an unknown name lists the valid ones."""
     if name not in MODEL_ADAPTERS:
         raise ValueError(f"adapter {name!r}: unknown; the model-ready adapters are "
-                         f"{sorted(MODEL_ADAPTERS)} (load adapters go in adapters=)")
+                         f"{sorted(MODEL_ADAPTERS)} (load adapters go in label_options=)")
     return MODEL_ADAPTERS[name]
 
 
@@ -69,19 +69,19 @@ def keywords() -> dict[str, str]:
 
 def adapter_options(adapters: Mapping[str, Any] | None, aliases: Mapping[str, Any]
                     ) -> dict[str, Any]:
-    """One {adapter name: option} from `adapters=` and the older keywords (each an alias of
+    """One {adapter name: option} from `label_options=` and the older keywords (each an alias of
     one adapter's option); a name given both ways, or an unknown name, is refused."""
     given = dict(adapters or {})
     unknown = sorted(set(given) - set(ADAPTERS))
     if unknown:
-        raise ValueError(f"adapters {unknown}: unknown; the registered load adapters are "
+        raise ValueError(f"label_options {unknown}: unknown; the registered load adapters are "
                          f"{sorted(ADAPTERS)}")
     names = keywords()
     for keyword, value in aliases.items():
         if keyword not in names:
             raise TypeError(f"CARLAWebData() got an unexpected keyword argument {keyword!r}")
         if names[keyword] in given:
-            raise ValueError(f"{keyword}= and adapters[{names[keyword]!r}] both set the same "
+            raise ValueError(f"{keyword}= and label_options[{names[keyword]!r}] both set the same "
                              "option; give one")
         given[names[keyword]] = value
     return given
