@@ -43,6 +43,7 @@ from ...modalities.calibration import carla_matrix, intrinsic
 from . import world as base
 from .bench2drive_actors import box_corners as _box_corners
 from .bench2drive_actors import others as _others
+from .bench2drive_maps import write_town_maps
 from .garage import (EGO_HALF_EXTENT, cars, count_in_box, depth_m, encode,
                            gz_json, laz_bytes, lidar_points, refuse_busy, semantics_of, simulate,
                            to_ego, wrap)
@@ -333,14 +334,17 @@ def synth_dataset(out_dir: str | Path, layout: str = "bench2drive", episodes: in
     out = Path(out_dir)
     clips = [out / "v1" / clip_name(ep) for ep in range(int(episodes))]
     refuse_busy(clips)
+    roads = {}   # clip -> its road: the HD maps of the towns the clips name (issue 42)
     for ep, clip in enumerate(progress_bar(clips, desc="synth bench2drive", unit="clip",
                                    disable=not progress)):
         writer = _ClipWriter(clip, ep, int(seed), int(frames), size)
         for t in range(int(frames)):
             writer.frame(t)
+        roads[clip.name] = writer.sim["road"]
         if archives:
             (out / "archives").mkdir(parents=True, exist_ok=True)
             write_archive(clip, out / "archives" / f"{clip.name}.tar.gz", int(seed) + ep)
+    write_town_maps(out / "maps", roads)
     if episodes > 1:
         (out / SPLIT_FILE).write_text(json.dumps({"val": [f"v1/{clips[-1].name}"]}, indent=2))
     logger.info("wrote %s of %s (%dx%d, HxW) under %s", counted(len(clips), f"{layout} clip"),
