@@ -17,11 +17,10 @@ EXE = str(Path(sys.executable).parent / "carla-wds")
 
 
 @pytest.fixture(scope="module")
-def local3(tmp_path_factory, raw_tcp, packer) -> Path:
-    """The local pack the killed packs are compared with: 26 shards of 3 samples."""
-    out = tmp_path_factory.mktemp("local3") / "shards"
-    packer(raw_tcp, out, max_samples=3)
-    return out
+def local3(zoo) -> Path:
+    """The local pack the killed packs are compared with: one route's 26 samples in 9 shards
+    of 3, the zoo's (shared, read-only); the killed packs pack its raw folder beside it."""
+    return zoo(episodes=1, frames=30, max_samples=3)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ pytest.importorskip("moto.server")
 from carla_wds.pack.routes import PackError   # noqa: E402
 from carla_wds.pack.upload import default_stage   # noqa: E402
 
+from ..helpers import manifest_of   # noqa: E402
 from ..s3server import BUCKET, client, fresh_prefix, options   # noqa: E402
 from .s3pack import (JOURNAL, files_of, local3, objects, proxy, run_cli,   # noqa: E402,F401
                      s3_pack)
@@ -122,15 +123,16 @@ def _kill_inside_upload(proxy: Proxy, raw: Path, url: str, home: Path, log: Path
 
 @pytest.mark.parametrize("landed, machine", [(False, "same"), (True, "same"),
                                              (True, "another")])
-def test_kill_9_during_upload_then_resume_is_byte_identical(raw_tcp, local3, proxy, tmp_path,
+def test_kill_9_during_upload_then_resume_is_byte_identical(local3, proxy, tmp_path,
                                                             monkeypatch, landed, machine):
     """machine="another": the resume runs with another cache folder, so its default staging
     folder is empty, as on a machine that replaces the killed one."""
+    raw, shards = local3.parent / "raw", len(manifest_of(local3)["shards"])   # 9 shards
     prefix, home = fresh_prefix(), tmp_path / "cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))   # default_stage here, as in the child
     url = f"s3://{BUCKET}/{prefix}"
     proxy.rule = Rule("/shard-000005.tar", "hold", land=landed)
-    _kill_inside_upload(proxy, raw_tcp, url, home, tmp_path / "killed.log")
+    _kill_inside_upload(proxy, raw, url, home, tmp_path / "killed.log")
     # what the kill left: shards 0-4 uploaded and journaled (here and in the store), 5 in
     # flight (or landed but not journaled), no manifest
     stage = default_stage(url)
@@ -141,18 +143,18 @@ def test_kill_9_during_upload_then_resume_is_byte_identical(raw_tcp, local3, pro
     assert sorted(held) == [JOURNAL] + [f"shard-{i:06d}.tar" for i in range(6 if landed else 5)]
     assert held[JOURNAL].decode() == journal
 
-    plain = run_cli(proxy.upstream, home, "pack", raw_tcp, url, "--max-samples", "3")
+    plain = run_cli(proxy.upstream, home, "pack", raw, url, "--max-samples", "3")
     assert plain.returncode != 0 and "--resume" in plain.stderr
     proxy.rule = None
     proxy.seen.clear()
     resumer = home if machine == "same" else tmp_path / "another"
     resumer.mkdir(exist_ok=True)
-    resumed = run_cli(proxy.endpoint, resumer, "pack", raw_tcp, url, "--max-samples", "3",
+    resumed = run_cli(proxy.endpoint, resumer, "pack", raw, url, "--max-samples", "3",
                       "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     put = [s.path.rsplit("/", 1)[1] for s in proxy.puts() if not s.path.endswith(JOURNAL)]
-    assert put == [f"shard-{i:06d}.tar" for i in range(5, 26)] + ["manifest.json"]
-    assert objects(proxy.upstream, prefix) == files_of(local3)   # 26 shards and the manifest
+    assert put == [f"shard-{i:06d}.tar" for i in range(5, shards)] + ["manifest.json"]
+    assert objects(proxy.upstream, prefix) == files_of(local3)   # 9 shards and the manifest
     assert list(resumer.iterdir()) == []   # its staging folder and carla-wds/stage are gone
     check = run_cli(proxy.upstream, resumer, "verify", url)
     assert check.returncode == 0 and f"OK {url}" in check.stdout, check.stderr[-3000:]
