@@ -385,8 +385,9 @@ def _add_cluster_commands() -> None:
     main.add_command(plan_command(_dataset_options, _given_dataset_options))
     main.add_command(pack_status)
     main.add_command(slurm_script)
+    from .cli_map import map_commands
     from .cli_overlay import overlay_commands
-    for command in overlay_commands(limit_option):
+    for command in [*overlay_commands(limit_option), *map_commands(limit_option)]:
         main.add_command(command)
 
 

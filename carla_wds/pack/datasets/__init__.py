@@ -13,6 +13,7 @@ below (or `register(name, dataset, synth=writer)` from outside the package).
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -124,6 +125,25 @@ def check_options(layout: str, given: Mapping[str, Any]) -> None:
     dataset.check_options(given)
 
 
+# layout -> the module of this package whose `pack_maps` packs its dataset's maps into a typed
+# map pack (`carla-wds pack-map`, issue 42); imported on first use
+_MAP_PACKERS = {"bench2drive": "bench2drive.hdmap_pack"}
+
+
+def map_layouts() -> list[str]:
+    """The layouts whose dataset ships maps that `carla-wds pack-map` packs."""
+    return sorted(_MAP_PACKERS)
+
+
+def map_packer(layout: str) -> Any:
+    """`pack_maps(maps_dir, out, allow_pickle=, clips=, progress=)` of `layout`'s dataset."""
+    if layout not in _MAP_PACKERS:
+        raise bad_option("--layout", layout, f"one of {map_layouts()}",
+                         "pass a layout whose dataset ships maps")
+    return importlib.import_module(f"{__name__}.{_MAP_PACKERS[layout]}").pack_maps
+
+
 __all__ = ["DEFAULT_LAYOUT", "Dataset", "DatasetOption", "PackError", "PackInput", "RoutesDataset",
            "SampleRule", "all_options", "builtin_layouts", "check_options", "dataset_for",
-           "identity_options", "matching_layouts", "open_input", "register"]
+           "identity_options", "map_layouts", "map_packer", "matching_layouts", "open_input",
+           "register"]
