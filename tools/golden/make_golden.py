@@ -21,6 +21,7 @@ from tools.golden import common
 PROJECTS = {"tcp": "tools.golden.tcp", "garage": "tools.golden.garage",
             "transfuser2022": "tools.golden.tf2022", "bench2drive_tcp": "tools.golden.b2d_tcp",
             "bench2drive_prepare": "tools.golden.b2d_prepare",
+            "bench2drive_maps": "tools.golden.b2d_maps",
             "garage_lb2": "tools.golden.garage_lb2"}
 
 

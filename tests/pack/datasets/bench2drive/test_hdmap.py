@@ -24,8 +24,11 @@ from carla_wds.pack.errors import PackError
 from carla_wds.pack.synth.bench2drive import clip_name
 from carla_wds.pack.synth.bench2drive_maps import npz_bytes
 from tests.helpers import shared_raw
+from tools.golden.b2d_maps import digest
+from tools.golden.common import tree_sha256
 
 pack_maps = map_packer("bench2drive")
+GOLDEN = Path(__file__).parents[3] / "golden" / "bench2drive_maps.json"
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +110,36 @@ def test_pack_map_equals_their_gengrate_map(raw, tmp_path):
         assert all(np.array_equal(a, b) for a, b in zip(lanes, theirs["lane_points"]))
         assert all(np.array_equal(a, b) for a, b in zip(volumes,
                                                         theirs["trigger_volumes_points"]))
+
+
+def sample_points(points: np.ndarray) -> np.ndarray:
+    """lane_sample_points of one polyline: every 50th point and the last (l.175-182)."""
+    n = len(points)
+    idx = [50 * i for i in range(n // 50 + (1 if n % 50 else 0))] + [n - 1]
+    return points[idx]
+
+
+def test_pack_map_equals_their_own_gengrate_map_golden(raw, tmp_path):
+    """tests/golden/bench2drive_maps.json: their gengrate_map run unmodified on these maps
+    (tools/golden/b2d_maps.py); every polyline's float64 points and every type equal."""
+    doc = json.loads(GOLDEN.read_text())
+    assert tree_sha256(raw) == doc["raw_sha256"], f"synth changed: {doc['regenerate']}"
+    pack_maps(raw / "maps", tmp_path / "mp", allow_pickle=True, progress=False)
+    manifest = json.loads((tmp_path / "mp" / MANIFEST).read_text())
+    assert [s["route"] for s in doc["samples"]] == sorted(manifest["towns"])
+    for theirs in doc["samples"]:
+        with np.load(tmp_path / "mp" / f"{theirs['route']}.npz", allow_pickle=False) as z:
+            lanes, volumes = polylines(z, "lane"), polylines(z, "trigger")
+            ours = {"lane_types": [manifest["lane_types"][k] for k in z["lane_type"]],
+                    "trigger_volumes_types": [manifest["trigger_types"][k]
+                                              for k in z["trigger_type"]]}
+        parts = {"lane_points": lanes, "lane_sample_points": [sample_points(p) for p in lanes],
+                 "trigger_volumes_points": volumes,
+                 "trigger_volumes_sample_points": [v.mean(axis=0)[None] for v in volumes]}
+        for key, value in parts.items():
+            ours[f"{key}_sha256"] = digest(value)
+            ours[f"{key}_lengths"] = [len(v) for v in value]
+        assert ours == {k: v for k, v in theirs.items() if k not in ("route", "frame")}
 
 
 def run(*args: str) -> tuple[int, str]:
