@@ -5,8 +5,11 @@ starts (issue 40). dataset.py builds the loader from what this returns.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from ..datasets import lidar_presets
 from ..limits import Limits
@@ -21,7 +24,8 @@ from .fields import FieldOptions, row_fields, stacked_kinds
 from .options import Augment, Decode, History, Overlays, Storage, Transport, fold
 from .transform import SampleTransform
 
-DEFAULT_IMAGE_SIZE = (256, 512)
+DEFAULT_IMAGE_SIZE = (256, 512)   # for packs whose manifest records no camera size
+SIZE_FIX = "Fix: image_size=(H, W) or image_size='HxW', e.g. (256, 512) or '256x512'"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ def request(given: dict[str, Any], older: dict[str, Any]) -> Request:
     if transform is not None and not callable(transform):
         raise TypeError(f"adapter={adapter!r}: expected a model-ready adapter's name or your "
                         "function fn(sample, rng) -> sample. Fix: adapter='NAME' or adapter=fn")
+    kw["image_size"] = image_size(kw["image_size"])
     return Request(**kw, label_options=labels, adapter=name, transform=transform)
 
 
@@ -105,9 +110,11 @@ def model(r: Request, manifest: Manifest
     sets, the load adapters it needs) as the sample transform; else the caller's settings."""
     given = {"cameras": r.cameras, "image_size": r.image_size, "fields": r.fields,
              "lidar_histogram": r.decode.lidar_histogram}
-    if r.adapter is None:
-        return None, r.transform, {**given, "image_size": given["image_size"] or
-                                   DEFAULT_IMAGE_SIZE}, r.label_options
+    if r.adapter is None:   # the caller's size, or the pack's own
+        if r.image_size is not None:
+            warn_flipped(r.image_size, manifest, r.cameras)
+        return None, r.transform, {**given, "image_size": r.image_size or
+                                   pack_size(manifest, r.cameras)}, r.label_options
     adapter = model_adapter(r.adapter)
     chosen = resolve(adapter, given)
     adapter.check(manifest)
@@ -124,3 +131,46 @@ def decode_options(spec: SampleSpec, packed: SampleSpec, fields: list[str] | Non
             "stacked": tuple(stacked_kinds(spec, asked)), **class_options(spec, asked),
             "row_fields": row_fields(spec)}
 
+
+def image_size(value: Any) -> tuple[int, int] | None:
+    """image_size as given: None (the pack's size), (H, W) of positive whole numbers, or an
+    "HxW" string such as "256x512"; anything else is one line naming the fix."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.lower().replace(" ", "").split("x")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"image_size={value!r}: a string must be 'HxW'. {SIZE_FIX}")
+        value = (int(parts[0]), int(parts[1]))
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+        raise TypeError(f"image_size={value!r}: expected (H, W), two whole numbers, or an "
+                        f"'HxW' string. {SIZE_FIX}")
+    if min(value) < 1:
+        raise ValueError(f"image_size={tuple(value)}: both sides must be >= 1. {SIZE_FIX}")
+    return int(value[0]), int(value[1])
+
+
+def pack_size(manifest: Manifest, cameras: list[str] | None) -> tuple[int, int]:
+    """The first served camera's (H, W) as the pack recorded it; DEFAULT_IMAGE_SIZE for packs
+    made before the manifest recorded sizes."""
+    recorded = [s for s in manifest.sizes_of(tuple(cameras or manifest.spec.cameras)) if s]
+    return (int(recorded[0][0]), int(recorded[0][1])) if recorded else DEFAULT_IMAGE_SIZE
+
+
+def warn_flipped(size: tuple[int, int], manifest: Manifest, cameras: list[str] | None) -> None:
+    """One warning when the requested size is landscape and a served camera portrait (or the
+    other way round): every image would be stretched across its aspect."""
+    names = tuple(cameras or manifest.spec.cameras)
+    for name, stored in zip(names, manifest.sizes_of(names)):
+        if stored and (stored[1] - stored[0]) * (size[1] - size[0]) < 0:
+            h, w = stored
+            warnings.warn(f"image_size {size[0]}x{size[1]} is {_shape(size)}, but camera "
+                          f"{name!r} is {h}x{w} ({_shape(stored)}) in {manifest.where}: its "
+                          f"images are stretched across their aspect. Fix: an image_size of "
+                          f"the pack's aspect, e.g. {h}x{w}", UserWarning, stacklevel=5)
+            return
+
+
+def _shape(size: tuple[int, int]) -> str:
+    return "portrait" if size[0] > size[1] else "landscape"

@@ -25,7 +25,10 @@ Args:
         exactly once across ranks, padded with `valid=False` rows.
     num_workers: worker processes decoding batches (0: in this process).
     seed: the shard order, shuffle and augmentation follow (seed, epoch).
-    image_size: (H, W) of the cameras in the batch; default: (256, 512).
+    image_size: (H, W) of the cameras in the batch, or an "HxW" string such as "256x512";
+        default: the pack's recorded size of the first served camera (256x512 for packs
+        that recorded none); with `adapter=NAME`, that adapter's own. A size that turns the
+        pack's landscape images portrait (or back) warns once.
     cameras: which of the pack's cameras to serve, in this order; default: all.
     fields: extra members to decode, e.g. "depth", "semantic", "bev", "lidar", "boxes",
         "measurements", "ego2world": whatever the manifest's `spec.extras` lists
