@@ -75,6 +75,7 @@ class CARLAWebData:
         """History windows, the epoch's batch count, the start position and the workers."""
         self.history, self.history_stride, self._sequence = history_settings(
             self._manifests, r.history.frames, r.history.stride, self.sample_transform)
+        self._overlay = overlay.windowed(self._overlay, self.history)   # a row: its own frame's
         self._len = settings.batches(self.where, self._epoch_counts(), self.batch_size,
                                      self.world_size, self.mode, self.batches_per_epoch)
         self._start_position()
@@ -268,7 +269,7 @@ class CARLAWebData:
                      sample_transform=self.sample_transform, history=self.history,
                      history_stride=self.history_stride,
                      planner=self._reshape or (self._mixer if self.mode == "train" else None),
-                     overlay=overlay.checked(self._overlay, self.history),
+                     overlay=self._overlay,
                      **self._sequence)
 
     def close(self) -> None:

@@ -68,6 +68,11 @@ class Request:
 def request(given: dict[str, Any], older: dict[str, Any]) -> Request:
     """CARLAWebData's keywords (`older`: those not in its signature) as one checked Request."""
     kw, older = fold(given, dict(older))
+    if kw["history"].frames and kw["overlays"].required:
+        raise ValueError("history windows with Overlays(required=True): the filter keeps samples "
+                         "that are not a route's consecutive frames, so their windows cannot be "
+                         "read. Fix: Overlays(required=False) with history (a row's entries are "
+                         "its own frame's), or history=0 with the filter")
     settings.check_args(kw["mode"], kw["on_error"], kw["batch_size"], kw["num_workers"],
                         kw["batches_per_epoch"])
     labels = adapter_options(kw.pop("label_options"), older)   # and the adapters' aliases

@@ -12,6 +12,12 @@ for padding rows too, whose `valid` is False).
 overlay manifests' runs say which those are, so the plan is made over their counts (exact
 len()), and a read of kept samples i..j of a shard reads its samples from the i-th kept
 one's position to the j-th's, leaving out the others before they are decoded.
+
+With history windows (`history=K`, load/history.py) a read also reads the samples its windows
+reach back to, marked as context as shardio.read_with_context marks them, and a batch row gets
+the entries of its window's own (last) frame: `batch.fields[<kind>]` holds B entries, one per
+window. A filter is not offered with windows (front.py refuses the pair at construction): the
+kept samples are not a route's consecutive frames.
 """
 from __future__ import annotations
 
@@ -119,6 +125,9 @@ class OverlayJoin:
     overlays: tuple[Overlay, ...]
     base: tuple[ShardRef, ...]       # the base shards with their own sample counts
     keep: tuple[np.ndarray, ...] | None   # overlay_required: per shard, the kept positions
+    # frames a sample is decoded as: a history window's K + 1, of which the last is the
+    # sample's own and the one whose entries its batch row gets (load/history.py)
+    steps: int = 1
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -144,21 +153,23 @@ class OverlayJoin:
         refs) -> raw base samples, each with its entries under "__overlays__"."""
         opts = (on_error, cache_dir, verify, remote, cache_limit_bytes)
         for shard, lo, start, stop in reads:
-            if lo != start:
-                raise ValueError("overlays are not read with history context")
             mask = None
-            if self.keep is not None:
+            if self.keep is not None:   # (front.py refuses a filter with history context)
                 kept = self.keep[shard][start:stop]
                 if not len(kept):
                     continue
-                start, stop = int(kept[0]), int(kept[-1]) + 1
+                lo, start, stop = int(kept[0]), int(kept[0]), int(kept[-1]) + 1
                 mask = np.zeros(stop - start, bool)
                 mask[kept - start] = True
-            seg = [(shard, start, stop)]
+            seg = [(shard, lo, stop)]
             base = shardio.read_segments(seg, list(self.base), *opts)
             over = [shardio.read_segments(seg, list(o.shards), *opts) for o in self.overlays]
-            for i, (raw, *entries) in enumerate(zip(base, *over)):
-                if mask is None or mask[i]:
+            for i, (raw, *entries) in enumerate(zip(base, *over), lo - start):
+                if i < 0:   # a window's earlier frame, as shardio.read_with_context marks it
+                    if "__error__" not in raw:
+                        raw["__context__"] = True
+                        yield raw
+                elif mask is None or mask[i]:
                     yield self._joined(raw, entries, on_error)
 
     def _joined(self, raw: dict, entries: list[dict], on_error: str) -> dict:
@@ -198,14 +209,17 @@ class OverlayJoin:
         fields, batch n being the decoded group n (stages.decode_batches)."""
         pending: deque = deque()
 
+        last = slice(self.steps - 1, None, self.steps)   # each window's own frame
+
         def tap() -> Iterator[list]:
             for group in groups:
-                pending.append([None if r is None else r.get("__overlays__") for r in group])
+                pending.append([None if r is None else r.get("__overlays__")
+                                for r in group[last]])
                 yield group
 
         def attach(batches: Iterable[Any]) -> Iterator[Any]:
             for batch in batches:
-                rows, valid = pending.popleft(), batch.valid.tolist()
+                rows, valid = pending.popleft(), batch.valid.tolist()[last]
                 for name in self.fields:
                     batch.fields[name] = [row[name] if row is not None and ok else None
                                           for row, ok in zip(rows, valid)]
@@ -260,9 +274,7 @@ def _not_the_bases(found: tuple[Overlay, ...], base: Manifest) -> None:
                              "field is its kind's name), or restore its manifest")
 
 
-def checked(join: OverlayJoin | None, history: int) -> OverlayJoin | None:
-    """The join for a pass; history windows read context samples, which overlays do not."""
-    if join is not None and history:
-        raise ValueError("overlays=[...] are not offered with history windows yet. Fix: drop "
-                         "one of them")
-    return join
+def windowed(join: OverlayJoin | None, history: int) -> OverlayJoin | None:
+    """The join for samples of `history` earlier frames each: a batch row gets the entries of
+    its window's own (last) frame."""
+    return join if join is None else replace(join, steps=history + 1)

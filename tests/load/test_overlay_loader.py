@@ -150,13 +150,6 @@ def test_missing_edited_or_escaping_overlay_shards_are_refused(packs, tmp_path):
         list(data)
 
 
-def test_history_windows_are_refused_with_overlays(packs):
-    data = CARLAWebData(str(packs / "shards"), batch_size=2, image_size=SIZE, history=1,
-                        overlays=[str(packs / KINDS[0])])
-    with pytest.raises(ValueError, match="not offered with history windows"):
-        list(data)
-
-
 def _edited(packs: Path, tmp_path: Path, edit) -> Path:
     """A copy of the first kind's overlay pack whose manifest `edit` changed."""
     copy = tmp_path / "ovl"
