@@ -49,12 +49,16 @@ def measure(root: Any) -> None:
     path: list[list[Any]] = []              # [container, its children, values, nesting]
     open_ids: set[int] = set()
 
+    max_values, max_depth = lim.pickle_values, lim.json_depth   # (compared inline: hot)
+
     def grow(frame: list[Any], size: int, height: int, at: int) -> None:
         frame[2] += size
-        frame[3] = max(frame[3], height + 1)
-        lim.check("pickle_values", frame[2], "the values a pickle holds, as stored (a "
-                  "repeated object counts each time, an array its elements)")
-        lim.check("json_depth", at + frame[3], "the nesting depth of a pickle's value")
+        if height >= frame[3]:
+            frame[3] = height + 1
+        if frame[2] > max_values or at + frame[3] > max_depth:
+            lim.check("pickle_values", frame[2], "the values a pickle holds, as stored (a "
+                      "repeated object counts each time, an array its elements)")
+            lim.check("json_depth", at + frame[3], "the nesting depth of a pickle's value")
 
     def enter(node: Any) -> None:
         open_ids.add(id(node))
