@@ -29,7 +29,7 @@ from carla_wds.pack.sources import decode_json, read_npy
 from tests.conftest import make_raw
 # every frame with a full future: 12-frame garage routes hold none of garage's own range
 from tests.conftest import run_pack_all_frames as run_pack
-from tests.helpers import SIZE, make_pack, rewrite_shard
+from tests.helpers import SIZE, rewrite_shard
 
 OVER_POINTS = limits.DEFAULT.lidar_points + 1      # ~80 MB of LAS records if allocated
 
@@ -207,9 +207,8 @@ def test_npy_header_is_bounded_before_allocating(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tcp_pack(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("bounds_tcp"), episodes=1, frames=16,
-                     max_samples=50)
+def tcp_pack(zoo) -> Path:
+    return zoo(episodes=1, frames=16, max_samples=50)   # shared, read-only (conftest.zoo)
 
 
 @pytest.fixture()

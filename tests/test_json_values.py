@@ -28,7 +28,6 @@ from carla_wds.pack.journal import read_journal, write_header
 from carla_wds.pack.plan_parts import FORMAT, part_dir, read_plan, write_plan
 from carla_wds.pack.shards import JOURNAL
 from carla_wds.pack.sources import decode_json, read_json
-from tests.helpers import make_pack
 from tests.test_bounds_decoders import peak_of
 
 LIMIT = 1000
@@ -106,9 +105,8 @@ def test_pack_raw_json_names_the_file(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tcp_pack(tmp_path_factory) -> Path:
-    return make_pack(tmp_path_factory.mktemp("json_values_tcp"), episodes=1, frames=16,
-                     max_samples=50)
+def tcp_pack(zoo) -> Path:
+    return zoo(episodes=1, frames=16, max_samples=50)   # shared, read-only (conftest.zoo)
 
 
 def test_a_manifest_bomb_is_one_line(tcp_pack, tmp_path):
