@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from carla_wds import limits
 from carla_wds.cli import main
 from carla_wds.pack.datasets import map_packer
 from carla_wds.pack.datasets.bench2drive.hdmap import read_map
@@ -143,7 +144,9 @@ def test_pack_map_equals_their_own_gengrate_map_golden(raw, tmp_path):
 
 
 def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, ["pack-map", *map(str, args)])
+    """pack-map in this process; the process's limits (which --limit sets) restored after."""
+    with limits.using(limits.active()):
+        result = CliRunner().invoke(main, ["pack-map", *map(str, args)])
     return result.exit_code, result.output
 
 
@@ -261,3 +264,10 @@ def test_a_second_file_of_one_town_or_a_non_map_is_refused(raw, tmp_path):
     with pytest.raises(ValueError, match="Town14_HD_map.npz: refused.*not a readable .npz"):
         pack_maps(maps, tmp_path / "mp", allow_pickle=True, progress=False)
     assert not (tmp_path / "mp").exists()
+
+
+def test_an_arr_member_over_array_bytes_is_refused_before_it_is_inflated(raw, tmp_path):
+    """--limit array_bytes on the command line bounds arr.npy by its zip directory's size."""
+    line = refused_cli(raw / "maps", tmp_path / "mp", "--limit", "array_bytes=4096")
+    assert limits.active().array_bytes == limits.DEFAULT.array_bytes   # (restored)
+    assert "Town12_HD_map.npz" in line and "arr.npy" in line and "array_bytes=4,096" in line
