@@ -81,16 +81,25 @@ def test_verify_and_inspect_on_s3(raw_tcp, packed_tcp, s3_env, tmp_path, cli):
     assert sorted(verify(url, progress=False)) == sorted(f[len("FAIL "):] for f in fails)
 
 
+@pytest.fixture(scope="module")
+def one_route(zoo) -> tuple[Path, Path]:
+    """(raw, its local pack): the zoo's one route of 30 frames, 26 samples in 4 shards of 7
+    (shared, read-only), for the tests whose point is not the size of the pack."""
+    pack = zoo(episodes=1, frames=30, max_samples=7)
+    return pack.parent / "raw", pack
+
+
 SDK_CHECKSUMS_OFF = {"config_kwargs": {"request_checksum_calculation": "when_required",
                                        "response_checksum_validation": "when_required"}}
 
 
 @pytest.mark.parametrize("sdk", ["crc32", "off"])
-def test_a_corrupted_upload_is_detected(raw_tcp, packed_tcp, proxy, tmp_path, sdk):
+def test_a_corrupted_upload_is_detected(one_route, proxy, tmp_path, sdk):
     """The proxy flips a byte of shard 2's body on its way to the store. With the SDK's own
     CRC32 on (botocore's default), reading the object back fails its CRC32; with it off (as
     for stores that refuse it), the read-back sha256 differs. Either way the upload is
     retried, and a corruption that persists stops the pack with an error naming the URL."""
+    raw_tcp, packed_tcp = one_route
     extra = SDK_CHECKSUMS_OFF if sdk == "off" else {}
     prefix, stage = fresh_prefix(), tmp_path / "stage"
     proxy.rule = Rule("/shard-000002.tar", "corrupt", times=99)
@@ -110,10 +119,11 @@ def test_a_corrupted_upload_is_detected(raw_tcp, packed_tcp, proxy, tmp_path, sd
     assert objects(proxy.upstream, prefix) == files_of(packed_tcp)
 
 
-def test_overwrite_replaces_every_object(raw_tcp, packed_tcp, s3_env, tmp_path, cli):
+def test_overwrite_replaces_every_object(one_route, s3_env, tmp_path, cli):
+    raw_tcp, packed_tcp = one_route
     url = f"s3://{BUCKET}/{fresh_prefix()}"
-    assert cli("pack", raw_tcp, url, "--max-samples", "3").exit_code == 0   # 26 shards
-    result = cli("pack", raw_tcp, url, "--max-samples", "7", "--overwrite")    # 12 shards
+    assert cli("pack", raw_tcp, url, "--max-samples", "3").exit_code == 0   # 9 shards
+    result = cli("pack", raw_tcp, url, "--max-samples", "7", "--overwrite")    # 4 shards
     assert result.exit_code == 0, result.output
     assert objects(s3_env, url[len(f"s3://{BUCKET}/"):]) == files_of(packed_tcp)
     _no_stage_made(tmp_path / "cache")
