@@ -35,10 +35,12 @@ def _children(x: Any) -> Iterator[Any]:
     return iter(x)
 
 
-def measure(root: Any) -> None:
+def measure(root: Any, shared: set[int] | None = None) -> None:
     """LimitError unless `root`, expanded as it will be stored (a container reached twice
     counts twice), is within pickle_values and nested within json_depth; Refused for a cycle
-    or a non-value. Iterative, and each container is walked once: its size is remembered."""
+    or a non-value. Iterative, and each container is walked once: its size is remembered,
+    only for the ids in `shared` if given (Walk.shared(): the only containers a walked value
+    can hold twice), which keeps a large map's measure from holding a record per point."""
     lim = limits.active()
     got = _leaf_size(root)
     if got is not None:
@@ -72,7 +74,8 @@ def measure(root: Any) -> None:
         if child is _END:
             path.pop()
             open_ids.discard(id(frame[0]))
-            done[id(frame[0])] = (frame[2], frame[3])
+            if shared is None or id(frame[0]) in shared:
+                done[id(frame[0])] = (frame[2], frame[3])
             if path:
                 grow(path[-1], frame[2], frame[3], len(path) - 1)
             continue

@@ -203,6 +203,7 @@ class Walk:
         self.marks: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
         self.count = 0
+        self.gotten: list[Any] = []   # what memo GETs fetched (shared())
         self.limit = limits.active().pickle_values
 
     def add(self, n: int) -> None:
@@ -285,7 +286,14 @@ class Walk:
     def memo_get(self, index: int) -> None:
         if index not in self.memo:
             raise Refused(f"a memo GET of {index}, never PUT")
+        self.gotten.append(self.memo[index])
         self.stack.append(self.memo[index])
+
+    def shared(self) -> set[int]:
+        """ids of the values a memo GET reached: the only ones the finished value may hold
+        more than once (every other opcode builds a new object), for pickle_measure.measure."""
+        return {id(self.value(x)) if type(x) is _Pending and x.built else id(x)
+                for x in self.gotten}
 
     def memo_put(self, index: int) -> None:
         if not self.stack:

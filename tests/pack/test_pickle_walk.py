@@ -9,6 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
+from carla_wds import limits
 from carla_wds.pack.pickle_measure import measure
 from carla_wds.pack.pickle_walk import Refused, Walk
 
@@ -69,3 +70,17 @@ def test_an_object_dtype_over_raw_bytes_is_refused():
     data = pickle.dumps(np.arange(2.0), 5).replace(b"f8", b"O8")
     with pytest.raises(Refused):
         Walk(objects=True).run(data)
+
+
+def test_a_container_shared_through_the_memo_counts_each_time_it_is_held():
+    """Walk.shared() names the containers a memo GET reached; measure(value, shared)
+    remembers only those and still counts a list held 1,000 times 1,000 times."""
+    big = [float(i) for i in range(100)]
+    walk = Walk(objects=True)
+    value = walk.run(pickle.dumps(object_array([(k, {-1: [big]}) for k in range(1000)]), 3))
+    held = value[0][1][-1][0]
+    assert all(row[1][-1][0] is held for row in value) and id(held) in walk.shared()
+    measure(value, walk.shared())   # ~105,000 values expanded: within the default
+    with limits.using(limits.active().with_overrides({"pickle_values": 50_000})):
+        with pytest.raises(limits.LimitError, match="pickle_values"):
+            measure(value, walk.shared())

@@ -71,8 +71,11 @@ def read_map(data: bytes, where: str, allowed: bool) -> TownMap:
             "own pickle reader (plain values and numeric arrays only, nothing run) and stored "
             "as plain arrays, never as a pickle")
     try:
-        value = Walk(objects=True).run(_pickle_of(data))
-        measure(value)
+        walk = Walk(objects=True)
+        value = walk.run(_pickle_of(data))
+        shared = walk.shared()
+        del walk   # its memo holds every container: freed before measure walks them
+        measure(value, shared)
         return _town(value)
     except limits.LimitError as exc:
         raise _named_limit(exc, where) from None
