@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tarfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -102,6 +103,25 @@ def packed_tf4(tmp_path_factory, raw_tf4) -> Path:
     # tests; the default sample set (TransFuser 2021's) is tests/pack/test_sample_set.py's
     run_pack(raw_tf4, out, layout="transfuser4", max_samples=PACKED_MAX_SAMPLES, all_frames=True)
     return out
+
+
+def _keep_torch_threads() -> Iterator[None]:
+    """Give torch's thread count back after a test or module that sets it (some train tests
+    set 1, in the body or in a module fixture): under -n a later module in the same worker
+    would inherit it, and a result such as the b2d_tcp stitch's bilinear resize differs in
+    its last bit between 1 and 2 threads."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+# autouse fixtures come first in their scope: the module's records the count before any
+# module fixture sets it
+_torch_threads_module = pytest.fixture(scope="module", autouse=True)(_keep_torch_threads)
+_torch_threads = pytest.fixture(autouse=True)(_keep_torch_threads)
 
 
 @pytest.fixture

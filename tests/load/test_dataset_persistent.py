@@ -23,11 +23,18 @@ def _same(got: list[CARLABatch], want: list[CARLABatch]) -> None:
 
 
 def _workers() -> set[int]:
-    """Child pids, less those alive before the tests (a spawn starts a resource tracker)."""
+    """Child pids, less those alive when the test began (a spawn starts a resource tracker,
+    and an earlier test in this process, in whatever order -n gives, may have left one)."""
     return set(child_pids()) - _BEFORE
 
 
-_BEFORE = set(child_pids())
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before() -> None:
+    global _BEFORE
+    _BEFORE = set(child_pids())
 
 
 def _epochs(data: CARLAWebData, epochs: range) -> tuple[list[list[CARLABatch]], list[set[int]]]:
