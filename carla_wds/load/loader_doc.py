@@ -59,7 +59,8 @@ Args:
         `Overlays(packs, required=True)`: each one's entries come in
         `batch.fields[<kind>]`, one parsed JSON value or None per sample, read in step with
         the base; `required` serves only the samples with an entry in every overlay (`len()`
-        stays exact).
+        stays exact). With an `adapter`, the dict holds them under `"overlays"`, `{kind: one
+        entry per row}`, and your function sees them in `sample["fields"][kind]`.
     label_options: {load adapter: option}, e.g. TCP's brake override; default: the
         manifest's. Their older keywords (`brake_override=`, `twin_p=`) are accepted too.
     adapter: a per-sample transform with settings, run in the workers before collation: a

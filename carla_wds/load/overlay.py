@@ -235,11 +235,8 @@ def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin
             raise ValueError("Overlays(required=True) filters by overlays, but none is given. "
                              "Fix: overlays=Overlays([PACK, ...], required=True)")
         return None
-    why = ("a mix" if data.mix else
-           "sample_transform/adapter" if data.sample_transform is not None else None)
-    if why:
-        raise ValueError(f"overlays=[...] are not offered with {why} yet. Fix: drop one of "
-                         "them")
+    if data.mix:
+        raise ValueError("overlays=[...] are not offered with a mix yet. Fix: drop one of them")
     base_sha = hashlib.sha256(manifest_bytes(data.manifest.where, data.remote)).hexdigest()
     found = tuple(read_overlay(str(o), data.manifest, base_sha, data.remote) for o in overlays)
     names = [o.field for o in found]
@@ -278,3 +275,8 @@ def windowed(join: OverlayJoin | None, history: int) -> OverlayJoin | None:
     """The join for samples of `history` earlier frames each: a batch row gets the entries of
     its window's own (last) frame."""
     return join if join is None else replace(join, steps=history + 1)
+
+
+def kinds(join: OverlayJoin | None) -> tuple[str, ...]:
+    """The overlay kinds an adapter's dict carries under "overlays" (transform.Transformer)."""
+    return () if join is None else join.fields

@@ -110,8 +110,13 @@ class Transformer:
     def __init__(self, fn: SampleTransform, *, seed: int, epoch: int, mode: str,
                  template: Callable[[], dict[str, Any]], augment: bool = False,
                  first_position: int = 0, iteration_of: Callable[[int], int] | None = None,
-                 collate: Callable[[list], Any] | None = None) -> None:
+                 collate: Callable[[list], Any] | None = None,
+                 overlays: tuple[str, ...] = ()) -> None:
         self.fn, self.seed, self.epoch, self.mode = fn, seed, epoch, mode
+        # overlay kinds whose batch.fields lists go into the dict's "overlays" (overlay.py):
+        # added after collation, since entries may be None or JSON that default_collate rejects
+        self.overlays = overlays
+        self.added = ADDED_KEYS + (("overlays",) if overlays else ())
         # default_collate, or the worker's dict ring's (the same batch, written in its slot)
         self.collate = collate or default_collate
         self.augment = augment and mode == "train"
@@ -143,11 +148,13 @@ class Transformer:
             if not isinstance(data, dict):
                 raise TypeError(f"sample_transform returned {type(rows[0]).__name__}; "
                                 "expected a dict (str -> value)")
-            clash = sorted(set(data) & set(ADDED_KEYS))
+            clash = sorted(set(data) & set(self.added))
             if clash:
-                raise ValueError(f"sample_transform returned keys {clash}, which the loader "
-                                 "adds itself; rename them")
+                raise ValueError(f"adapter/sample_transform returned keys {clash}, which the "
+                                 "loader adds itself (\"overlays\" with overlays=); rename them")
             self.position += len(valid)
             data["valid"] = torch.tensor(valid, dtype=torch.bool)
             data["key"] = [k if v else "" for k, v in zip(batch.keys, valid)]
+            if self.overlays:   # one entry per row, None for padding (OverlayJoin.tapped)
+                data["overlays"] = {k: list(batch.fields[k]) for k in self.overlays}
             yield ModelBatch(data, list(batch.errors))

@@ -45,6 +45,7 @@ from .plan import plan_worker, resampled_reads
 from . import rings
 from .ring import BatchRing, RingItem
 from .rings import Ring
+from .overlay import kinds as overlay_kinds
 from .served import served
 from .transform import SampleTransform, Transformer
 
@@ -172,7 +173,7 @@ class EpochStream(IterableDataset):
             dicts = Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
                                 template=lambda: self._template(e),
                                 augment=e.transform_augment, first_position=skipped,
-                                iteration_of=self._iteration_of(e, w),
+                                overlays=overlay_kinds(e.overlay), iteration_of=self._iteration_of(e, w),
                                 collate=ring.collate if ring is not None else None)(batches)
             yield from dicts if ring is None else map(ring.item, dicts)
             return
@@ -186,6 +187,7 @@ class EpochStream(IterableDataset):
                                     e.verify, e.remote, e.cache_limit_bytes)
         batch = next(stages.decode_batches(stages.group(raw, 1, 1), e.spec, e.image_size,
                                            sizes=e.image_sizes, field_opts=self._field_opts(e)))
+        batch.fields.update({k: [None] for k in overlay_kinds(e.overlay)})   # as a row without
         return Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
                            template=dict).one(batch, 0)
 
