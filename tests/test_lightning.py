@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pytorch_lightning")
+from .helpers import SCRIPTS, all_keys, make_pack
+from .ranks import run_script
 
-from .helpers import SCRIPTS, all_keys, make_pack  # noqa: E402
-from .ranks import run_script  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _pytorch_lightning() -> None:
+    """Skips the module without pytorch_lightning; imported here, once before its tests (the
+    ranks forked from this process inherit it), not at import: every pytest process collects
+    this module, make quick's too, and the import costs seconds of CPU."""
+    pytest.importorskip("pytorch_lightning")
 
 
 @pytest.mark.ddp
