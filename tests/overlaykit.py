@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tarfile
 from pathlib import Path
+from typing import Any, Callable
 
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
@@ -32,3 +33,22 @@ def overlay_entries(pack_dir: Path) -> dict[str, object]:
             for m in tar:
                 values[m.name.split(".")[0]] = json.loads(tar.extractfile(m).read())
     return values
+
+
+def resumed_epoch(make: Callable[[], Any], head: int, epoch: int = 1
+                  ) -> tuple[list, list, list]:
+    """(the whole epoch from one loader, its first `head` batches from another, the rest of
+    the epoch from a third that loaded the second's state_dict taken after them)."""
+    whole = make()
+    whole.set_epoch(epoch)
+    want = list(whole)
+    first = make()
+    first.set_epoch(epoch)
+    it = iter(first)
+    got = [next(it) for _ in range(head)]
+    state = first.state_dict()
+    it.close()
+    again = make()
+    again.load_state_dict(state)
+    again.set_epoch(epoch)
+    return want, got, list(again)

@@ -60,7 +60,10 @@ Args:
         `batch.fields[<kind>]`, one parsed JSON value or None per sample, read in step with
         the base; `required` serves only the samples with an entry in every overlay (`len()`
         stays exact). With an `adapter`, the dict holds them under `"overlays"`, `{kind: one
-        entry per row}`, and your function sees them in `sample["fields"][kind]`.
+        entry per row}`, and your function sees them in `sample["fields"][kind]`. With
+        `mix`, list every mixed pack's overlays: each joins the pack its manifest names (a
+        pack without some kind serves None for it; `required` needs all and draws among the
+        kept samples).
     label_options: {load adapter: option}, e.g. TCP's brake override; default: the
         manifest's. Their older keywords (`brake_override=`, `twin_p=`) are accepted too.
     adapter: a per-sample transform with settings, run in the workers before collation: a

@@ -18,6 +18,9 @@ reach back to, marked as context as shardio.read_with_context marks them, and a 
 the entries of its window's own (last) frame: `batch.fields[<kind>]` holds B entries, one per
 window. A filter is not offered with windows (front.py refuses the pair at construction): the
 kept samples are not a route's consecutive frames.
+
+With a mix, the overlays of every mixed pack come in one list, each joined to the pack its
+manifest names; per kind the join sees one overlay over all the mix's shards (overlay_mix.py).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import hashlib
 import json
 import re
 from collections import deque
+from itertools import repeat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -39,7 +43,7 @@ from ..remote import RemoteOptions, is_http, read_url
 from ..schema import SchemaError
 from ..shardread import ShardRef
 from ..tario import ShardError
-from . import shardio
+from . import overlay_mix, shardio
 from .fields import selectable
 
 OVERLAY_FORMAT = "carla-wds-overlay"   # pack/overlay.py writes it (the wings do not import)
@@ -85,6 +89,11 @@ class Overlay:
 def read_overlay(source: str, base: Manifest, base_sha: str,
                  remote: RemoteOptions | None) -> Overlay:
     """An overlay pack's manifest, checked against its base: one ValueError line otherwise."""
+    return checked(*overlay_doc(source, remote), base, base_sha)
+
+
+def overlay_doc(source: str, remote: RemoteOptions | None) -> tuple[str, bytes, dict]:
+    """(where, bytes, parsed) of an overlay pack's manifest, which must be one."""
     where = manifest_location(source)
     raw = manifest_bytes(where, remote)
     try:
@@ -95,10 +104,20 @@ def read_overlay(source: str, base: Manifest, base_sha: str,
         raise ValueError(f"overlay {where}: not an overlay pack (its manifest has no format "
                          f"{OVERLAY_FORMAT!r}); overlays=[...] takes `carla-wds pack-overlay` "
                          f"outputs, source= the base pack. {_FIX}")
-    built_for = (doc.get("base") or {}).get("manifest_sha256")
-    if built_for != base_sha:
+    return where, raw, doc
+
+
+def built_for(doc: dict) -> str | None:
+    """The sha256 of the base pack's manifest the overlay was built for."""
+    return (doc.get("base") or {}).get("manifest_sha256")
+
+
+def checked(where: str, raw: bytes, doc: dict, base: Manifest, base_sha: str) -> Overlay:
+    """The overlay as the loader uses it, checked against its base pack."""
+    made_for = built_for(doc)
+    if made_for != base_sha:
         raise ValueError(f"overlay {where} was built for another base pack (manifest sha256 "
-                         f"{str(built_for)[:12]}...), not {base.where} ({base_sha[:12]}...). "
+                         f"{str(made_for)[:12]}...), not {base.where} ({base_sha[:12]}...). "
                          f"{_FIX} pack")
     field, shards = doc.get("field"), doc.get("shards")
     if not isinstance(field, str) or not _FIELD.match(field) or not isinstance(shards, list) \
@@ -163,7 +182,9 @@ class OverlayJoin:
                 mask[kept - start] = True
             seg = [(shard, lo, stop)]
             base = shardio.read_segments(seg, list(self.base), *opts)
-            over = [shardio.read_segments(seg, list(o.shards), *opts) for o in self.overlays]
+            # a mix source without an overlay of a kind has no shard of it: no entries
+            over = [repeat(None) if o.shards[shard] is None else
+                    shardio.read_segments(seg, list(o.shards), *opts) for o in self.overlays]
             for i, (raw, *entries) in enumerate(zip(base, *over), lo - start):
                 if i < 0:   # a window's earlier frame, as shardio.read_with_context marks it
                     if "__error__" not in raw:
@@ -177,6 +198,9 @@ class OverlayJoin:
             return raw
         values = {}
         for o, e in zip(self.overlays, entries):
+            if e is None:   # no overlay of this kind for the sample's pack (overlay_mix.py)
+                values[o.field] = None
+                continue
             if "__error__" in e:
                 return shardio.error_marker(e["__error__"])
             if e["__key__"] != raw["__key__"]:
@@ -236,9 +260,11 @@ def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin
                              "Fix: overlays=Overlays([PACK, ...], required=True)")
         return None
     if data.mix:
-        raise ValueError("overlays=[...] are not offered with a mix yet. Fix: drop one of them")
-    base_sha = hashlib.sha256(manifest_bytes(data.manifest.where, data.remote)).hexdigest()
-    found = tuple(read_overlay(str(o), data.manifest, base_sha, data.remote) for o in overlays)
+        found = _mixed(data, overlays, required)
+    else:
+        base_sha = hashlib.sha256(manifest_bytes(data.manifest.where, data.remote)).hexdigest()
+        found = tuple(read_overlay(str(o), data.manifest, base_sha, data.remote)
+                      for o in overlays)
     names = [o.field for o in found]
     if len(set(names)) != len(names):
         raise ValueError(f"overlays {list(overlays)} give the batch fields {names}: one each "
@@ -250,11 +276,30 @@ def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin
                      for s in range(len(data.shards)))
     join = OverlayJoin(found, tuple(data.shards), keep)
     if keep is not None:
+        if data._mixer is not None:   # the mix draws among the kept samples
+            data._mixer = overlay_mix.kept_planner(data._mixer, keep, data.counts)
         data.counts = join.counts()
         data.shards = tuple(replace(s, samples=n) for s, n in zip(data.shards, data.counts))
         data.manifest_id = hashlib.sha256(
             (data.manifest_id + join.identity()).encode()).hexdigest()
     return join
+
+
+def _mixed(data: Any, overlays: list[str], required: bool) -> tuple[Overlay, ...]:
+    """A mix's overlays, one per kind over all its shards: each overlay joins the mixed
+    pack(s) its manifest names (overlay_mix.py)."""
+    manifests, sources = data._manifests, data.mix.sources()
+    shas = [hashlib.sha256(manifest_bytes(m.where, data.remote)).hexdigest() for m in manifests]
+    found, served = [], []
+    for o in overlays:
+        where, raw, doc = overlay_doc(str(o), data.remote)
+        mine = overlay_mix.sources_of(where, built_for(doc), shas, sources)
+        found.append(checked(where, raw, doc, manifests[mine[0]], shas[mine[0]]))
+        served.append(mine)
+    counts = [[s.samples for s in m.shards] for m in manifests]
+    kinds = list(dict.fromkeys(o.field for o in found))
+    return tuple(overlay_mix.merged(k, overlay_mix.one_per_source(found, served, k, len(shas)),
+                                    counts, sources, required) for k in kinds)
 
 
 def _not_the_bases(found: tuple[Overlay, ...], base: Manifest) -> None:

@@ -15,7 +15,7 @@ import torch
 from carla_wds.load import CARLAWebData, Overlays
 
 from ..helpers import all_keys
-from ..overlaykit import overlay_entries
+from ..overlaykit import overlay_entries, resumed_epoch
 from .test_overlay_loader import KINDS, SIZE
 from .test_overlay_loader import packs  # noqa: F401 - a fixture
 
@@ -105,20 +105,8 @@ def test_train_keeps_the_adapter_alones_batches(packs, tables, adapter):  # noqa
 @pytest.mark.parametrize("adapter, workers", [("garage", 0), ("mine", 2)])
 def test_a_mid_epoch_resume_gives_the_rest_of_the_epoch(packs, tables, adapter,  # noqa: F811
                                                         workers):
-    whole = _loader(packs, adapter, num_workers=workers)
-    whole.set_epoch(1)
-    want = list(whole)
-    first = _loader(packs, adapter, num_workers=workers)
-    first.set_epoch(1)
-    it = iter(first)
-    head = [next(it) for _ in range(2)]
-    state = first.state_dict()
-    it.close()
-    again = _loader(packs, adapter, num_workers=workers)
-    again.load_state_dict(state)
-    again.set_epoch(1)
-    rest = list(again)
-    assert len(head) + len(rest) == len(want) == len(whole)
+    want, head, rest = resumed_epoch(lambda: _loader(packs, adapter, num_workers=workers), 2)
+    assert len(head) + len(rest) == len(want) == len(_loader(packs, adapter))
     assert _rows(head + rest, tables) == _rows(want, tables)
     assert all(_same(a, b) for a, b in zip(head + rest, want))
 
