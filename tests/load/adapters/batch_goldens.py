@@ -17,6 +17,8 @@ from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
 
+from ...helpers import _sums
+
 
 def read_golden(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     """(meta, arrays) of a batches npz, loaded without pickles."""
@@ -39,6 +41,29 @@ def golden_shards(meta: dict, root: Path, edit: Callable[[Path], None] | None = 
         f"synth no longer writes the golden's routes; regenerate: {meta['regenerate']}")
     pack(root / "raw", root / "shards",
          PackOptions(layout=synth["layout"], progress=False, **pack_options))
+    return root / "shards"
+
+
+_SHARED: dict[tuple, tuple[Path, dict[str, str]]] = {}
+
+
+def shared_golden_shards(tmp_path_factory, meta: dict, edit: Callable[[Path], None] | None = None,
+                         **pack_options) -> Path:
+    """golden_shards(meta, edit, **pack_options), written once a session and shared by the
+    modules that ask for the same (the model tests and test_raw_images); read-only, the
+    routes beside them too (shards.parent / "raw"): a test that changes them copies them
+    first. Every call checks that no file changed since they were written."""
+    key = (str(tmp_path_factory.getbasetemp()), meta["raw_sha256"],
+           json.dumps(meta["synth"], sort_keys=True),
+           edit and f"{edit.__module__}.{edit.__qualname__}", tuple(sorted(pack_options.items())))
+    if key not in _SHARED:
+        root = tmp_path_factory.mktemp(f"golden_{meta['synth']['layout']}")
+        golden_shards(meta, root, edit, **pack_options)
+        _SHARED[key] = (root, _sums(root))
+    root, sums = _SHARED[key]
+    now = _sums(root)
+    changed = sorted(n for n in set(sums) | set(now) if sums.get(n) != now.get(n))
+    assert not changed, f"a test changed the shared golden shards {root}: {changed[:5]}"
     return root / "shards"
 
 

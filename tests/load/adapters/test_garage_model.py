@@ -29,7 +29,8 @@ from tools.golden.garage_batches import add_signals
 
 from ...helpers import SCRIPTS, make_pack
 from ...ranks import run_script
-from .batch_goldens import golden_shards, read_golden, row_sha256, sample_id, served
+from .batch_goldens import (read_golden, row_sha256, sample_id, served,
+                            shared_golden_shards)
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "garage_batches.npz"
 ATOL = 2e-5   # metres, m/s, rad, pixels/4: theirs float64 from JSON, ours float32 in the shards
@@ -42,8 +43,7 @@ def golden():
 
 @pytest.fixture(scope="module")
 def shards(golden, tmp_path_factory) -> Path:
-    return golden_shards(golden[0], tmp_path_factory.mktemp("garage_model"), add_signals,
-                         max_samples=4)
+    return shared_golden_shards(tmp_path_factory, golden[0], add_signals, max_samples=4)
 
 
 def _rows(batches: list, ids_of) -> dict[str, dict[str, np.ndarray]]:

@@ -20,7 +20,7 @@ from carla_wds.load import CARLAWebData
 from carla_wds.pack import PackOptions, pack
 from tests.helpers import manifest_of, rewrite_shard
 
-from .batch_goldens import check_batch, golden_shards, read_golden, served
+from .batch_goldens import check_batch, read_golden, served, shared_golden_shards
 from .test_garage_model import GOLDEN as GARAGE_GOLDEN
 from .test_garage_model import _compare as garage_compare
 from .test_garage_model import add_signals
@@ -28,9 +28,9 @@ from .test_tcp_model import ATOL as TCP_ATOL
 from .test_tcp_model import GOLDEN as TCP_GOLDEN
 
 
-def _raw_pack(shards: Path, **options) -> Path:
-    """The routes golden_shards wrote beside `shards` (root/raw), packed again with raw images."""
-    out = shards.parent / "raw_shards"
+def _raw_pack(shards: Path, out: Path, **options) -> Path:
+    """The routes golden_shards wrote beside `shards` (root/raw), packed again with raw images
+    into out (the golden shards' folder is shared, read-only)."""
     pack(shards.parent / "raw", out, PackOptions(progress=False, image_format="raw",
                                                  layout=manifest_of(shards)["layout"], **options))
     return out
@@ -39,15 +39,16 @@ def _raw_pack(shards: Path, **options) -> Path:
 @pytest.fixture(scope="module")
 def tcp_packs(tmp_path_factory) -> tuple[Path, Path]:
     opts = {"allow_pickle_input": True, "max_samples": 5}
-    png = golden_shards(read_golden(TCP_GOLDEN)[0], tmp_path_factory.mktemp("tcp_raw"), **opts)
-    return png, _raw_pack(png, **opts)
+    png = shared_golden_shards(tmp_path_factory, read_golden(TCP_GOLDEN)[0], **opts)
+    return png, _raw_pack(png, tmp_path_factory.mktemp("tcp_raw") / "raw_shards", **opts)
 
 
 @pytest.fixture(scope="module")
 def garage_packs(tmp_path_factory) -> tuple[Path, Path]:
-    jpg = golden_shards(read_golden(GARAGE_GOLDEN)[0], tmp_path_factory.mktemp("garage_raw"),
-                        add_signals, max_samples=4)
-    return jpg, _raw_pack(jpg, max_samples=4)
+    jpg = shared_golden_shards(tmp_path_factory, read_golden(GARAGE_GOLDEN)[0], add_signals,
+                               max_samples=4)
+    return jpg, _raw_pack(jpg, tmp_path_factory.mktemp("garage_raw") / "raw_shards",
+                          max_samples=4)
 
 
 def _same_batches(a: list[dict], b: list[dict]) -> None:

@@ -17,7 +17,8 @@ import torch
 from carla_wds.load import CARLAWebData
 
 from ...helpers import make_pack
-from .batch_goldens import check_batch, golden_shards, read_golden, sample_id, served
+from .batch_goldens import (check_batch, read_golden, sample_id, served,
+                            shared_golden_shards)
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "tcp_batches.npz"
 ATOL = 2e-5   # metres and m/s: theirs float64 from JSON, ours float32 in the shards
@@ -30,8 +31,8 @@ def golden():
 
 @pytest.fixture(scope="module")
 def shards(golden, tmp_path_factory) -> Path:
-    return golden_shards(golden[0], tmp_path_factory.mktemp("tcp_model"),
-                         allow_pickle_input=True, max_samples=5)
+    return shared_golden_shards(tmp_path_factory, golden[0], allow_pickle_input=True,
+                                max_samples=5)
 
 
 def test_tcp_batches_equal_their_dataloader(golden, shards):
