@@ -178,3 +178,16 @@ def test_with_an_adapter_too_each_row_gets_its_own_entries(packs, tables):
             assert got == (tables[key] if ok else NONE)
             seen += ok
     assert seen == len(tables) - len(all_keys(packs[2] / "shards"))
+
+
+def test_with_history_too_a_row_gets_its_own_frames_entries(packs, tables):
+    a, b, _ = packs
+    ranks = [_loader(packs, mode="eval", rank=r, world_size=2, num_workers=2, history=1)
+             for r in (0, 1)]
+    served = [list(d) for d in ranks]
+    assert [len(s) for s in served] == [len(d) for d in ranks]
+    batches = served[0] + served[1]
+    assert all(f[-1] == k for x in batches for f, k, ok in zip(x.frame_keys, x.keys, x.valid)
+               if ok)
+    rows = _rows(batches, tables)
+    assert sorted(k for k, _ in rows) == sorted(all_keys(a / "shards") + all_keys(b / "shards"))
