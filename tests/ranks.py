@@ -190,7 +190,7 @@ class _Ranks:
         pending = [r for r in range(self.world) if r not in self.results]
         raise AssertionError(
             f"ranks {pending} of {self.world}: no end after {timeout} s; their stacks:\n" +
-            "\n".join(f"--- rank {r} ---\n{self.output(r)[-8000:]}" for r in pending))
+            "\n".join(f"--- rank {r} ---\n{_stacks(self.output(r))[-8000:]}" for r in pending))
 
     def _kill(self, ranks: list[int]) -> None:
         for rank in ranks:
@@ -200,6 +200,14 @@ class _Ranks:
                 proc.join(10)
             else:   # its DataLoader workers may outlive it a moment; their parent is init now
                 proc.join(0)
+
+
+def _stacks(output: str) -> str:
+    """A rank's output less faulthandler's "Extension modules:" lines: a process that has
+    imported much (scipy and all, late in a -n worker) lists thousands of characters of them
+    after each stack, which pushed the frames themselves out of the kept tail."""
+    return "\n".join(line for line in output.splitlines()
+                     if not line.startswith("Extension modules:"))
 
 
 def _rank_main(fn: Callable[..., Any], args: tuple, env: dict[str, str], init: bool,
