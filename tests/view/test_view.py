@@ -62,6 +62,20 @@ def report_data(page: Path) -> dict:
     return json.loads(found.group(1).replace("<\\/", "</"))
 
 
+@pytest.fixture(scope="module")
+def page(packs, tmp_path_factory):
+    """page(layout, n=12) -> view's report of that pack, written once for the module: the
+    tests that only read a report share it (the choice's own test writes its two)."""
+    root, made = tmp_path_factory.mktemp("pages"), {}
+
+    def get(layout: str, n: int = 12) -> Path:
+        if (layout, n) not in made:
+            made[layout, n] = view(packs[layout], root / f"{layout}_{n}.html", n=n,
+                                   progress=False)
+        return made[layout, n]
+    return get
+
+
 def test_the_choice_spans_routes_commands_and_speeds(packs, tmp_path):
     shards = packs["tcp"]
     held = labels(shards)
@@ -83,11 +97,11 @@ def test_the_choice_spans_routes_commands_and_speeds(packs, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["tcp", "garage", "bench2drive"])
-def test_birds_eye_points_are_the_layouts_own_axes(packs, tmp_path, layout):
+def test_birds_eye_points_are_the_layouts_own_axes(packs, page, layout):
     """The panel's points are (right, forward) by the layout's own axes; a sample driving on
     (follow lane, moving) has its last waypoint ahead, not beside."""
     held = labels(packs[layout])
-    data = report_data(view(packs[layout], tmp_path / "r.html", n=8, progress=False))
+    data = report_data(page(layout, 8))
     assert data["bev"]
     to_rf = TO_RIGHT_FORWARD[layout]
     for key, bev in data["bev"].items():
@@ -120,9 +134,9 @@ def test_histograms_count_what_the_pack_holds(tmp_path):
     assert all("N" in reason or not re.search(r"\d", reason) for reason in counts["skipped"])
 
 
-def test_scenarios_and_towns_of_clip_names(packs, tmp_path):
+def test_scenarios_and_towns_of_clip_names(packs, page):
     held = labels(packs["bench2drive"])
-    counts = report_data(view(packs["bench2drive"], tmp_path / "r.html", progress=False))["counts"]
+    counts = report_data(page("bench2drive"))["counts"]
     assert counts["scenarios"] == dict(Counter(v["route"].split("_Town")[0] for v in held.values()))
     assert counts["towns"] == dict(Counter("Town" + v["route"].split("_Town")[1][:2]
                                            for v in held.values()))
@@ -155,11 +169,11 @@ def test_a_damaged_shard_is_one_line_naming_it_and_the_fix(cli, packs, tmp_path,
 BOX_NAMES = {0: "car", 1: "walker", 2: "traffic light", 3: "stop sign", 5: "traffic sign"}
 
 
-def test_birds_eye_legend_names_the_box_classes_and_one_scale_serves_all(packs, tmp_path):
+def test_birds_eye_legend_names_the_box_classes_and_one_scale_serves_all(packs, page):
     """Each panel's legend names the classes of the boxes it draws (by their colours), and
     every panel has one half side, wide enough for every sample's waypoints."""
     shards = packs["bench2drive"]
-    data = report_data(view(shards, tmp_path / "r.html", n=8, progress=False))
+    data = report_data(page("bench2drive", 8))
     held = members(shards)
     for key, bev in data["bev"].items():
         rows = np.load(io.BytesIO(held[key]["boxes.npy"]))
@@ -168,7 +182,7 @@ def test_birds_eye_legend_names_the_box_classes_and_one_scale_serves_all(packs, 
     half = data["bev_half_m"]
     reach = max(np.abs(np.asarray(b["waypoints"])).max() for b in data["bev"].values())
     assert 24.0 <= half <= 60.0 and reach <= half
-    sizes = {img.shape for img in panels(tmp_path / "r.html")}
+    sizes = {img.shape for img in panels(page("bench2drive", 8))}
     assert len(sizes) == 1, sizes
 
 
@@ -183,35 +197,35 @@ def chart_names(page: Path) -> list[str]:
     return [html.unescape(a) for a in re.findall(r'<img alt="([^"]+)"', charts)]
 
 
-def test_charts_of_the_recorded_buckets_and_no_chart_of_one_value(packs, tmp_path):
+def test_charts_of_the_recorded_buckets_and_no_chart_of_one_value(packs, page):
     """tcp: every sample's scenario is '-', so no scenarios chart but a line saying so; the
     manifest's buckets with several values are charted; garage's one-command pack likewise."""
-    page = view(packs["tcp"], tmp_path / "tcp.html", progress=False)
+    tcp = page("tcp")
     sizes = json.loads((packs["tcp"] / "manifest.json").read_text())["buckets"]["sizes"]
-    names = chart_names(page)
+    names = chart_names(tcp)
     assert not [n for n in names if n.startswith("scenarios")], names
     total = sum(sizes["accel"].values())
-    assert f"scenarios (clip or folder name): all {total} samples -" in page.read_text()
+    assert f"scenarios (clip or folder name): all {total} samples -" in tcp.read_text()
     for bucket, title in (("accel", "acceleration"), ("yaw_rate", "yaw rate"),
                           ("start", "start from a stop")):
         assert len(sizes[bucket]) > 1 and f"{title} (manifest buckets)" in names, names
-    assert f"leading actor (manifest buckets): all {total} samples unknown" in page.read_text()
-    b2d = chart_names(view(packs["bench2drive"], tmp_path / "b.html", progress=False))
+    assert f"leading actor (manifest buckets): all {total} samples unknown" in tcp.read_text()
+    b2d = chart_names(page("bench2drive"))
     assert "scenarios (clip or folder name)" in b2d, b2d
 
 
-def test_whole_pack_charts_of_boxes_end_points_and_expert_controls(packs, tmp_path):
+def test_whole_pack_charts_of_boxes_end_points_and_expert_controls(packs, page):
     """garage holds boxes and a measurements record with the expert's steer/throttle/brake:
     the boxes are counted per class over every sample, and the end points and controls are
     charted; tcp holds neither boxes nor controls, so only the end points are."""
     shards = packs["garage"]
-    page = view(shards, tmp_path / "g.html", progress=False)
+    garage = page("garage")
     classes = Counter(BOX_NAMES[int(c)] for m in members(shards).values()
                       for c in np.load(io.BytesIO(m["boxes.npy"]))[:, 0] if int(c) != 4)
-    assert classes and report_data(page)["counts"]["box_classes"] == dict(classes)
-    names = chart_names(page)
+    assert classes and report_data(garage)["counts"]["box_classes"] == dict(classes)
+    names = chart_names(garage)
     for chart in ("last waypoints", "expert controls", "boxes by class (all samples, not the ego)"):
         assert chart in names, names
-    tcp = chart_names(view(packs["tcp"], tmp_path / "t.html", progress=False))
+    tcp = chart_names(page("tcp"))
     assert "last waypoints" in tcp and "expert controls" not in tcp
     assert not [n for n in tcp if n.startswith("boxes")], tcp
