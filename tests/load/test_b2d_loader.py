@@ -13,21 +13,22 @@ import torch
 
 from carla_wds.calib import project
 from carla_wds.load import CARLAWebData
-from carla_wds.pack.synth import synth_dataset
 from tests.conftest import run_pack
+from tests.helpers import shared_raw
 
 CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
 
 
 @pytest.fixture(scope="module")
 def b2d(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("b2d_load")
-    synth_dataset(root / "raw", "bench2drive", episodes=2, frames=30, seed=7,
-                  image_size=(180, 320), progress=False)
-    run_pack(root / "raw" / "archives", root / "shards", layout="bench2drive", stride=1,
+    # the clips are shared_raw's (test_batch_table imports this fixture: one synth a session)
+    raw = shared_raw(tmp_path_factory, "bench2drive", episodes=2, frames=30, seed=7,
+                     image_size=(180, 320))
+    out = tmp_path_factory.mktemp("b2d_load") / "shards"
+    run_pack(raw / "archives", out, layout="bench2drive", stride=1,
              max_samples=8, sensors=("lidar", "boxes", "expert", "radar", "semantic", "depth",
                                      "instance"))
-    return root / "shards"
+    return out
 
 
 def corners(row: np.ndarray) -> np.ndarray:
