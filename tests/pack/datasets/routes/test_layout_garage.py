@@ -18,7 +18,8 @@ import pytest
 from carla_wds.codecs import codec_named
 from carla_wds.modalities.boxes import BOX_UNITS
 from tests import reference
-from tests.conftest import make_raw, read_pack, run_pack
+from tests.conftest import IMAGE_SIZE, read_pack, run_pack
+from tests.helpers import _sums, shared_raw
 
 EPISODES, FRAMES, PRED_LEN = 4, 18, 8     # route 3 scores 60 in synth: left out
 # what carla_garage's loader reads from a frame's measurements (team_code/data.py
@@ -44,18 +45,31 @@ GARAGE_CLASS = {"car": 0, "walker": 1, "traffic_light": 2, "stop_sign": 3, "ego_
 LIGHT_STATE = {"Red": 0, "Yellow": 1, "Green": 2, "Off": 3, "Unknown": 4}
 
 
+# other modules import these two fixtures, and pytest makes a fixture imported into a module
+# that module's own (a session fixture runs once per module that holds it): the folders are
+# written once a session (shared_raw; _PACKED) and shared, read-only, checked unchanged on
+# every use
+_PACKED: dict[str, tuple[Path, dict[str, str]]] = {}
+
+
 @pytest.fixture(scope="session")
 def raw_garage(tmp_path_factory) -> Path:
-    return make_raw(tmp_path_factory.mktemp("raw_garage"), "garage", episodes=EPISODES,
-                    frames=FRAMES, seed=3)
+    return shared_raw(tmp_path_factory, "garage", episodes=EPISODES, frames=FRAMES, seed=3,
+                      image_size=IMAGE_SIZE)
 
 
 @pytest.fixture(scope="session")
 def packed_garage(raw_garage, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("packed_garage") / "shards"
-    # every frame with a full future: 18-frame routes hold none of garage's own range(10, 9)
-    # (its sample set is tests/pack/test_sample_set.py's); here every member is compared
-    run_pack(raw_garage, out, layout="garage", max_samples=7, all_frames=True)
+    key = str(tmp_path_factory.getbasetemp())
+    if key not in _PACKED:
+        out = tmp_path_factory.mktemp("packed_garage") / "shards"
+        # every frame with a full future: 18-frame routes hold none of garage's own
+        # range(10, 9) (its sample set is tests/pack/test_sample_set.py's); here every member
+        # is compared
+        run_pack(raw_garage, out, layout="garage", max_samples=7, all_frames=True)
+        _PACKED[key] = (out, _sums(out))
+    out, sums = _PACKED[key]
+    assert _sums(out) == sums, f"a test changed the shared pack {out}; copy it first"
     return out
 
 
