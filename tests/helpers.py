@@ -11,6 +11,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import webdataset as wds
 
@@ -135,28 +136,34 @@ class PackZoo:
         return out
 
 
-_RAWS: dict[tuple, tuple[Path, dict[str, str]]] = {}
+_BUILT: dict[tuple, tuple[Path, dict[str, str]]] = {}
+
+
+def built_once(key: tuple, build: Callable[[], Path], what: str) -> Path:
+    """build()'s folder, made once per session and key and shared read-only by the modules
+    that ask for the same; every call checks that no file in it changed since it was made
+    (a test that changes it copies it first, with copy_tree)."""
+    if key not in _BUILT:
+        out = build()
+        _BUILT[key] = (out, _sums(out))
+    out, sums = _BUILT[key]
+    now = _sums(out)
+    changed = sorted(n for n in set(sums) | set(now) if sums.get(n) != now.get(n))
+    assert not changed, f"a test changed the shared {what} {out}: {changed[:5]}; copy it first"
+    return out
 
 
 def shared_raw(tmp_path_factory, layout: str, *, episodes: int, frames: int, seed: int,
                image_size: tuple[int, int]) -> Path:
     """synth_dataset's folder for these arguments, written once per session and shared by
-    the test modules that ask for the same (their module fixtures call this); read-only: a
-    test that changes raw files copies them first. Every call checks that no file changed
-    since it was written."""
-    key = (str(tmp_path_factory.getbasetemp()), layout, episodes, frames, seed,
-           tuple(image_size))
-    if key not in _RAWS:
+    the test modules that ask for the same (their module fixtures call this); read-only."""
+    def build() -> Path:
         out = tmp_path_factory.mktemp(f"shared_raw_{layout}")
         synth_dataset(out, layout, episodes=episodes, frames=frames, seed=seed,
                       image_size=tuple(image_size), progress=False)
-        _RAWS[key] = (out, _sums(out))
-    out, sums = _RAWS[key]
-    now = _sums(out)
-    changed = sorted(n for n in set(sums) | set(now) if sums.get(n) != now.get(n))
-    assert not changed, (f"a test changed the shared raw folder {out}: {changed[:5]}; copy "
-                         "it first (copy_tree)")
-    return out
+        return out
+    return built_once(("raw", str(tmp_path_factory.getbasetemp()), layout, episodes, frames,
+                       seed, tuple(image_size)), build, "raw folder")
 
 
 def _sums(root: Path) -> dict[str, str]:

@@ -17,7 +17,7 @@ from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
 
-from ...helpers import _sums
+from ...helpers import built_once
 
 
 def read_golden(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
@@ -44,27 +44,20 @@ def golden_shards(meta: dict, root: Path, edit: Callable[[Path], None] | None = 
     return root / "shards"
 
 
-_SHARED: dict[tuple, tuple[Path, dict[str, str]]] = {}
-
-
 def shared_golden_shards(tmp_path_factory, meta: dict, edit: Callable[[Path], None] | None = None,
                          **pack_options) -> Path:
     """golden_shards(meta, edit, **pack_options), written once a session and shared by the
     modules that ask for the same (the model tests and test_raw_images); read-only, the
     routes beside them too (shards.parent / "raw"): a test that changes them copies them
     first. Every call checks that no file changed since they were written."""
-    key = (str(tmp_path_factory.getbasetemp()), meta["raw_sha256"],
-           json.dumps(meta["synth"], sort_keys=True),
-           edit and f"{edit.__module__}.{edit.__qualname__}", tuple(sorted(pack_options.items())))
-    if key not in _SHARED:
+    def build() -> Path:
         root = tmp_path_factory.mktemp(f"golden_{meta['synth']['layout']}")
         golden_shards(meta, root, edit, **pack_options)
-        _SHARED[key] = (root, _sums(root))
-    root, sums = _SHARED[key]
-    now = _sums(root)
-    changed = sorted(n for n in set(sums) | set(now) if sums.get(n) != now.get(n))
-    assert not changed, f"a test changed the shared golden shards {root}: {changed[:5]}"
-    return root / "shards"
+        return root
+    key = ("golden", str(tmp_path_factory.getbasetemp()), meta["raw_sha256"],
+           json.dumps(meta["synth"], sort_keys=True),
+           edit and f"{edit.__module__}.{edit.__qualname__}", tuple(sorted(pack_options.items())))
+    return built_once(key, build, "golden shards") / "shards"
 
 
 def sample_id(key: str) -> str:

@@ -19,7 +19,7 @@ from carla_wds.codecs import codec_named
 from carla_wds.modalities.boxes import BOX_UNITS
 from tests import reference
 from tests.conftest import IMAGE_SIZE, read_pack, run_pack
-from tests.helpers import _sums, shared_raw
+from tests.helpers import built_once, shared_raw
 
 EPISODES, FRAMES, PRED_LEN = 4, 18, 8     # route 3 scores 60 in synth: left out
 # what carla_garage's loader reads from a frame's measurements (team_code/data.py
@@ -47,9 +47,8 @@ LIGHT_STATE = {"Red": 0, "Yellow": 1, "Green": 2, "Off": 3, "Unknown": 4}
 
 # other modules import these two fixtures, and pytest makes a fixture imported into a module
 # that module's own (a session fixture runs once per module that holds it): the folders are
-# written once a session (shared_raw; _PACKED) and shared, read-only, checked unchanged on
-# every use
-_PACKED: dict[str, tuple[Path, dict[str, str]]] = {}
+# written once a session (shared_raw, built_once) and shared, read-only, checked unchanged
+# on every use
 
 
 @pytest.fixture(scope="session")
@@ -60,17 +59,14 @@ def raw_garage(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def packed_garage(raw_garage, tmp_path_factory) -> Path:
-    key = str(tmp_path_factory.getbasetemp())
-    if key not in _PACKED:
+    def build() -> Path:
         out = tmp_path_factory.mktemp("packed_garage") / "shards"
         # every frame with a full future: 18-frame routes hold none of garage's own
         # range(10, 9) (its sample set is tests/pack/test_sample_set.py's); here every member
         # is compared
         run_pack(raw_garage, out, layout="garage", max_samples=7, all_frames=True)
-        _PACKED[key] = (out, _sums(out))
-    out, sums = _PACKED[key]
-    assert _sums(out) == sums, f"a test changed the shared pack {out}; copy it first"
-    return out
+        return out
+    return built_once(("packed_garage", str(tmp_path_factory.getbasetemp())), build, "pack")
 
 
 def gz_json(path: Path):
