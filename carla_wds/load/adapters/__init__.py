@@ -52,6 +52,8 @@ from .b2d_tcp import B2D_TCP  # noqa: E402 - beside its registration
 register_model(B2D_TCP)
 from .transfuser2022 import TRANSFUSER2022  # noqa: E402 - beside its registration
 register_model(TRANSFUSER2022)
+from .simlingo import SIMLINGO  # noqa: E402 - beside its registration
+register_model(SIMLINGO)
 
 
 def model_adapter(name: str) -> ModelAdapter:
