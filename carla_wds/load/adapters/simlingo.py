@@ -191,13 +191,19 @@ def simlingo_samples(batch: dict) -> list[SimLingoSample]:
 
 
 class SimLingoAdapter(ModelAdapter):
-    """ModelAdapter with one more pack check: every frame SimLingo serves, and no others."""
+    """ModelAdapter with two more pack checks: the frames SimLingo serves and no others, and
+    the cameras as saved (their loader never resizes)."""
 
     def check(self, manifest: Manifest) -> None:
         super().check(manifest)
         if _pack_arg(manifest, "all_frames"):
             self._refuse(manifest.where, "were packed with --all-frames; it serves only the "
                          "frames SimLingo's loader serves (leave --all-frames out)")
+        resize = _pack_arg(manifest, "resize")
+        if resize:
+            self._refuse(manifest.where, f"were packed with --resize "
+                         f"{'x'.join(str(v) for v in resize)}; SimLingo reads its cameras as "
+                         "saved (leave --resize out)")
 
 
 SIMLINGO = SimLingoAdapter(
