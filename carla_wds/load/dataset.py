@@ -31,7 +31,7 @@ from ..shardread import ShardRef
 from .batch import CARLABatch, field_layout, with_padding_fields
 from .fields import check_fields
 from .history import history_settings, windowed
-from .plan import batches_per_rank
+from .plan import EpochPlanner, batches_per_rank
 from . import front, loader_doc, overlay, resume_state, settings
 from .mix import MixPlanner, mix_spec, same_samples
 from .options import Augment, Decode, History, Overlays, Storage, Transport
@@ -76,6 +76,14 @@ class CARLAWebData:
         self.history, self.history_stride, self._sequence = history_settings(
             self._manifests, r.history.frames, r.history.stride, self.sample_transform)
         self._overlay = overlay.windowed(self._overlay, self.history)   # a row: its own frame's
+        step = self._sequence.get("frame_step", 1)
+        self._encoded, self._stages = front.stream_stages(
+            mode=self.mode, batches_per_epoch=self.batches_per_epoch,
+            stratified=self.mode == "train" and self._mixer is not None
+            and self._mixer.spec.stratify,
+            history=self.history, every=self.history_stride * step, step=step,
+            join=self._overlay, transform=self.sample_transform)
+        self._planner = EpochPlanner(self.mode, self.batches_per_epoch)
         self._len = settings.batches(self.where, self._epoch_counts(), self.batch_size,
                                      self.world_size, self.mode, self.batches_per_epoch)
         self._start_position()
@@ -268,9 +276,9 @@ class CARLAWebData:
                      cache_limit_bytes=self.cache_limit_bytes, limits=self.limits,
                      sample_transform=self.sample_transform, history=self.history,
                      history_stride=self.history_stride,
-                     planner=self._reshape or (self._mixer if self.mode == "train" else None),
-                     overlay=self._overlay,
-                     **self._sequence)
+                     chains=self._sequence.get("chains"), encoded=self._encoded,
+                     stages=self._stages, planner=self._reshape or
+                     (self._mixer if self.mode == "train" else None) or self._planner)
 
     def close(self) -> None:
         """Shut down persistent workers now rather than when this object is collected; those

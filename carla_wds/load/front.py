@@ -16,13 +16,17 @@ from ..limits import Limits
 from ..limits import active as active_limits
 from ..manifest import Manifest
 from ..schema import SampleSpec
-from . import settings
+from . import history as windows
+from . import overlay, settings
+from .pipeline import Cut, DecodeBatches, Deliver, Release
+from .served import ReadPlan, ReadShards, Resampled, Shuffle
+from .strata import Stratified
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
                        resolve_load_adapters)
 from .classes import class_options
 from .fields import FieldOptions, row_fields, stacked_kinds
 from .options import Augment, Decode, History, Overlays, Storage, Transport, fold
-from .transform import SampleTransform
+from .transform import SampleTransform, Transform
 
 DEFAULT_IMAGE_SIZE = (256, 512)   # for packs whose manifest records no camera size
 SIZE_FIX = "Fix: image_size=(H, W) or image_size='HxW', e.g. (256, 512) or '256x512'"
@@ -179,3 +183,25 @@ def warn_flipped(size: tuple[int, int], manifest: Manifest, cameras: list[str] |
 
 def _shape(size: tuple[int, int]) -> str:
     return "portrait" if size[0] > size[1] else "landscape"
+
+
+def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool, history: int,
+                  every: int, step: int, join: overlay.OverlayJoin | None,
+                  transform: SampleTransform | None) -> tuple[tuple, tuple]:
+    """The workers' stages (pipeline.py), built once: (Epoch.encoded: on one stream of
+    encoded samples, Epoch.stages: a worker's whole stream). `stratified`: a stratified mix
+    plans the train epochs (strata.py); `every`, `step`: a window's frame numbers between
+    steps and the pack's frame step (history.Windows); `join`: overlays read in step."""
+    encoded = (ReadShards() if join is None else overlay.ReadJoined(join),
+               *([windows.Windows(history, every, step)] if history else []),
+               *([Shuffle()] if mode == "train" else []))
+    source = Stratified() if stratified else \
+        Resampled() if batches_per_epoch is not None else ReadPlan()
+    steps = history + 1   # frames per sample: a window's, decoded as one flat batch
+    stages = (source, Cut(), *([windows.Flatten(steps)] if history else []), Release(),
+              *([overlay.Tap(join)] if join is not None else []),
+              DecodeBatches(steps, reuse=transform is not None),
+              *([overlay.Attach()] if join is not None else []),
+              *([Transform(transform, overlay.kinds(join))] if transform is not None else []),
+              Deliver())
+    return encoded, stages

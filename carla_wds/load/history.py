@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, replace
 from dataclasses import fields as dc_fields
-from dataclasses import replace
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -104,6 +104,27 @@ def flatten(groups: Iterable[list[Raw | None]], steps: int) -> Iterator[list[Raw
             key = now["__key__"]
             flat += [None if p is None else {**p, "__draw_key__": key} for p in past] + [now]
         yield flat
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Encoded stage (served.py): raw samples -> windows (`windows`)."""
+    history: int
+    every: int   # frame numbers between two steps: history_stride * the pack's frame_step
+    step: int    # the pack's frame step
+
+    def __call__(self, samples: Iterable[Raw], at: Any) -> Iterator[Raw]:
+        return windows(samples, self.history, self.every, self.step)
+
+
+@dataclass(frozen=True)
+class Flatten:
+    """Worker stage (pipeline.py): groups of windows -> groups of their frames (`flatten`)."""
+    steps: int
+
+    def __call__(self, groups: Iterable[list[Raw | None]], at: Any
+                 ) -> Iterator[list[Raw | None]]:
+        return flatten(groups, self.steps)
 
 
 def _split(value: Any, n: int, steps: int) -> Any:

@@ -251,6 +251,34 @@ class OverlayJoin:
         return tap(), attach
 
 
+@dataclass(frozen=True)
+class ReadJoined:
+    """Encoded stage (served.py): reads -> base samples with their entries (OverlayJoin.read)."""
+    join: OverlayJoin
+
+    def __call__(self, reads: Iterable, at: Any) -> Iterator[dict[str, Any]]:
+        e = at.e
+        return self.join.read(reads, list(e.shards), e.on_error, e.cache_dir, e.verify,
+                              e.remote, e.cache_limit_bytes)
+
+
+@dataclass(frozen=True)
+class Tap:
+    """Worker stage (pipeline.py) before decoding: notes each group's entries for Attach."""
+    join: OverlayJoin
+
+    def __call__(self, groups: Iterable[list], at: Any) -> Iterator[list]:
+        groups, at.notes["overlay"] = self.join.tapped(groups)
+        return groups
+
+
+@dataclass(frozen=True)
+class Attach:
+    """Worker stage after decoding: each group's entries into its batch's fields."""
+    def __call__(self, batches: Iterable[Any], at: Any) -> Iterator[Any]:
+        return at.notes.pop("overlay")(batches)
+
+
 def attach(data: Any, overlays: list[str] | None, required: bool) -> OverlayJoin | None:
     """CARLAWebData's overlays (its counts, shards and identity follow a filter); None
     without. One ValueError line for what is not offered with them."""

@@ -211,3 +211,15 @@ def resampled_reads(counts: list[int], seed: int, epoch: int, rank: int, logical
         plan = WorkerPlan(0, 0, 0, ((s, 0, counts[s]),),
                           context=context_before(s, 0, context, counts, previous))
         yield from plan.reads()
+
+
+@dataclass(frozen=True)
+class EpochPlanner:
+    """plan_worker as an epoch's planner (workers.Epoch.planner), beside a mix's (mix.py) and
+    a resumed rest's (reshape.py), which plan with the same worker_plan(counts, **where)."""
+    mode: str
+    batches_per_epoch: int | None = None
+
+    def worker_plan(self, counts: list[int], **where) -> WorkerPlan:
+        return plan_worker(counts, mode=self.mode, batches_per_epoch=self.batches_per_epoch,
+                           **where)

@@ -19,11 +19,14 @@ that interleaved stream, so it is (plan, position) as for any epoch.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from .plan import WorkerPlan, consumed_batches, worker_batches
+from .served import served
 
 
 def rank_quotas(quotas: list[int], world_size: int, batch_size: int) -> np.ndarray:
@@ -67,11 +70,20 @@ def interleave(streams: list[Iterable[Any]], quotas: list[int], n_batches: int
                 yield next(it)
 
 
-def stratified(plan: WorkerPlan, served: Any, buffer: int) -> Iterator[Any]:
+def stratified(plan: WorkerPlan, serve: Any, buffer: int) -> Iterator[Any]:
     """A worker's samples of a stratified plan in batch order: each entry's segments read as
-    one stream through its own share of the shuffle buffer (`served(reads, entry, buffer)`),
+    one stream through its own share of the shuffle buffer (`serve(reads, entry, buffer)`),
     interleaved batch by batch."""
     share = -(-buffer // max(1, len(plan.strata)))
-    streams = [served(WorkerPlan(0, 0, 0, segments, contexts=contexts).reads(), i, share)
+    streams = [serve(WorkerPlan(0, 0, 0, segments, contexts=contexts).reads(), i, share)
                for i, (_, segments, contexts) in enumerate(plan.strata)]
     return interleave(streams, [q for q, _, _ in plan.strata], plan.n_batches)
+
+
+@dataclass(frozen=True)
+class Stratified:
+    """Source (pipeline.py) of a stratified mix's plan: its entries' streams, served
+    (served.py) and interleaved batch by batch."""
+    def __call__(self, _: Any, at: Any) -> Iterator[Any]:
+        assert at.plan.strata, "planned by another source"
+        return stratified(at.plan, partial(served, at.e, at.worker), at.e.shuffle_buffer)

@@ -33,6 +33,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ..rng import derive_seed, numpy_rng
+from . import shardio, stages
 from .batch import CARLABatch
 
 SampleTransform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
@@ -158,3 +159,32 @@ class Transformer:
             if self.overlays:   # one entry per row, None for padding (OverlayJoin.tapped)
                 data["overlays"] = {k: list(batch.fields[k]) for k in self.overlays}
             yield ModelBatch(data, list(batch.errors))
+
+
+@dataclass(frozen=True)
+class Transform:
+    """Worker stage (pipeline.py): decoded batches -> ModelBatches of `fn`'s dicts, collated
+    into a slot of the worker's dict ring where it has one. `overlays`: the overlay kinds
+    the dicts carry under "overlays"."""
+    fn: SampleTransform
+    overlays: tuple[str, ...] = ()
+
+    def __call__(self, batches: Iterable[CARLABatch], at: Any) -> Iterator[ModelBatch]:
+        e, ring = at.e, at.ring
+        return Transformer(self.fn, seed=e.seed, epoch=e.epoch, mode=e.mode,
+                           template=lambda: self.template(at), augment=e.transform_augment,
+                           first_position=at.skipped, overlays=self.overlays,
+                           iteration_of=at.iteration_of(),
+                           collate=ring.collate if ring is not None else None)(batches)
+
+    def template(self, at: Any) -> dict[str, Any]:
+        """The transformed first sample of the first shard: what a worker's padding rows copy
+        when it has no real sample (eval, fewer samples than ranks and workers)."""
+        e = at.e
+        raw = shardio.read_segments([(0, 0, 1)], list(e.shards), "raise", e.cache_dir,
+                                    e.verify, e.remote, e.cache_limit_bytes)
+        batch = next(stages.decode_batches(stages.group(raw, 1, 1), e.spec, e.image_size,
+                                           sizes=e.image_sizes, field_opts=at.field_opts()))
+        batch.fields.update({k: [None] for k in self.overlays})   # as a row without
+        return Transformer(self.fn, seed=e.seed, epoch=e.epoch, mode=e.mode,
+                           template=dict).one(batch, 0)

@@ -25,7 +25,7 @@ import multiprocessing
 import time
 from dataclasses import dataclass, replace
 from multiprocessing.process import BaseProcess
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -37,17 +37,13 @@ from ..remote import RemoteOptions
 from ..rng import derive_seed
 from ..schema import SampleSpec
 from ..shardread import ShardRef
-from . import history, pinning, shardio, stages, strata
-from .augment import ramp
-from .batch import Alloc, CARLABatch, ReusedBlock, private_block, shared_block
+from . import pinning, rings
+from .batch import CARLABatch
 from .fields import FieldOptions
-from .plan import plan_worker, resampled_reads
-from . import rings
-from .ring import BatchRing, RingItem
+from .pipeline import At, fold
+from .ring import RingItem
 from .rings import Ring
-from .overlay import kinds as overlay_kinds
-from .served import served
-from .transform import SampleTransform, Transformer
+from .transform import SampleTransform
 
 Context = multiprocessing.context.BaseContext
 log = logging.getLogger(__name__)
@@ -84,16 +80,23 @@ class Epoch:
     sample_transform: SampleTransform | None = None   # batches become dicts (transform.py)
     transform_augment: bool = False   # sample["augment"]: the caller's augment=True
     # history windows (history.py): K earlier frames, every `history_stride` samples of a
-    # route `frame_step` frame numbers apart; `chains`: the shards a route links
+    # route; `chains`: the shards a route links
     history: int = 0
     history_stride: int = 1
-    frame_step: int = 1
     chains: tuple[tuple[int, ...], ...] | None = None
-    # a plan of its own for the epoch (a mix, mix.py; the rest of an epoch resumed in another
-    # split, reshape.py): its worker_plan(counts, **where) replaces plan.plan_worker
+    # the epoch's plan: plan.EpochPlanner, a mix's (mix.py) or the rest of an epoch resumed
+    # in another split (reshape.py): worker_plan(counts, **where) -> plan.WorkerPlan
     planner: Any = None
-    overlay: Any = None   # overlays read in step (overlay.py): its read and tapped stages
+    # the front door's stages (pipeline.py, front.stream_stages): on one stream of encoded
+    # samples (served.served), and on the worker's whole stream
+    encoded: tuple = ()
+    stages: tuple = ()
     live: "PassState | None" = None      # persistent workers read the per-pass fields here
+
+    @property
+    def context(self) -> int:
+        """Samples a history window reaches back (plan.context_before)."""
+        return self.history * self.history_stride
 
 
 class PassState:
@@ -120,7 +123,8 @@ class PassState:
 
 
 class EpochStream(IterableDataset):
-    """Yields one worker's CARLABatches of one epoch, following plan.plan_worker."""
+    """Yields one worker's CARLABatches of one epoch: its plan (e.planner), then e.stages,
+    which the front door built (pipeline.py), folded."""
 
     def __init__(self, e: Epoch) -> None:
         self.e = e
@@ -129,95 +133,17 @@ class EpochStream(IterableDataset):
         e = self.e if self.e.live is None else self.e.live.current(self.e)
         yield from limits.scoped(self._stream(e), e.limits)
 
-    def _stream(self, e: Epoch) -> Iterator[CARLABatch | RingItem]:
+    @staticmethod
+    def _stream(e: Epoch) -> Iterator[CARLABatch | RingItem]:
         info = get_worker_info()
-        counts = [s.samples for s in e.shards]
-        chains, context = [list(c) for c in e.chains or ()] or None, e.history * e.history_stride
-        where = dict(rank=e.rank, world_size=e.world_size, worker=info.id if info else 0,
-                     num_workers=e.num_workers, batch_size=e.batch_size, seed=e.seed,
-                     epoch=e.epoch, resume_batches=e.resume_batches)
-        plan = e.planner.worker_plan(counts, chains=chains, context=context, **where) \
-            if e.planner else plan_worker(counts, mode=e.mode, chains=chains, context=context,
-                                          batches_per_epoch=e.batches_per_epoch, **where)
-        w = plan.logical_worker
-        if plan.strata:   # stratified batches: a stream per mix entry (strata.py)
-            raw = strata.stratified(plan, functools.partial(served, e, w), e.shuffle_buffer)
-        else:
-            reads = plan.reads()
-            if plan.resampled:   # endless whole shards, cut by `take` below
-                reads = resampled_reads(counts, e.seed, e.epoch, e.rank, w, chains, context)
-            raw = served(e, w, reads)   # member bytes, in plan order, windowed, shuffled
-        raw = stages.take(raw, plan.n_real)
-        # drop what was consumed before a resume, still encoded
-        skipped = plan.skip_batches * e.batch_size
-        raw = stages.skip(raw, skipped)
-        # lists of batch_size raw samples, exactly this worker's remaining batch count; the
-        # reader gives each list's mapped pages back once it is decoded
-        groups = stages.group(raw, e.batch_size, plan.n_batches - plan.skip_batches)
-        steps = e.history + 1   # frames per sample: a window's, decoded as one flat batch
-        groups = shardio.released(history.flatten(groups, steps) if e.history else groups)
-        # a BatchRing, or with a transform a DictRing (in this process without workers)
+        chains = [list(c) for c in e.chains or ()] or None
+        plan = e.planner.worker_plan(
+            [s.samples for s in e.shards], chains=chains, context=e.context, rank=e.rank,
+            world_size=e.world_size, worker=info.id if info else 0, num_workers=e.num_workers,
+            batch_size=e.batch_size, seed=e.seed, epoch=e.epoch, resume_batches=e.resume_batches)
+        # the ring this process writes into: a worker's, or the in-process dict ring
         ring = e.ring if info is not None or getattr(e.ring, "in_process", False) else None
-        # with a sample_transform the images never leave the worker: one private block
-        shared = info is not None and e.sample_transform is None
-        if e.overlay is not None:   # entries read beside each sample, into batch.fields
-            groups, attach = e.overlay.tapped(groups)
-        batches = stages.decode_batches(groups, e.spec, e.image_size, e.on_error,
-                                        self._augmenter(e, w), first_position=skipped * steps,
-                                        alloc=ReusedBlock() if e.sample_transform else
-                                        self._alloc(ring if shared else None, shared),
-                                        sizes=e.image_sizes, field_opts=self._field_opts(e))
-        if e.overlay is not None:
-            batches = attach(batches)
-        if e.sample_transform is not None:   # dicts, collated into a slot of the ring
-            dicts = Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
-                                template=lambda: self._template(e),
-                                augment=e.transform_augment, first_position=skipped,
-                                overlays=overlay_kinds(e.overlay), iteration_of=self._iteration_of(e, w),
-                                collate=ring.collate if ring is not None else None)(batches)
-            yield from dicts if ring is None else map(ring.item, dicts)
-            return
-        # a batch decoded into a ring slot travels as a RingItem (the images stay there)
-        yield from batches if ring is None else map(ring.item, batches)
-
-    def _template(self, e: Epoch) -> dict:
-        """The transformed first sample of the first shard: what a worker's padding rows copy
-        when it has no real sample (eval, fewer samples than ranks and workers)."""
-        raw = shardio.read_segments([(0, 0, 1)], list(e.shards), "raise", e.cache_dir,
-                                    e.verify, e.remote, e.cache_limit_bytes)
-        batch = next(stages.decode_batches(stages.group(raw, 1, 1), e.spec, e.image_size,
-                                           sizes=e.image_sizes, field_opts=self._field_opts(e)))
-        batch.fields.update({k: [None] for k in overlay_kinds(e.overlay)})   # as a row without
-        return Transformer(e.sample_transform, seed=e.seed, epoch=e.epoch, mode=e.mode,
-                           template=dict).one(batch, 0)
-
-    @staticmethod
-    def _field_opts(e: Epoch) -> FieldOptions:
-        """The adapters' draws are per (seed, epoch, key), and in train mode only."""
-        if e.mode != "train":
-            return replace(e.field_opts, train=False)
-        return replace(e.field_opts, seed=e.seed, epoch=e.epoch)
-
-    @staticmethod
-    def _alloc(ring: BatchRing | None, in_worker: bool) -> Alloc:
-        if ring is not None:
-            return ring.alloc
-        # a worker's batch goes to the main process: shared memory from the start
-        return shared_block if in_worker else private_block
-
-    @staticmethod
-    def _augmenter(e: Epoch, logical_worker: int) -> Callable[[int], Callable] | None:
-        if not (e.augment and e.mode == "train"):
-            return None
-        at = stages.augmenter(e.seed, e.epoch, e.per_camera_augment,
-                              EpochStream._iteration_of(e, logical_worker))
-        # positions count frames: a window's all ramp as its own sample would
-        return at if not e.history else lambda pos: at(pos // (e.history + 1))
-
-    @staticmethod
-    def _iteration_of(e: Epoch, logical_worker: int) -> Callable[[int], int]:
-        return ramp(e.step_at_epoch_start, e.batch_size, e.world_size, e.num_workers,
-                    logical_worker)
+        yield from fold(None, e.stages, At(e, plan, info is not None, ring))
 
 
 def _mark_started(started, worker_id: int) -> None:
