@@ -212,3 +212,44 @@ def test_a_pack_with_options_it_cannot_serve_is_refused(built, tmp_path, option,
     pack(built / "raw", tmp_path / "shards",
          PackOptions.of(layout="garage_lb2_simlingo", progress=False, **option))
     _refused(tmp_path / "shards", *words)
+
+
+# --- their processor and collate step on our samples -----------------------------------------
+
+PROCESSOR = GOLDEN.with_name("simlingo_processor.json")
+# DrivingExample leaves that differ by design: run_id encodes the measurement path (absolute
+# in theirs, under the data root in ours); placeholder_values hold the target points as the
+# float64 of our float32 labels
+APART = {"run_id", "driving_input.prompt.placeholder_values",
+         "driving_input.prompt_inference.placeholder_values"}
+
+
+def _sha(values: list[np.ndarray], dtype) -> str:
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(values), dtype).tobytes()).hexdigest()
+
+
+def test_their_processor_step_takes_our_samples_unchanged(built, golden):
+    """tools/golden/simlingo_processor.py ran their DataModule.dl_collate_fn (datamodule.py
+    l.230-343: InternVL2 tiling, chat template, tokenizer) on these very samples, as
+    simlingo_samples gives them, and on their own Data_Driving samples of the same frames and
+    prompts: every leaf of the two DrivingExamples was equal. Our samples are still those."""
+    record = json.loads(PROCESSOR.read_text())
+    assert record["raw_sha256"] == golden["raw_sha256"] and record["overlay"] == golden["overlay"]
+    data = CARLAWebData(str(built / "shards"), adapter="simlingo", batch_size=4, mode="eval",
+                        seed=2, overlays=[str(built / "commentary")])
+    batches = list(data)
+    assert len(batches) == len(record["batches"])
+    for batch, rec in zip(batches, record["batches"]):
+        assert all(ok for k, ok in rec["equal"].items() if k not in APART), rec["equal"]
+        assert all(d is not None and d < 1e-5 for d in rec["max_abs_diff"].values())
+        ours = [s for s, ok in zip(simlingo_samples(batch), batch["valid"].tolist()) if ok]
+        assert [s.measurement_path for s in ours] == rec["measurement_paths"]
+        assert [_texts(s) for s in ours] == rec["prompts"]
+        leaves = rec["ours"]
+        for leaf, values, dtype in (
+                ("driving_label.image_ff_org", [s.image_ff_org_size for s in ours], np.uint8),
+                ("driving_label.waypoints", [s.waypoints for s in ours], np.float32),
+                ("driving_label.path", [s.path for s in ours], np.float32),
+                ("driving_input.target_point", [s.target_points for s in ours], np.float32),
+                ("driving_input.vehicle_speed", [s.speed for s in ours], np.float32)):
+            assert leaves[leaf][2] == _sha(values, dtype), leaf
