@@ -39,7 +39,7 @@ test: $(VENV)/.installed $(CHROMIUM)
 # the inner loop: no child processes, torchrun, S3 server, doc blocks, benchmarks or browser
 # (tests/markers.py assigns those markers by rule); make test runs every tier
 quick: $(VENV)/.installed
-	$(PY) -m pytest -q $(XDIST) -m "not (proc or ddp or s3 or docs or bench or browser)"
+	$(PY) -m pytest -q $(XDIST) -m "not (proc or ddp or s3 or docs or bench or browser or workers)"
 
 wheel-check: $(VENV)/.installed
 	PY=$(abspath $(PY)) bash tools/check_wheel.sh

@@ -17,7 +17,8 @@ decide:
 - `s3`: uses moto's server (the `s3_endpoint` fixture).
 A test may also carry a marker by hand (`@pytest.mark.proc`).
 
-The rule: `subprocess.Popen` is watched while each test sets up, runs and tears down. A test
+The rule: `subprocess.Popen` and `multiprocessing`'s process starts are watched while each
+test sets up, runs and tears down. A test
 in which this repository's code (tests, carla_wds, tools; not a library's, such as ctypes
 running ldconfig) started a child process but that carries none of the process markers fails, naming the
 command, as tests/test_sizes.py fails a module over its lines. So a process the walk cannot
@@ -25,6 +26,7 @@ see (one that library code starts) is caught the first time the suite runs it.
 """
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import re
 import subprocess
@@ -44,13 +46,21 @@ MARKERS: dict[str, str] = {
     "docs": "runs a block of README.md or docs/ (tests/test_docs_blocks.py)",
     "bench": "runs a benchmark tool (tools/bench_*.py)",
     "browser": "drives headless Chromium",
+    "workers": "forks worker processes (DataLoader num_workers > 0, pack workers, a pool)",
 }
 # the markers that say "this test may start processes"; s3's server is a thread
-STARTS_PROCESSES = ("proc", "ddp", "docs", "bench", "browser")
+STARTS_PROCESSES = ("proc", "ddp", "docs", "bench", "browser", "workers")
 FAST = "not (" + " or ".join(MARKERS) + ")"
 
 _BENCH = re.compile(r"bench_\w+\.py")
 _PROC_NAMES = {"subprocess", "Popen", "executable", "check_output"}
+# a worker count in a call's keywords, a dict or a parameter; a pool of processes
+_WORKER_COUNTS = {"num_workers", "workers", "--workers"}
+# what forks them given a count: the loader, torch's DataLoader, a pack (API, CLI, fixture)
+_WORKER_STARTERS = {"CARLAWebData", "DataLoader", "pack", "packer", "main", "Trainer"}
+_POOLS = {"Pool", "ProcessPoolExecutor", "Process"}
+# a worker count of 0 keeps a test in this process (a pack's 1 may still use a pool)
+_IN_PROCESS = {"num_workers": (0,), "workers": (0,)}
 
 
 def _own(obj: Any) -> bool:
@@ -81,6 +91,9 @@ def _reached(roots: list[Any]) -> tuple[set[str], set[str], set[Any]]:
         for code in _codes(func):
             names.update(code.co_names)
             strings.update(c for c in code.co_consts if isinstance(c, str))
+            # a call's keyword names are a tuple of strings among the constants
+            strings.update(s for c in code.co_consts if isinstance(c, tuple)
+                           for s in c if isinstance(s, str))
             todo.extend(_callees(func.__globals__, code.co_names))
     return names, strings, seen
 
@@ -120,13 +133,42 @@ def markers_for(item: pytest.Item) -> set[str]:
         found.add("browser")
     if "s3_endpoint" in getattr(item, "fixturenames", ()):
         found.add("s3")
+    if _forks_workers(item, names | strings):
+        found.add("workers")
     return found
+
+
+def _forks_workers(item: pytest.Item, words: set[str]) -> bool:
+    """Whether `item` may start worker processes: it names a pool, or reaches what forks
+    workers and names a worker count that its parameters do not pin to 0."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(params.get(k) in values for k, values in _IN_PROCESS.items() if k in params):
+        return False
+    counted = bool(words & _WORKER_COUNTS) or any(
+        isinstance(params.get(k), int) for k in _IN_PROCESS)
+    return bool(words & _POOLS) or bool(counted and words & _WORKER_STARTERS) or \
+        _counts_in(list(params.values()))
+
+
+def _counts_in(values: list[Any]) -> bool:
+    """A parameter holding keywords with a worker count above 0 (a dict, or one inside a
+    tuple or list), as a table of configurations does."""
+    while values:
+        value = values.pop()
+        if isinstance(value, dict):
+            if any(isinstance(value.get(k), int) and value[k] > 0 for k in _IN_PROCESS):
+                return True
+            values.extend(value.values())
+        elif isinstance(value, (tuple, list)):
+            values.extend(value)
+    return False
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for name, why in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {why}")
     _watch_popen()
+    _watch_processes()
 
 
 # first, so that tests/parallel.py's groups (which read these markers) are set before
@@ -154,6 +196,20 @@ def _watch_popen() -> None:
         real(self, args, *rest, **kw)
     init._watched = True   # type: ignore[attr-defined]
     subprocess.Popen.__init__ = init   # type: ignore[method-assign]
+
+
+def _watch_processes() -> None:
+    """Record every multiprocessing process started in this pytest process: DataLoader's and
+    a pack's workers start there through library code, so no caller check applies."""
+    real = multiprocessing.process.BaseProcess.start
+    if getattr(real, "_watched", False):
+        return
+
+    def start(self: multiprocessing.process.BaseProcess) -> None:
+        _started.append(f"a multiprocessing process ({self.name}, target {self._target!r})")
+        real(self)
+    start._watched = True   # type: ignore[attr-defined]
+    multiprocessing.process.BaseProcess.start = start   # type: ignore[method-assign]
 
 
 _ROOT = str(Path(__file__).resolve().parents[1]) + os.sep

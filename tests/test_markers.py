@@ -54,3 +54,38 @@ def test_the_fast_tier_leaves_out_every_process(pytester):
     # test_hidden slips past the walk, and the runtime rule fails it: the fast tier is
     # never silently slow
     result.assert_outcomes(passed=2, errors=1, deselected=3)
+
+
+WORKERS = '''
+import importlib
+import pytest
+
+def _count(num_workers):
+    ctx = importlib.import_module("multi" + "processing").get_context("fork")
+    procs = [ctx.Process(target=int) for _ in range(num_workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+
+def test_keyword():
+    _count(num_workers=2)
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_parameter(num_workers):
+    _count(num_workers)
+
+def test_hidden():   # a count the walk cannot see: the runtime rule fails it
+    _count(*[1])
+'''
+
+
+def test_worker_processes_are_marked_and_an_unmarked_one_fails(pytester):
+    pytester.makepyfile(test_inner=WORKERS)
+    result = pytester.runpytest("-p", "tests.markers", "-p", "no:cacheprovider", "-m", FAST)
+    # test_keyword and test_parameter[2] start workers: out of the fast tier; [0] stays
+    result.assert_outcomes(passed=2, errors=1, deselected=2)
+    result.stdout.fnmatch_lines(["*test_hidden*started 1 child process*multiprocessing*"])
+    marked = pytester.runpytest("-p", "tests.markers", "-p", "no:cacheprovider",
+                                "-m", "workers")
+    marked.assert_outcomes(passed=2, deselected=2)

@@ -54,7 +54,7 @@ def test_each_kind_reaches_the_batch_under_its_documented_name(kind, request):
     m = MODALITIES[kind]
     for pack in PACKS:
         data = CARLAWebData(str(request.getfixturevalue(pack)), batch_size=2, mode="eval",
-                            image_size=(45, 80), num_workers=0)
+                            image_size=(45, 80))   # in this process
         chosen = _selection(data, m)
         if chosen is not None:
             break

@@ -195,7 +195,9 @@ def _record(name: str, got: dict) -> None:
     GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", [   # the rule cannot see a count behind a name: marked here
+    pytest.param(n, marks=[pytest.mark.workers] if CONFIGS[n][1].get("num_workers") else [])
+    for n in sorted(CONFIGS)])
 def test_batches_and_state_equal_the_recorded_digests(packs, name):
     data, pack_sha = build(packs, name)
     got = {"pack": pack_sha, **digest(data)}
