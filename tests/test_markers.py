@@ -60,23 +60,26 @@ WORKERS = '''
 import importlib
 import pytest
 
-def _count(num_workers):
+def _start(n):   # names neither a pool nor a worker count: the walk cannot see it
     ctx = importlib.import_module("multi" + "processing").get_context("fork")
-    procs = [ctx.Process(target=int) for _ in range(num_workers)]
+    procs = [getattr(ctx, "".join(["Pro", "cess"]))(target=int) for _ in range(n)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
 
+def DataLoader(num_workers):   # stands in for the loader: what forks, given a count
+    _start(num_workers)
+
 def test_keyword():
-    _count(num_workers=2)
+    DataLoader(num_workers=2)
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_parameter(num_workers):
-    _count(num_workers)
+    DataLoader(num_workers)
 
-def test_hidden():   # a count the walk cannot see: the runtime rule fails it
-    _count(*[1])
+def test_hidden():
+    _start(1)
 '''
 
 
