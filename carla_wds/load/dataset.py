@@ -74,7 +74,7 @@ class CARLAWebData:
     def _plan(self, r: front.Request) -> None:
         """History windows, the epoch's batch count, the start position and the workers."""
         self.history, self.history_stride, self._sequence = history_settings(
-            self._manifests, r.history.frames, r.history.stride, self.sample_transform)
+            self._manifests, r.history.frames, r.history.stride)
         self._overlay = overlay.windowed(self._overlay, self.history)   # a row: its own frame's
         step = self._sequence.get("frame_step", 1)
         self._encoded, self._stages = front.stream_stages(

@@ -202,6 +202,6 @@ def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool,
               *([overlay.Tap(join)] if join is not None else []),
               DecodeBatches(steps, reuse=transform is not None),
               *([overlay.Attach()] if join is not None else []),
-              *([Transform(transform, overlay.kinds(join))] if transform is not None else []),
+              *([Transform(transform, overlay.kinds(join), steps)] if transform is not None else []),
               Deliver())
     return encoded, stages

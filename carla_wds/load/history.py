@@ -236,17 +236,14 @@ def _check(history: Any, stride: Any) -> None:
                          "in seconds such as '0.5s'")
 
 
-def history_settings(manifests: list[Manifest], history: int, stride: int | str,
-                     transform: Any) -> tuple[int, int, dict[str, Any]]:
+def history_settings(manifests: list[Manifest], history: int, stride: int | str
+                     ) -> tuple[int, int, dict[str, Any]]:
     """Checked history settings, and what the workers need of the packs' sequence records
     (a mix's packs one after the other: their shards' chains offset by the shards before)."""
     stride = _stride(manifests[0], stride)
     _check(history, stride)
     if not history:
         return 0, stride, {}
-    if transform is not None:
-        raise ValueError("history windows are not yet served through adapter= or "
-                         "sample_transform=. Fix: load with history=0, or without them")
     steps = {int((m.doc.get("sequence") or {}).get("frame_step") or 1) for m in manifests}
     # seconds a sample: a stride in samples (or seconds, converted with the first pack's)
     # must mean one time in every pack of a mix

@@ -217,8 +217,6 @@ def test_refusals_name_the_fix(shards, tmp_path):
         CARLAWebData(str(shards), batch_size=2, history=-1)
     with pytest.raises(ValueError, match="1 <= history_stride <= 1000"):
         CARLAWebData(str(shards), batch_size=2, history=1, history_stride=0)
-    with pytest.raises(ValueError, match="sample_transform"):
-        CARLAWebData(str(shards), batch_size=2, history=1, sample_transform=lambda s: s)
     old = tmp_path / "old"
     shutil.copytree(shards, old)
     doc = json.loads((old / "manifest.json").read_text())
