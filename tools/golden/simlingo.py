@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import random
 import sys
 import tempfile
@@ -55,6 +56,19 @@ PASSES = {"own": {}, "twin": {"img_shift_augmentation": True, "img_shift_augment
 # branch's two draws: driving; commentary predicted; commentary in the prompt (both forms)
 BRANCHES = {"driving": [0.0, 0.99], "predict": [0.0, 0.1, 0.9],
             "prompt_option": [0.0, 0.1, 0.1, 0.1], "prompt_command": [0.0, 0.1, 0.1, 0.9]}
+# the templates pass: their template-driven options on (use_lmdrive_commands,
+# commentary_augmentation, as their experiment sets them), with template files in their
+# formats written here (made-up words; their own files are theirs); each scenario is their
+# random.random() draws after the twin draw and the indices random.choice picks, in call order
+TEMPLATES = {"lmdrive.json": {str(i): [f"Go on with step {i}", f"After [x] meters, step {i}",
+                                       f"Step {i} in [x] m"] for i in range(46)},
+             "commentary_augmented.json": {"Follow the road past the <LOCATION>.": [
+                 "Keep going past the <LOCATION>.",
+                 "Pass the <LOCATION>.. and follow the road in in time.",
+                 "Drive by the <OBJECT>."]}}
+SCENARIOS = [[[0.1, 0.1, 0.1, 0.1], [1, 0, 1, 2]], [[0.9, 0.1, 0.9], [0, 1, 0, 1]],
+             [[0.3, 0.9], [1, 1, 2, 0]], [[0.1, 0.1, 0.1, 0.9], [2, 1, 0, 0]]]
+PAD = [[0.5] * 4, [0] * 4]
 OUT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "simlingo.json"
 
 
@@ -78,6 +92,35 @@ def _scripted(draws: list[float], pick: int):
 def _item(ds, i: int, draws: list[float], pick: int):
     _scripted(draws, pick)
     return ds[i]
+
+
+def _scenario(ds, i: int, draws: list[float], picks: list[int]) -> list[str]:
+    """Their texts for sample i under one scenario (SCENARIOS)."""
+    d, p = iter([0.0, *draws, *PAD[0]]), iter([*picks, *PAD[1]])
+    random.random = lambda: next(d)
+    random.choice = lambda seq: seq[next(p)]
+    return _texts(ds[i])
+
+
+def _templates_pass(raw: Path, driving: type) -> list[dict]:
+    """Data_Driving with their template options on, over TEMPLATES' files."""
+    work = Path(tempfile.mkdtemp(prefix="golden_simlingo_tpl_"))
+    (work / "data" / "augmented_templates").mkdir(parents=True)   # their file names
+    for name, value in TEMPLATES.items():
+        (work / "data" / "augmented_templates" / name).write_text(json.dumps(value))
+    (work / "database").symlink_to(raw)
+    # dataset_base.py imports get_original_cwd by name: its module global is the one to set
+    sys.modules["simlingo_training.dataloader.dataset_base"].get_original_cwd = \
+        lambda: str(work)
+    random.seed(0)
+    ds = driving(**{**SETTINGS, "use_commentary": True, "use_lmdrive_commands": True,
+                          "commentary_augmentation": True})
+    out = []
+    for i in range(len(ds)):
+        path = Path(str(ds.measurements[i][0], "utf-8")) / f"{int(ds.sample_start[i]):04d}.json.gz"
+        out.append({"measurement_path": path.relative_to(work / "database").as_posix(),
+                    "texts": [_scenario(ds, i, *sc) for sc in SCENARIOS]})
+    return sorted(out, key=lambda s: s["measurement_path"])
 
 
 def _record(out, root: Path) -> dict:
@@ -128,6 +171,7 @@ def run(repo_dir: Path, raw: Path) -> dict[str, list[dict]]:
         ds = Data_Driving(**{**SETTINGS, **changes})
         out[name] = sorted(_pass(ds, work / "database", name),
                            key=lambda s: s["measurement_path"])
+    out["templates"] = _templates_pass(raw, Data_Driving)
     return out
 
 
@@ -145,7 +189,8 @@ def main() -> None:
     passes = run(args.repo_dir.resolve(), raw)
     doc = {"schema": common.SCHEMA, "project": "simlingo", "repo": REPO, "commit": COMMIT,
            "files": BLOBS, "synth": SYNTH, "overlay": OVERLAY, "settings": SETTINGS,
-           "passes": PASSES, "branches": BRANCHES, "raw_sha256": raw_sha,
+           "passes": PASSES, "branches": BRANCHES, "templates": TEMPLATES,
+           "scenarios": SCENARIOS, "pad": PAD, "raw_sha256": raw_sha,
            "loader": "simlingo_training/dataloader/dataset_driving.py Data_Driving.__getitem__",
            "regenerate": "python -m tools.golden.simlingo --repo-dir PATH_TO_simlingo_AT_"
                          + COMMIT[:7], "samples": passes}

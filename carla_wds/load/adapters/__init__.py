@@ -64,6 +64,18 @@ def model_adapter(name: str) -> ModelAdapter:
     return MODEL_ADAPTERS[name]
 
 
+def simlingo_adapter(templates: str, lmdrive: bool = True, commentary: bool = True) -> str:
+    """adapter="simlingo" with SimLingo's template files (their data/augmented_templates
+    folder): LMDrive command options and commentary rephrasing on, as their experiment config
+    has them (simlingo_prompts.py). Returns the name to pass as CARLAWebData(adapter=...),
+    registered on first use."""
+    from .simlingo import with_templates
+    adapter = with_templates(templates, lmdrive, commentary)
+    if adapter.name not in MODEL_ADAPTERS:
+        register_model(adapter)
+    return adapter.name
+
+
 def keywords() -> dict[str, str]:
     """CARLAWebData's older keyword for each adapter's option -> the adapter's name."""
     return {k.keyword: k.name for k in ADAPTERS.values() if k.keyword}

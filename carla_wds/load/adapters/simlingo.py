@@ -21,23 +21,27 @@ per row, with DatasetOutput's fields (custom_types.py l.5-19) in its order:
   l.280-302); placeholder_values {'<TARGET_POINT>': target_points} (l.496-497);
   measurement_path: the frame's measurements file under the data root; dataset 'driving'.
 
-The prompt (dataset_driving.py l.234-272, route_as 'target_point_command'):
+The prompt (dataset_driving.py l.234-272, route_as 'target_point_command'; simlingo_prompts.py):
 "Current speed: {round(speed, 1)} m/s. {option} Predict the waypoints.", answer "Waypoints:",
-with option one of "Target waypoint: <TARGET_POINT><TARGET_POINT>." and the command sentence
-(COMMANDS, the distance int(|target_point|) m), drawn from the sample's generator. With a
-`simlingo_commentary` overlay (`overlays=`), a sample whose entry exists (and whose route is
-not a validation route, l.88) takes the commentary branch with probability 1/2 (their
-prompt_probabilities with use_commentary): 1/5 of those give the commentary in the prompt,
-the others ask "What should the ego do next?" and answer "{commentary} Waypoints:".
+with option one of "Target waypoint: <TARGET_POINT><TARGET_POINT>." and the command sentence,
+drawn from the sample's generator. With a `simlingo_commentary` overlay (`overlays=`), a
+sample whose entry exists (on a route that is not a validation route, l.88) takes the
+commentary branch with probability 1/2 (their prompt_probabilities with use_commentary).
+Their template-driven options (an LMDrive command option, commentary rephrasing) need their
+data/augmented_templates files: `adapters.simlingo_adapter(folder)` registers the adapter
+with them (with_templates below); adapter="simlingo" serves without.
 
-Not served as theirs (docs/adapters/simlingo.md): LMDrive command options and commentary
-augmentation (both need their template files, data/augmented_templates/), QA, and the
-re-weighting of prompt types after 10,000 samples (a per-worker counter in their dataset).
+Not served as theirs (docs/adapters/simlingo.md): QA, and the re-weighting of prompt types
+after 10,000 samples (a per-worker counter in their dataset).
 With augment=True: their colour augmentation (image_augmenter(prob=0.5), the same seven
 imgaug steps as carla_garage's) and the camera twin at img_shift_augmentation_prob 0.5.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,17 +51,12 @@ from .garage import NAME as TWIN
 from .garage import augment_points
 from .garage_model import camera
 from .model import ModelAdapter, _pack_arg
+from .simlingo_prompts import Templates, commentary_text, prompt_answer, target_options
 
 SOURCE = "RenzKa/simlingo@eb2b89a simlingo_training/dataloader/dataset_driving.py"
 OVERLAY = "simlingo_commentary"       # the overlay kind of their commentary/ tree
 SHIFT_PROB = 0.5                      # config.py img_shift_augmentation_prob
-COMMENTARY_PROB = 0.5                 # prompt_probabilities {driving: 1, commentary: 1} / 2
-TARGET_OPTION = "Target waypoint: <TARGET_POINT><TARGET_POINT>."
 PLACEHOLDER = "<TARGET_POINT>"
-# get_navigational_conditioning's map_command (dataset_base.py l.502-509)
-COMMANDS = {1: "go left at the next intersection", 2: "go right at the next intersection",
-            3: "go straight at the next intersection", 4: "follow the road",
-            5: "do a lane change to the left", 6: "do a lane change to the right"}
 NEEDS = ("target_point", "target_point_next", "route_adjusted", "command", "next_command",
          "augmentation_translation", "augmentation_rotation")
 
@@ -79,47 +78,6 @@ class SimLingoSample(NamedTuple):
     dataset: str
     qa_templates: Any = None
     eval_infos: Any = None
-
-
-def command_option(target_point: np.ndarray, command: int, next_command: int) -> str:
-    """get_navigational_conditioning's command sentence (l.498-528): the distance is
-    int(|target_point|) m; 'then <next>' only where the next command differs."""
-    now, after = COMMANDS[command], COMMANDS[next_command]
-    then = f" then {after}" if after != now else ""
-    if command == 4:
-        return f"Command: {now}{then}."
-    return f"Command: {now} in {int(np.linalg.norm(target_point))} meter{then}."
-
-
-def target_options(target_points: np.ndarray, command: int, next_command: int) -> list[str]:
-    """Their target_options for route_as 'target_point_command' (l.492-528), in their order."""
-    return [TARGET_OPTION, command_option(target_points[0], command, next_command)]
-
-
-def commentary_text(entry: Any, measurement_path: str) -> str | None:
-    """The commentary of an overlay entry as their loader uses it (l.85-117, no template
-    augmentation); None where they would have none: no entry, or a validation route."""
-    if not isinstance(entry, dict) or "validation_" in measurement_path:
-        return None
-    return str(entry["commentary"]).replace("..", ".").replace("in in", "in")
-
-
-def prompt_answer(speed: float, options: list[str], commentary: str | None,
-                  rng: np.random.Generator) -> tuple[str, str]:
-    """The driving task's prompt and answer (dataset_driving.py l.236-272)."""
-    head = f"Current speed: {round(speed, 1)} m/s."
-    option = options[int(rng.integers(len(options)))]
-    if commentary is not None and rng.random() < COMMENTARY_PROB:
-        if rng.random() < 0.2:
-            prompt = (f"{head} {option} {commentary} Predict the waypoints." if rng.random() < 0.5
-                      else f"{head} Command: {commentary} Predict the waypoints.")
-            answer = "Waypoints:"
-        else:
-            prompt, answer = f"{head} {option} What should the ego do next?", \
-                f"{commentary} Waypoints:"
-    else:
-        prompt, answer = f"{head} {option} Predict the waypoints.", "Waypoints:"
-    return prompt.replace("..", "."), answer.replace("..", ".")
 
 
 def waypoints_1d(waypoints: np.ndarray, origin: np.ndarray) -> np.ndarray:
@@ -155,9 +113,10 @@ def simlingo_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) ->
     if int(s.get("camera_set", 0)):   # the ego seen from the twin camera
         origin = augment_points(origin, float(m["augmentation_translation"]),
                                 float(m["augmentation_rotation"])).astype(np.float64)
-    speed = float(s["speed"])
-    commentary = commentary_text((s.get("fields") or {}).get(OVERLAY), path)
-    options = target_options(tp, int(m["command"]), int(m["next_command"]))
+    speed, templates = float(s["speed"]), getattr(adapter, "templates", Templates())
+    # their order of draws: commentary, navigational options, prompt (simlingo_prompts.py)
+    commentary = commentary_text((s.get("fields") or {}).get(OVERLAY), path, templates, rng)
+    options = target_options(tp, int(m["command"]), int(m["next_command"]), templates, rng)
     prompt, answer = prompt_answer(speed, options, commentary, rng)
     return {**images(s["images"][0], bool(s.get("augment")), rng),
             "waypoints": waypoints, "waypoints_1d": waypoints_1d(waypoints, origin),
@@ -190,9 +149,12 @@ def simlingo_samples(batch: dict) -> list[SimLingoSample]:
     return out
 
 
+@dataclass(frozen=True)
 class SimLingoAdapter(ModelAdapter):
-    """ModelAdapter with two more pack checks: the frames SimLingo serves and no others, and
-    the cameras as saved (their loader never resizes)."""
+    """ModelAdapter with their template files (simlingo_prompts.Templates; none by default)
+    and two more pack checks: the frames SimLingo serves and no others, and the cameras as
+    saved (their loader never resizes)."""
+    templates: Templates = Templates()
 
     def check(self, manifest: Manifest) -> None:
         super().check(manifest)
@@ -214,3 +176,14 @@ SIMLINGO = SimLingoAdapter(
          "data/simlingo/, every frame: leave --stride and --all-frames out)",
     extra_keys=("valid", "key", "prompt", "answer"),
     own_augment=True, augment_load_adapters=((TWIN, SHIFT_PROB),))
+
+
+def with_templates(folder: str | Path, lmdrive: bool = True, commentary: bool = True
+                   ) -> SimLingoAdapter:
+    """adapter="simlingo" with their template-driven options on (config.py
+    use_lmdrive_commands, commentary_augmentation, as their experiment sets them), read from
+    their data/augmented_templates folder; named after the templates' content."""
+    templates = Templates.read(folder, lmdrive, commentary)
+    text = json.dumps([templates.lmdrive, templates.commentary], sort_keys=True)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return replace(SIMLINGO, name=f"simlingo+templates-{digest}", templates=templates)

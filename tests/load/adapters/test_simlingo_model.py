@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 from carla_wds.load import CARLAWebData
-from carla_wds.load.adapters.simlingo import COMMANDS, SimLingoSample, command_option, \
-    simlingo_samples
+from carla_wds.load.adapters.simlingo import SimLingoSample, simlingo_samples
+from carla_wds.load.adapters import simlingo_adapter
+from carla_wds.load.adapters.simlingo_prompts import COMMANDS, Templates, command_option, \
+    commentary_text, prompt_answer, target_options
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.overlay import pack_overlay
 from carla_wds.pack.synth import synth_dataset
@@ -57,9 +59,9 @@ def built(tmp_path_factory, golden) -> Path:
 
 def served(root: Path, **kw) -> dict[str, SimLingoSample]:
     """measurement path -> our sample, every valid row of one pass."""
-    kw = {"batch_size": 4, "mode": "eval", "seed": 2, **kw}
+    kw = {"batch_size": 4, "mode": "eval", "seed": 2, "adapter": "simlingo", **kw}
     out = {}
-    for batch in CARLAWebData(str(root / "shards"), adapter="simlingo", **kw):
+    for batch in CARLAWebData(str(root / "shards"), **kw):
         for ok, s in zip(batch["valid"].tolist(), simlingo_samples(batch)):
             if ok:
                 out[s.measurement_path] = s
@@ -253,3 +255,66 @@ def test_their_processor_step_takes_our_samples_unchanged(built, golden):
                 ("driving_input.target_point", [s.target_points for s in ours], np.float32),
                 ("driving_input.vehicle_speed", [s.speed for s in ours], np.float32)):
             assert leaves[leaf][2] == _sha(values, dtype), leaf
+
+
+# --- their template-driven options (use_lmdrive_commands, commentary_augmentation) ----------
+
+class Draws:
+    """A generator stand-in that gives scripted draws: random() the floats, integers(n) the
+    indices, in call order, as their random.random / random.choice were scripted."""
+
+    def __init__(self, floats: list[float], picks: list[int]) -> None:
+        self.floats, self.picks = iter(floats), iter(picks)
+
+    def random(self) -> float:
+        return next(self.floats)
+
+    def integers(self, n: int) -> int:
+        pick = next(self.picks)
+        assert pick < n
+        return pick
+
+
+def _templates(golden, root: Path) -> Path:
+    folder = root / "augmented_templates"
+    folder.mkdir(exist_ok=True)
+    for name, value in golden["templates"].items():
+        (folder / name).write_text(json.dumps(value))
+    return folder
+
+
+def test_template_options_give_their_strings_under_the_same_draws(built, golden, tmp_path):
+    """Their Data_Driving with use_lmdrive_commands and commentary_augmentation on (the
+    golden's template files), under scripted draws; ours under the same draws, with their
+    sample's speed and target points, the raw command and the commentary entry."""
+    templates = Templates.read(_templates(golden, tmp_path))
+    labels = {t["measurement_path"]: t for t in golden["samples"]["commentary"]}
+    pad_f, pad_p = golden["pad"]
+    entries = 0
+    for t in golden["samples"]["templates"]:
+        path = t["measurement_path"]
+        raw = _raw(built, path)
+        entry_file = built / "raw" / path.replace("data/", "commentary/", 1).replace(
+            "/measurements/", "/commentary/")
+        entry = json.loads(gzip.open(entry_file, "rt").read()) if entry_file.exists() else None
+        entries += entry is not None
+        theirs = labels[path]
+        for (floats, picks), want in zip(golden["scenarios"], t["texts"]):
+            rng = Draws([*floats, *pad_f], [*picks, *pad_p])
+            commentary = commentary_text(entry, path, templates, rng)
+            options = target_options(np.array(theirs["target_points"]), raw["command"],
+                                     raw["next_command"], templates, rng)
+            assert list(prompt_answer(theirs["speed"], options, commentary, rng)) == want, path
+    assert 0 < entries < len(golden["samples"]["templates"])
+
+
+def test_simlingo_adapter_with_their_templates_serves_their_options(built, golden, tmp_path):
+    name = simlingo_adapter(str(_templates(golden, tmp_path)))
+    assert name.startswith("simlingo+templates-") and simlingo_adapter(
+        str(tmp_path / "augmented_templates")) == name
+    texts = [" ".join(_texts(s)) for s in served(
+        built, adapter=name, overlays=[str(built / "commentary")], mode="train",
+        batch_size=1).values()]
+    assert any("step " in t for t in texts)       # an LMDrive option (the golden's words)
+    with pytest.raises(ValueError, match="lmdrive.json not found; pass their"):
+        simlingo_adapter(str(tmp_path / "missing"))
