@@ -54,6 +54,17 @@ from .transfuser2022 import TRANSFUSER2022  # noqa: E402 - beside its registrati
 register_model(TRANSFUSER2022)
 from .simlingo import SIMLINGO  # noqa: E402 - beside its registration
 register_model(SIMLINGO)
+from .garage_options import configured as _garage_configured  # noqa: E402 - beside its use
+
+
+def garage_adapter(config: Any) -> str:
+    """adapter="garage" under carla_garage's GlobalConfig, or a dict of its fields
+    (garage_options.py): the name to pass as CARLAWebData(adapter=...), registered on first
+    use. A value it does not implement is refused here, in one line naming it."""
+    adapter = _garage_configured(config)
+    if MODEL_ADAPTERS.get(adapter.name) != adapter:
+        register_model(adapter)
+    return adapter.name
 
 
 def model_adapter(name: str) -> ModelAdapter:
@@ -108,5 +119,6 @@ def adapters_for(spec: SampleSpec, options: Mapping[str, Any]) -> tuple[LoadAdap
 
 
 __all__ = ["ADAPTERS", "MODEL_ADAPTERS", "AdapterKind", "Draw", "LoadAdapter", "ModelAdapter",
-           "SampleState", "adapter_options", "adapters_for", "keywords", "model_adapter",
+           "SampleState", "adapter_options", "adapters_for", "garage_adapter", "keywords",
+           "model_adapter",
            "register", "register_model", "resolve", "resolve_load_adapters"]

@@ -1,8 +1,9 @@
 """adapter="garage": the batches of carla_garage's own DataLoader(CARLA_Data) after torch's
 default collate, as TransFuser++ trains on them (autonomousvision/carla_garage@1448bed
 team_code/data.py CARLA_Data.__getitem__, with team_code/config.py GlobalConfig; use_wp_gru on,
-so `ego_waypoints` is served too). Checked against their loader's output in
-tests/load/adapters/test_garage_model.py (golden: tools/golden/garage_batches.py).
+so `ego_waypoints` is served too; another config: garage_options.py). Checked against their
+loader's output in tests/load/adapters/test_garage_model.py (golden:
+tools/golden/garage_batches.py).
 
 What each key is, from their formulas (config.py values in brackets):
 - rgb: the front camera, uint8 (3, 256, 1024) as saved (their loader never resizes or crops);
@@ -31,6 +32,7 @@ served camera; the camera twin (the load adapter garage_camera_twin, p = augment
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,20 @@ _GREEN = float(LIGHT_STATES.index("Green"))
 NEEDS = ("target_point", "aim_wp", "route", "command", "next_command", "steer", "throttle",
          "brake", "junction", "light_hazard", "stop_sign_hazard", "angle", "speed",
          "target_speed", "theta", "augmentation_translation", "augmentation_rotation")
+
+
+@dataclass(frozen=True)
+class GarageOptions:
+    """The config fields garage_sample implements (garage_options.py reads their config);
+    these defaults are config.py's, with use_wp_gru on."""
+    max_num_bbs: int = MAX_NUM_BBS
+    target_speed_bins: tuple[float, ...] = tuple(TARGET_SPEED_BINS.tolist())
+    angle_bins: tuple[float, ...] = tuple(ANGLE_BINS.tolist())
+    use_wp_gru: bool = True
+    augment: bool = True
+    augment_percentage: float = AUGMENT_PERCENTAGE
+    use_color_aug: bool = True
+    color_aug_prob: float = COLOR_AUG_PROB
 
 
 def normalize_angle(x: float) -> float:
@@ -112,18 +128,20 @@ def garage_boxes(boxes: np.ndarray, count: int) -> np.ndarray:
     return np.array(rows).reshape(-1, 8)
 
 
-def speed_angle_classes(target_speed: float, brake: bool, angle: float) -> tuple[Any, Any]:
+def speed_angle_classes(target_speed: float, brake: bool, angle: float,
+                        speed_bins: Any = TARGET_SPEED_BINS, angle_bins: Any = ANGLE_BINS
+                        ) -> tuple[Any, Any]:
     """get_indices_speed_angle: (target speed class, 0 = brake; steering angle class)."""
-    speed_index = 0 if brake else np.digitize(x=target_speed, bins=TARGET_SPEED_BINS) + 1
-    return speed_index, np.digitize(x=angle, bins=ANGLE_BINS)
+    speed_index = 0 if brake else np.digitize(x=target_speed, bins=np.asarray(speed_bins)) + 1
+    return speed_index, np.digitize(x=angle, bins=np.asarray(angle_bins))
 
 
-@functools.lru_cache(maxsize=1)
-def colour_augmenter():
-    """data.py image_augmenter(prob=0.5, cutout=False): seven imgaug steps, each applied with
-    probability 0.5, in random order (imgaug's own implementations)."""
+@functools.lru_cache(maxsize=4)
+def colour_augmenter(prob: float = COLOR_AUG_PROB):
+    """data.py image_augmenter(prob=color_aug_prob [0.5], cutout=False): seven imgaug steps,
+    each applied with probability prob, in random order (imgaug's own implementations)."""
     from imgaug import augmenters as ia
-    s = functools.partial(ia.Sometimes, COLOR_AUG_PROB)
+    s = functools.partial(ia.Sometimes, prob)
     return ia.Sequential([
         s(ia.GaussianBlur((0, 1.0))),
         s(ia.AdditiveGaussianNoise(loc=0, scale=(0.0, 0.05 * 255), per_channel=0.5)),
@@ -134,11 +152,12 @@ def colour_augmenter():
         s(ia.ElasticTransformation(alpha=(0.5, 1.5), sigma=0.25))], random_order=True)
 
 
-def camera(image: np.ndarray, augment: bool, rng: np.random.Generator) -> np.ndarray:
+def camera(image: np.ndarray, augment: bool, rng: np.random.Generator,
+           prob: float = COLOR_AUG_PROB) -> np.ndarray:
     """The served camera as their loader returns it: uint8 (3, H, W), colour-augmented with
     augment (seeded from the sample's generator, so a draw repeats in every run)."""
     if augment:
-        aug = colour_augmenter()
+        aug = colour_augmenter(prob)
         aug.seed_(int(rng.integers(2 ** 31)))
         image = aug(image=np.ascontiguousarray(image))
     return np.ascontiguousarray(np.transpose(image, (2, 0, 1)))
@@ -156,33 +175,38 @@ def depth01(metres: np.ndarray) -> np.ndarray:
     return out
 
 
-def _images(s: dict, rng: np.random.Generator) -> dict[str, Any]:
+def _images(s: dict, rng: np.random.Generator, o: GarageOptions) -> dict[str, Any]:
     return {"semantic": np.ascontiguousarray(s["semantics"][0]),
             "bev_semantic": np.ascontiguousarray(s["bev"][0]),
             "depth": depth01(s["depth"][0]),
-            "rgb": camera(s["images"][0], bool(s.get("augment")), rng)}
+            "rgb": camera(s["images"][0], bool(s.get("augment")) and o.use_color_aug, rng,
+                          o.color_aug_prob)}
 
 
-def _targets(s: dict) -> tuple[dict[str, Any], np.ndarray]:
+def _targets(s: dict, max_num_bbs: int = MAX_NUM_BBS) -> tuple[dict[str, Any], np.ndarray]:
+    """CenterNet targets of every kept box; bounding_boxes: the first max_num_bbs of them,
+    zero rows after (data.py __getitem__'s padding)."""
     boxes = garage_boxes(s["boxes"], int(s["boxes_len"]))
     feat = LIDAR_HW // BEV_DOWN_SAMPLE
     targets, avg_factor = centernet_targets(boxes, feat, feat, LIDAR_HW, LIDAR_HW)
-    padded = np.zeros((MAX_NUM_BBS, 8), np.float32)
-    padded[:min(len(boxes), MAX_NUM_BBS)] = boxes[:MAX_NUM_BBS]
+    padded = np.zeros((max_num_bbs, 8), np.float32)
+    padded[:min(len(boxes), max_num_bbs)] = boxes[:max_num_bbs]
     return {**targets, "avg_factor": avg_factor}, padded
 
 
 def garage_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dict:
     """One sample as carla_garage's CARLA_Data.__getitem__ returns it (module docstring), key
     for key in its order and Python/numpy types, so default collate gives their batch."""
-    m = s["measurements"]
-    out = _images(s, rng)
-    targets, padded = _targets(s)
+    m, o = s["measurements"], adapter.options or GarageOptions()
+    out = _images(s, rng, o)
+    targets, padded = _targets(s, o.max_num_bbs)
     out.update(targets)
-    out["ego_waypoints"] = np.asarray(s["waypoints"], np.float64)
+    if o.use_wp_gru:
+        out["ego_waypoints"] = np.asarray(s["waypoints"], np.float64)
     brake = bool(m["brake"])
     speed_index, angle_index = speed_angle_classes(float(m["target_speed"]), brake,
-                                                   float(m["angle"]))
+                                                   float(m["angle"]), o.target_speed_bins,
+                                                   o.angle_bins)
     out.update({"brake": brake, "angle_index": angle_index, "target_speed": speed_index,
                 "lidar": np.ascontiguousarray(s["lidar"], np.float32),
                 "bounding_boxes": padded,
@@ -207,5 +231,6 @@ GARAGE = ModelAdapter(
          "saves them, every frame: leave --stride out)",
     # augment=True: their colour augmentation (in garage_sample) instead of the loader's,
     # and the camera twin at their augment_percentage
-    own_augment=True, augment_load_adapters=((TWIN, AUGMENT_PERCENTAGE),))
+    own_augment=True, augment_load_adapters=((TWIN, AUGMENT_PERCENTAGE),),
+    options=GarageOptions())
 TWIN_P = (TWIN, AUGMENT_PERCENTAGE)

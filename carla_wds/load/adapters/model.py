@@ -46,6 +46,7 @@ class ModelAdapter:
     # the loader's colour augmenter stays off; and these load adapters' options are set
     own_augment: bool = False
     augment_load_adapters: tuple[tuple[str, Any], ...] = ()
+    options: Any = None                # the codebase's config fields `transform` reads
 
     def __call__(self, sample: dict, rng: np.random.Generator) -> dict:
         return self.transform(self, sample, rng)
