@@ -318,3 +318,18 @@ def test_simlingo_adapter_with_their_templates_serves_their_options(built, golde
     assert any("step " in t for t in texts)       # an LMDrive option (the golden's words)
     with pytest.raises(ValueError, match="lmdrive.json not found; pass their"):
         simlingo_adapter(str(tmp_path / "missing"))
+
+
+def test_augment_shifts_the_camera_for_about_half_and_colours_the_images(built):
+    """augment=True: the shifted camera at img_shift_augmentation_prob 0.5 (labels moved with
+    it, as the twin test checks) and their colour augmentation on the served camera."""
+    own = served(built)
+    aug = served(built, mode="train", batch_size=1, augment=True)
+    moved = [bool(np.abs(aug[k].target_points - own[k].target_points).max() > 1e-3)
+             for k in own]
+    assert 0 < sum(moved) < len(moved), moved
+    still = [k for k, m in zip(own, moved) if not m]
+    assert any(not np.array_equal(aug[k].image_ff_org_size, own[k].image_ff_org_size)
+               for k in still)
+    for k in own:   # the cut image is the augmented image's top rows, as theirs
+        assert np.array_equal(aug[k].image_ff[0], aug[k].image_ff_org_size[0][:, :359])
