@@ -131,7 +131,8 @@ def read_entry(kind: OverlayKind, found: Found) -> Entry | str:
     problem = kind.check(value)
     if problem:
         raise PackError(f"overlay file {where}: {problem} (--kind {kind.name}: "
-                        f"{kind.source}). Fix: pass the --kind this tree is")
+                        f"{kind.source}). Fix: pass the --kind this tree is, or correct or "
+                        "remove that file")
     located = kind.locate(rel, value)
     if isinstance(located, str):
         return located

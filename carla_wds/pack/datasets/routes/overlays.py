@@ -6,8 +6,14 @@ SimLingo (RenzKa/simlingo @ eb2b89a): the driving data sits under `data/`, the l
 `commentary/`, `dreamer/` and `drivelm/`, one `.json.gz` per frame, found from a frame's
 measurements file by path replacement:
 - simlingo_commentary: `measurements` -> `commentary`, `data/` -> `commentary/`
-  (simlingo_training/dataloader/dataset_driving.py:86); a dict with `commentary` (a str),
-  `commentary_template` and `placeholder` (dataset_driving.py:100-108);
+  (simlingo_training/dataloader/dataset_driving.py:86); a dict with what their loader reads
+  (dataset_driving.py:101-117, commentary_augmentation on by default, config.py:53):
+  `commentary` a str (:101, str.replace at :116-117), `commentary_template` a str (looked up
+  in the templates at :106; a str as their generator writes it, dataset_generation/
+  language_labels/commentary/carla_commentary_generator.py:368) and `placeholder` an object
+  of str -> str (:108-110: `key in commentary`, `commentary.replace(key, value)`; written at
+  :373). An entry without them fails in their training; pack-overlay refuses it, naming the
+  file and the key (the README's other keys, image, cause_object, ..., are never read);
 - simlingo_drivelm: `measurements` -> `vqa`, `data/` -> `drivelm/` (dataset_driving.py:121);
   a dict whose `QA` maps a category to a list of {"Q", "A", ...} (dataset_driving.py:133-135);
 - simlingo_dreamer: `measurements` -> `dreamer`, `data/` -> `dreamer/` (dataset_base.py:286,
@@ -45,10 +51,35 @@ def _route_folder_entry(label_folder: str):
     return locate
 
 
+_ABSENT = object()
+
+
 def _commentary(value: Any) -> str | None:
+    """SimLingo's commentary schema, as their loader reads it (module docstring)."""
     if not isinstance(value, dict) or not isinstance(value.get("commentary"), str):
         return "expected a JSON object with a 'commentary' string"
+    template = value.get("commentary_template", _ABSENT)
+    if not isinstance(template, str):
+        return (f"'commentary_template' is {_what(template)}; expected a string (their loader "
+                "looks it up in its commentary templates)")
+    placeholder = value.get("placeholder", _ABSENT)
+    if not isinstance(placeholder, dict):
+        return (f"'placeholder' is {_what(placeholder)}; expected an object of placeholder -> "
+                "replacement strings (their loader replaces each in the template)")
+    bad = [k for k, v in placeholder.items() if not isinstance(v, str)]
+    if bad:
+        return (f"'placeholder' entry {bad[0]!r} is {_what(placeholder[bad[0]])}; expected a "
+                "string (their loader replaces the placeholder with it)")
     return None
+
+
+def _what(value: Any) -> str:
+    """A JSON value's kind, for a message."""
+    if value is _ABSENT:
+        return "missing"
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+             str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _qa(value: Any) -> str | None:
