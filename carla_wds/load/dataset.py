@@ -33,7 +33,8 @@ from .fields import check_fields
 from .history import history_settings, windowed
 from .plan import EpochPlanner, batches_per_rank
 from . import front, loader_doc, overlay, resume_state, settings
-from .mix import MixPlanner, mix_spec, same_samples
+from . import common_view
+from .mix import MixPlanner, mix_spec
 from .options import Augment, Decode, History, Overlays, Storage, Transport
 from .reshape import Reshape, batches_after
 from .transform import ModelBatch, SampleTransform
@@ -65,7 +66,7 @@ class CARLAWebData:
         r = front.request({k: v for k, v in locals().items() if k not in ("self", "aliases")},
                           aliases)
         self.limits = r.limits()
-        self._read(source, with_storage(r.storage.remote, r.storage.options), mix)
+        self._read(source, with_storage(r.storage.remote, r.storage.options), mix, r)
         self._decoding(r)
         self._adopt(r)
         self._set_shards(r.storage, r.overlays)
@@ -75,14 +76,17 @@ class CARLAWebData:
         """History windows, the epoch's batch count, the start position and the workers."""
         self.history, self.history_stride, self._sequence = history_settings(
             self._manifests, r.history.frames, r.history.stride)
-        self._overlay = overlay.windowed(self._overlay, self.history)   # a row: its own frame's
+        # a row: its own frame's entries; a filter decides on that frame, and its window
+        # still reaches the frames the filter left out (overlay.OverlayJoin._context)
+        self._overlay = overlay.windowed(self._overlay, self.history, self.history_stride,
+                                         self._chains())
         step = self._sequence.get("frame_step", 1)
         self._encoded, self._stages = front.stream_stages(
             mode=self.mode, batches_per_epoch=self.batches_per_epoch,
             stratified=self.mode == "train" and self._mixer is not None
             and self._mixer.spec.stratify,
             history=self.history, every=self.history_stride * step, step=step,
-            join=self._overlay, transform=self.sample_transform)
+            join=self._overlay, transform=self.sample_transform, view=self._view)
         self._planner = EpochPlanner(self.mode, self.batches_per_epoch)
         self._len = settings.batches(self.where, self._epoch_counts(), self.batch_size,
                                      self.world_size, self.mode, self.batches_per_epoch)
@@ -94,18 +98,21 @@ class CARLAWebData:
     def _decoding(self, r: front.Request) -> None:
         """What a sample decodes to: the model adapter's settings or the caller's, the
         cameras and fields selected, and how each field decodes."""
-        self.adapter, self.sample_transform, given, options = front.model(r, self.manifest)
+        self.adapter, self.sample_transform, given, options = front.model(r, self.manifest) \
+            if self._view is None else common_view.model(self._view, r)
+        packed = self.manifest.spec if self._view is None else self._view.spec
         cameras, fields, lidar_histogram = (given[k] for k in ("cameras", "fields",
                                                                "lidar_histogram"))
-        spec = front.select_cameras(self.manifest.spec, cameras)
+        spec = front.select_cameras(packed, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
         self.field_opts = replace(
             front.field_options(spec, options, lidar_histogram, self.fields),
-            **front.decode_options(spec, self.manifest.spec, fields),
+            **front.decode_options(spec, packed, fields),
             exact_resize=bool(r.decode.exact_resize),
-            extra_sizes=settings.extra_sizes(self.manifest))
+            extra_sizes=settings.extra_sizes(self.manifest) if self._view is None else
+            common_view.extra_sizes(self._view, self._manifests))
         self.image_size = tuple(given["image_size"])
 
     def _adopt(self, r: front.Request) -> None:
@@ -142,8 +149,10 @@ class CARLAWebData:
         """The shard runs a route links (history windows), which the epoch's order keeps."""
         return [list(c) for c in self._sequence.get("chains") or ()] or None
 
-    def _read(self, source: str | None, remote: RemoteOptions | None, mix: Any) -> None:
-        """The pack's manifest, or a mix's packs' (load/mix.py), which must hold alike samples."""
+    def _read(self, source: str | None, remote: RemoteOptions | None, mix: Any,
+              r: front.Request) -> None:
+        """The pack's manifest, or a mix's packs' (load/mix.py): alike samples, or packs of
+        other layouts in their common view (load/common_view.py)."""
         if (source is None) == (mix is None):
             raise ValueError("give a source (a pack folder, manifest path or URL) or mix= (a "
                              "mix spec over packs), one of the two")
@@ -152,7 +161,7 @@ class CARLAWebData:
             self._manifests = [read_manifest(s, remote)
                                for s in (self.mix.sources() if self.mix else [source])]
         self.manifest = self._manifests[0]
-        same_samples(self._manifests)
+        self._view = common_view.of(self.mix, self._manifests, r.cameras, r.fields)
         self.where, self.remote = self.manifest.where, remote
 
     def _set_shards(self, storage: Storage, overlays: Overlays) -> None:
@@ -262,7 +271,8 @@ class CARLAWebData:
     def _epoch(self) -> Epoch:
         """What this pass's workers are told; Workers adds the ring and the shared pass state."""
         return Epoch(shards=self.shards, verify=self.verify, remote=self.remote, spec=self.spec,
-                     image_sizes=self.manifest.sizes_of(self.spec.cameras),
+                     image_sizes=self.manifest.sizes_of(self.spec.cameras) if self._view is None
+                     else (None,) * len(self.spec.cameras),   # checked per pack (IntoView)
                      image_size=self.image_size, batch_size=self.batch_size, mode=self.mode,
                      num_workers=self.num_workers, seed=self.seed, epoch=self.epoch,
                      rank=self.rank, world_size=self.world_size, resume_batches=self.consumed,

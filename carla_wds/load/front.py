@@ -21,6 +21,7 @@ from . import overlay, settings
 from .pipeline import Cut, DecodeBatches, Deliver, Release
 from .served import ReadPlan, ReadShards, Resampled, Shuffle
 from .strata import Stratified
+from .common_view import IntoView
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
                        resolve_load_adapters)
 from .classes import class_options
@@ -72,11 +73,6 @@ class Request:
 def request(given: dict[str, Any], older: dict[str, Any]) -> Request:
     """CARLAWebData's keywords (`older`: those not in its signature) as one checked Request."""
     kw, older = fold(given, dict(older))
-    if kw["history"].frames and kw["overlays"].required:
-        raise ValueError("history windows with Overlays(required=True): the filter keeps samples "
-                         "that are not a route's consecutive frames, so their windows cannot be "
-                         "read. Fix: Overlays(required=False) with history (a row's entries are "
-                         "its own frame's), or history=0 with the filter")
     settings.check_args(kw["mode"], kw["on_error"], kw["batch_size"], kw["num_workers"],
                         kw["batches_per_epoch"])
     labels = adapter_options(kw.pop("label_options"), older)   # and the adapters' aliases
@@ -187,11 +183,12 @@ def _shape(size: tuple[int, int]) -> str:
 
 def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool, history: int,
                   every: int, step: int, join: overlay.OverlayJoin | None,
-                  transform: SampleTransform | None) -> tuple[tuple, tuple]:
+                  transform: SampleTransform | None, view: Any = None) -> tuple[tuple, tuple]:
     """The workers' stages (pipeline.py), built once: (Epoch.encoded: on one stream of
     encoded samples, Epoch.stages: a worker's whole stream). `stratified`: a stratified mix
     plans the train epochs (strata.py); `every`, `step`: a window's frame numbers between
-    steps and the pack's frame step (history.Windows); `join`: overlays read in step."""
+    steps and the pack's frame step (history.Windows); `join`: overlays read in step;
+    `view`: a mix of layouts' common view, each sample put into it before decoding."""
     encoded = (ReadShards() if join is None else overlay.ReadJoined(join),
                *([windows.Windows(history, every, step)] if history else []),
                *([Shuffle()] if mode == "train" else []))
@@ -199,6 +196,7 @@ def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool,
         Resampled() if batches_per_epoch is not None else ReadPlan()
     steps = history + 1   # frames per sample: a window's, decoded as one flat batch
     stages = (source, Cut(), *([windows.Flatten(steps)] if history else []), Release(),
+              *([IntoView(view)] if view is not None else []),
               *([overlay.Tap(join)] if join is not None else []),
               DecodeBatches(steps, reuse=transform is not None),
               *([overlay.Attach()] if join is not None else []),

@@ -16,8 +16,8 @@ one's position to the j-th's, leaving out the others before they are decoded.
 With history windows (`history=K`, load/history.py) a read also reads the samples its windows
 reach back to, marked as context as shardio.read_with_context marks them, and a batch row gets
 the entries of its window's own (last) frame: `batch.fields[<kind>]` holds B entries, one per
-window. A filter is not offered with windows (front.py refuses the pair at construction): the
-kept samples are not a route's consecutive frames.
+window. With the filter too, it decides on that frame: the plan counts kept samples, and each
+read of kept ones reads its windows' context itself, the route's own frames, kept or not.
 
 With a mix, the overlays of every mixed pack come in one list, each joined to the pack its
 manifest names; per kind the join sees one overlay over all the mix's shards (overlay_mix.py).
@@ -45,6 +45,7 @@ from ..shardread import ShardRef
 from ..tario import ShardError
 from . import overlay_mix, shardio
 from .fields import selectable
+from .plan import context_before, previous_shards
 
 OVERLAY_FORMAT = "carla-wds-overlay"   # pack/overlay.py writes it (the wings do not import)
 _FIELD = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -147,6 +148,11 @@ class OverlayJoin:
     # frames a sample is decoded as: a history window's K + 1, of which the last is the
     # sample's own and the one whose entries its batch row gets (load/history.py)
     steps: int = 1
+    # samples a window reaches back (history * history_stride) and, per shard, the shard
+    # whose route it continues (plan.previous_shards): with a filter, each read's windows
+    # reach back over the shard's own samples, kept or not (OverlayJoin.read)
+    context: int = 0
+    previous: tuple[int | None, ...] = ()
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -173,13 +179,12 @@ class OverlayJoin:
         opts = (on_error, cache_dir, verify, remote, cache_limit_bytes)
         for shard, lo, start, stop in reads:
             mask = None
-            if self.keep is not None:   # (front.py refuses a filter with history context)
-                kept = self.keep[shard][start:stop]
-                if not len(kept):
+            if self.keep is not None:   # kept positions -> the shard's own
+                if self.context and start < stop:   # the windows' context, as the shard's own
+                    yield from self._context(shard, int(self.keep[shard][start]), opts)
+                lo, start, stop, mask = self._raw(shard, start, stop)
+                if start == stop:
                     continue
-                lo, start, stop = int(kept[0]), int(kept[0]), int(kept[-1]) + 1
-                mask = np.zeros(stop - start, bool)
-                mask[kept - start] = True
             seg = [(shard, lo, stop)]
             base = shardio.read_segments(seg, list(self.base), *opts)
             # a mix source without an overlay of a kind has no shard of it: no entries
@@ -192,6 +197,31 @@ class OverlayJoin:
                         yield raw
                 elif mask is None or mask[i]:
                     yield self._joined(raw, entries, on_error)
+                elif self.context and "__error__" not in raw:   # a frame a window may reach
+                    raw["__context__"] = True
+                    yield raw
+
+    def _raw(self, shard: int, start: int, stop: int) -> tuple[int, int, int, np.ndarray]:
+        """A read of kept positions start..stop -> (first read, first served, stop, which of
+        them are kept) in the shard's own positions."""
+        kept = self.keep[shard][start:stop]
+        if not len(kept):   # the plan's context read, in kept positions: nothing here
+            return 0, 0, 0, np.zeros(0, bool)
+        first, end = int(kept[0]), int(kept[-1]) + 1
+        mask = np.zeros(end - first, bool)
+        mask[kept - first] = True
+        return first, first, end, mask
+
+    def _context(self, shard: int, first: int, opts: tuple) -> Iterator[dict[str, Any]]:
+        """With a filter and windows: the `context` samples before sample `first` of `shard`
+        (and the shards its route continues), kept or not, marked as context; the plan's
+        context reads, which count kept samples, are left out for these."""
+        counts = [s.samples for s in self.base]
+        for seg in context_before(shard, first, self.context, counts, list(self.previous)):
+            for raw in shardio.read_segments([seg], list(self.base), *opts):
+                if "__error__" not in raw:
+                    raw["__context__"] = True
+                    yield raw
 
     def _joined(self, raw: dict, entries: list[dict], on_error: str) -> dict:
         if "__error__" in raw:
@@ -344,10 +374,14 @@ def _not_the_bases(found: tuple[Overlay, ...], base: Manifest) -> None:
                              "field is its kind's name), or restore its manifest")
 
 
-def windowed(join: OverlayJoin | None, history: int) -> OverlayJoin | None:
+def windowed(join: OverlayJoin | None, history: int, stride: int = 1,
+             chains: list[list[int]] | None = None) -> OverlayJoin | None:
     """The join for samples of `history` earlier frames each: a batch row gets the entries of
     its window's own (last) frame."""
-    return join if join is None else replace(join, steps=history + 1)
+    if join is None:
+        return None
+    previous = previous_shards(chains or [[i] for i in range(len(join.base))])
+    return replace(join, steps=history + 1, context=history * stride, previous=tuple(previous))
 
 
 def kinds(join: OverlayJoin | None) -> tuple[str, ...]:

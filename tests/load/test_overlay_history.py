@@ -1,8 +1,8 @@
 """Overlays with history windows (issue 40): a batch row gets the entries of its window's own
 (last) frame, `batch.fields[<kind>]` holding B entries; the loader's promises hold on real
 packs (exact len, every sample once in eval over ranks and workers, the same plan and order
-as history alone, identical batches after a mid-epoch resume). A filter with windows
-(`Overlays(required=True)`) is refused at construction, in one line naming both."""
+as history alone, identical batches after a mid-epoch resume). A filter with windows:
+tests/load/test_overlay_history_required.py."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from carla_wds.load import CARLAWebData, History, Overlays
+from carla_wds.load import CARLAWebData, History
 
 from ..helpers import all_keys
 from ..overlaykit import overlay_entries
@@ -88,10 +88,3 @@ def test_a_mid_epoch_resume_gives_the_rest_of_the_epoch(packs, tables, workers):
     assert _rows(head + rest, tables) == _rows(want, tables)
     assert all(torch.equal(a.images, b.images) for a, b in zip(head + rest, want))
 
-
-def test_a_filter_with_windows_is_refused_at_construction(packs):  # noqa: F811
-    with pytest.raises(ValueError) as exc:
-        CARLAWebData(str(packs / "shards"), batch_size=2, image_size=SIZE, history=1,
-                     overlays=Overlays([str(packs / KINDS[0])], required=True))
-    msg = str(exc.value)
-    assert "\n" not in msg and "history" in msg and "required=True" in msg and "Fix:" in msg
