@@ -23,14 +23,14 @@ the draw (reshape.py). History windows: each drawn sample's frames before it are
 front of it (reshape.cut_stream). Eval ignores weights: every sample of the mix's sources
 once.
 
-Sources must hold the same cameras, members and codecs (else one line names the
-difference); padding other fields across sources is not offered.
+Sources of alike samples are served as they are; of different layouts, in their common view
+(common_view.py: entries' `cameras: {common: own}`, the spec's `view: {waypoint_hz, pred_len}`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -43,8 +43,9 @@ from .plan import WorkerPlan, batches_per_rank, shard_order
 from .reshape import cut_stream, plan_stream
 from .strata import plan_strata
 
-ENTRY_KEYS = ("source", "where", "weight", "repeat", "count")
-SPEC_KEYS = ("entries", "epoch_size", "schedule", "stratify")
+ENTRY_KEYS = ("source", "where", "weight", "repeat", "count", "cameras")
+SPEC_KEYS = ("entries", "epoch_size", "schedule", "stratify", "view")
+VIEW_KEYS = ("waypoint_hz", "pred_len")   # the common view of packs of other layouts
 # Upper bounds on the spec's own sizes (issue 38), far above any real recipe. Every worker
 # plans its epoch as int64 arrays of the epoch's samples (drawn, sorted, located: ~5 copies),
 # so 10^7 samples cost ~400 MB in each; SimLingo's and Bench2Drive's whole datasets are a few
@@ -74,6 +75,8 @@ class Entry:
     weight: float | None = None
     repeat: int | None = None
     count: int | None = None
+    # common camera name -> this source's own (a mix of layouts); outside repr (identity)
+    cameras: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -82,12 +85,16 @@ class MixSpec:
     epoch_size: int | None = None
     schedule: tuple[tuple[int, tuple[float, ...]], ...] = ()   # (from_epoch, weights)
     stratify: bool = False   # every global batch holds each entry's share (strata.py)
+    view: tuple[tuple[str, Any], ...] = field(default=(), repr=False)   # common_view.py
 
     def sources(self) -> list[str]:
         return list(dict.fromkeys(e.source for e in self.entries))
 
     def identity(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+        # a view's options and cameras only when given: older specs keep their identity
+        more = (self.view, tuple(e.cameras for e in self.entries))
+        text = repr(self) + (repr(more) if self.view or any(more[1]) else "")
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def weights(self, epoch: int) -> list[float | None]:
         now = [e.weight for e in self.entries]
@@ -127,7 +134,16 @@ def _entry(doc: Any, i: int) -> Entry:
     cond = tuple(sorted((str(k), tuple(sorted([v] if isinstance(v, str) else map(str, v))))
                         for k, v in filt.items()))
     number = float(value) if way == "weight" else int(value)
-    return Entry(doc["source"], cond, **{way: number})
+    return Entry(doc["source"], cond, **{way: number}, cameras=_cameras(doc, where))
+
+
+def _cameras(doc: Mapping, where: str) -> tuple[tuple[str, str], ...]:
+    given = doc.get("cameras") or {}
+    if not isinstance(given, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+        raise MixError(f"{where}: cameras={given!r}; expected {{common name: its own camera}}, "
+                       "e.g. {front: rgb_front}")
+    return tuple(sorted(given.items()))
 
 
 def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
@@ -152,7 +168,14 @@ def mix_spec(spec: MixSpec | Mapping | str | Path) -> MixSpec:
     if not isinstance(stratify, bool):
         raise MixError(f"mix stratify={stratify!r}; expected true or false")
     schedule = tuple(_step(step, i, entries) for i, step in enumerate(spec.get("schedule") or []))
-    return MixSpec(entries, size, tuple(sorted(schedule)), stratify)
+    return MixSpec(entries, size, tuple(sorted(schedule)), stratify, _view(spec.get("view")))
+
+
+def _view(view: Any) -> tuple[tuple[str, Any], ...]:
+    if view is not None and not isinstance(view, Mapping):   # common_view.py checks values
+        raise MixError(f"mix view={view!r}; expected {{waypoint_hz: H, pred_len: N}}")
+    _unknown(view or {}, VIEW_KEYS, "mix view")
+    return tuple(sorted((view or {}).items()))
 
 
 def _step(step: Any, i: int, entries: tuple[Entry, ...]) -> tuple[int, tuple[float, ...]]:

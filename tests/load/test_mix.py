@@ -144,11 +144,14 @@ def test_a_schedule_changes_the_weights_per_epoch(packs):
     assert planner.sizes(0) == planner.sizes(1) == [20, 20] and planner.sizes(2) == [30, 10]
 
 
-def test_packs_of_other_samples_are_refused(packs, tmp_path):
+def test_packs_of_other_layouts_without_a_common_view_are_refused(packs, tmp_path):
+    # packs of other layouts are served in their common view (test_mix_layouts.py); here
+    # the camera asked for is not in both
     garage = make_pack(tmp_path, layout="garage", episodes=1, frames=30)
-    with pytest.raises(MixError, match="holds other samples"):
+    with pytest.raises(MixError, match=r"cameras \['rear'\] are not in"):
         loader({"entries": [{"source": str(packs[0]), "weight": 1},
-                            {"source": str(garage), "weight": 1}]}, batch_size=2)
+                            {"source": str(garage), "weight": 1}]}, batch_size=2,
+               cameras=["rear"])
     with pytest.raises(ValueError, match="one of the two"):
         CARLAWebData(str(packs[0]), mix={"entries": [{"source": str(packs[0]), "weight": 1}]},
                      batch_size=2)
