@@ -6,6 +6,8 @@ workers, each window equal to history alone's, identical batches after a mid-epo
 and through an adapter (the triple)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -95,3 +97,29 @@ def test_through_an_adapter_each_row_is_a_kept_window(packs, kept, workers):  # 
         assert all(v.shape[:2] == (n, K + 1) for v in b.values()
                    if isinstance(v, torch.Tensor) and v.dim() > 1)
         assert all(len(b["overlays"][k]) == n for k in KINDS)
+
+
+def _seen(sample: dict, rng) -> dict:
+    """A user's function: the overlay entries its frame's sample holds."""
+    return {"seen": json.dumps([sample["fields"].get(k) for k in KINDS], sort_keys=True)}
+
+
+def test_a_function_sees_the_entries_at_the_windows_own_frame_only(packs, kept):  # noqa: F811
+    tables = [overlay_entries(packs / k) for k in KINDS]
+    batches = list(_loader(packs, adapter=_seen, image_size=SIZE, mode="eval"))
+    rows = earlier = 0
+    for b in batches:
+        for r, key in enumerate(b["key"]):
+            if not b["valid"][r]:
+                continue
+            rows += 1
+            want = json.dumps([t[key] for t in tables], sort_keys=True)
+            assert b["seen"][r][-1] == want
+            assert json.dumps([b["overlays"][k][r] for k in KINDS], sort_keys=True) == want
+            # an earlier frame's sample holds none (a missing step is a copy of the next real
+            # frame, the window's own at the latest: masked by frame_valid)
+            ok = b["frame_valid"][r].tolist()
+            assert all(s == json.dumps([None] * len(KINDS))
+                       for s, v in zip(b["seen"][r][:-1], ok[:-1]) if v)
+            earlier += sum(ok[:-1])
+    assert rows == len(kept) and earlier > 0
