@@ -3,7 +3,7 @@ each window's own (current) frame, and the window still reaches back over the fr
 filter left out: a kept sample's window is the one history alone gives it. On real packs
 (garage + two overlay packs): exact len(), every kept sample once in eval over 2 ranks x 2
 workers, each window equal to history alone's, identical batches after a mid-epoch resume;
-and through an adapter (the triple)."""
+and through an adapter, and over a mix (the triples)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +16,7 @@ from carla_wds.load import CARLAWebData, Overlays
 from ..overlaykit import overlay_entries, resumed_epoch
 from .test_overlay_loader import KINDS, SIZE
 from .test_overlay_loader import packs  # noqa: F401 - a fixture
+from .test_overlay_mix import packs as mixed  # noqa: F401 - a fixture
 
 K = 2
 
@@ -123,3 +124,23 @@ def test_a_function_sees_the_entries_at_the_windows_own_frame_only(packs, kept):
                        for s, v in zip(b["seen"][r][:-1], ok[:-1]) if v)
             earlier += sum(ok[:-1])
     assert rows == len(kept) and earlier > 0
+
+
+def test_with_a_mix_each_kept_window_is_the_mix_alones(mixed):  # noqa: F811
+    """The triple mix x filter x history: pack a and c of test_overlay_mix, both with every
+    kind; eval serves each kept sample once, its window the one the mix alone gives it."""
+    a, _, c = mixed
+    mix = {"entries": [{"source": str(p / "shards"), "weight": 1} for p in (a, c)]}
+    kw = dict(mix=mix, batch_size=3, image_size=SIZE, history=K, mode="eval")
+    alone = {k: fk for b in CARLAWebData(**kw)
+             for k, fk, ok in zip(b.keys, b.frame_keys, b.valid.tolist()) if ok}
+    tables = {k: t for p in (a, c) for t in [[overlay_entries(p / kind) for kind in KINDS]]
+              for k in t[0]}
+    kept = sorted(k for k, t in tables.items() if all(e[k] is not None for e in t))
+    data = CARLAWebData(**kw, num_workers=2, overlays=Overlays(
+        [str(p / kind) for p in (a, c) for kind in KINDS], required=True))
+    batches = list(data)
+    assert len(batches) == len(data) == -(-len(kept) // 3)
+    rows = {k: fk for b in batches for k, fk, ok in zip(b.keys, b.frame_keys, b.valid.tolist())
+            if ok}
+    assert sorted(rows) == kept and all(rows[k] == alone[k] for k in rows)
