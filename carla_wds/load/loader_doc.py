@@ -71,8 +71,9 @@ Args:
         batches are that codebase's dicts (it sets cameras, image_size, fields and the LiDAR
         histogram), or your own function `fn(sample, rng) -> sample` on each `CARLASample`.
     history: K earlier frames of the same route per sample, or `History(K, stride)`: every
-        per-frame value gets a time axis (B, K + 1, ...), oldest first; `stride` is samples
-        between those frames, or seconds such as "1s".
+        per-frame value gets a time axis (B, K + 1, ...), oldest first (with an adapter, its
+        dict's values: each frame goes through it alone); `stride` is samples between those
+        frames, or seconds such as "1s".
     mix: train on a mix of packs instead of one `source`: a mix spec (entries with a source
         and a weight, optionally over buckets).
 """
