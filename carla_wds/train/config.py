@@ -62,6 +62,9 @@ class DataConfig:
                                   doc="samples between two frames of a window")
     # issue 29: train on a mix of packs (a YAML mix spec, load/mix.py) instead of data.train
     mix: str | None = setting(None, nonempty=True, doc="a mix spec YAML; null: data.train")
+    # issue 40: validate on a mix (every sample of its packs once), e.g. one val pack per
+    # layout of a mix of layouts, served in the train mix's common view (docs/mixing.md)
+    val_mix: str | None = setting(None, nonempty=True, doc="a mix spec YAML; null: data.val")
     verify: bool = False                    # check each shard's sha256 against the manifest
     on_error: str = setting("raise", choices=("raise", "skip"),
                             doc="skip: a bad sample becomes valid=False padding, counted")

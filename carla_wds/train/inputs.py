@@ -74,6 +74,19 @@ def loader_options(cfg: ModelConfig, spec: SampleSpec | None = None) -> dict[str
     return {"fields": fields or None, "decode": Decode(lidar_histogram=cfg.lidar)}
 
 
+def same_view(train: CARLAWebData, val: CARLAWebData) -> None:
+    """ConfigError unless val serves what train does: the cameras, pred_len and label frames
+    the model is built for (a mix of layouts serves its common view, docs/mixing.md)."""
+    def view(d: CARLAWebData) -> tuple:
+        return len(d.camera_names), d.pred_len, label_frames(dict(d.spec.frames))
+    if view(train) != view(val):
+        raise ConfigError(f"data.val {val.where}: (cameras, pred_len, (waypoint, target point) "
+                          f"frames) {view(val)}, but the train data serves {view(train)}; eval "
+                          "would score the model in another frame. Fix: data.val_mix=MIX.yaml "
+                          "over val packs of the train mix's layouts (served in its common "
+                          "view), or data.val of the train data's layout")
+
+
 def model_io(cfg: TrainConfig, spec: SampleSpec) -> ModelIO:
     """What the data decides about the model: frame, interval, input sizes."""
     fields = record_fields(spec)

@@ -40,7 +40,8 @@ from .control import controller_source
 from .errors import USER_ERRORS, one_line
 from .evaluate import baseline_verdict, eval_line, evaluate
 from .finite import check_losses, check_progress, check_resume_state, check_weights
-from .inputs import autocast_for, check_inputs, current_frame, loader_options, model_for, predict
+from .inputs import (autocast_for, check_inputs, current_frame, loader_options, model_for,
+                     predict, same_view)
 from .runlock import hold_run_dir
 
 log = logging.getLogger("carla_wds.train")
@@ -89,7 +90,8 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
                   history=History(d.history, stride=d.history_stride))
     # the specs first: the model's inputs are checked in the config's words, and where the val
     # shards carry the expert's controls, eval decodes them too
-    named = [("data.val", d.val)] + ([] if d.mix else [("data.train", d.train)])
+    named = ([] if d.val_mix else [("data.val", d.val)]) + \
+        ([] if d.mix else [("data.train", d.train)])
     specs = {path: _manifest(key, path, remote) for key, path in named}
     for path, manifest in specs.items():
         check_inputs(cfg.model, manifest.spec, manifest.where)
@@ -97,8 +99,10 @@ def build_data(cfg: TrainConfig, rank: int, world: int, pin: bool) -> tuple[CARL
     train = CARLAWebData(**source, batch_size=d.batch_size, mode="train",
                          augment=Augment(d.augment, per_camera=d.per_camera_augment),
                          shuffle_buffer=d.shuffle_buffer, **common, **loader_options(cfg.model))
-    val = CARLAWebData(d.val, batch_size=d.eval_batch_size, mode="eval", **common,
-                       **loader_options(cfg.model, specs[d.val].spec))
+    val = CARLAWebData(**(dict(mix=d.val_mix) if d.val_mix else dict(source=d.val)),
+                       batch_size=d.eval_batch_size, mode="eval", **common,
+                       **loader_options(cfg.model, None if d.val_mix else specs[d.val].spec))
+    same_view(train, val)
     return train, val
 
 
@@ -295,8 +299,9 @@ def finish(run: Run, last_eval: dict[str, float] | None, ranks: list[list[float]
     from .viz import plot_run
     run_dir = Path(run.cfg.run_dir)
     plot_run(run_dir, run_dir / "curves.png")
-    show(run.cfg.data.val, run_dir / "predictions.png", checkpoint=run_dir / CHECKPOINT,
-         n=run.cfg.show_samples, on_error=run.cfg.data.on_error)
+    if run.cfg.data.val_mix is None:   # show draws one pack; a val mix has several
+        show(run.cfg.data.val, run_dir / "predictions.png", checkpoint=run_dir / CHECKPOINT,
+             n=run.cfg.show_samples, on_error=run.cfg.data.on_error)
     summary = {"step": run.step, "epochs": run.cfg.epochs, "world_size": run.world,
                "train_batches_per_rank": len(run.train), "val": last_eval,
                "ranks": [{"steps": int(r[0]), "param_sum": r[1], "param_sumsq": r[2]}
