@@ -98,6 +98,26 @@ class DepthLead8Codec(QuantizedDepthCodec):
                         "depth")
 
 
+# lead/common/constants.py SCENARIO_TYPES: a sample's scenario_type_id is its index here
+SCENARIO_TYPES = (
+    "Accident", "AccidentTwoWays", "BlockedIntersection", "ConstructionObstacle",
+    "ConstructionObstacleTwoWays", "ControlLoss", "CrossJunctionDefectTrafficLight",
+    "CrossingBicycleFlow", "DynamicObjectCrossing", "EnterActorFlow", "EnterActorFlowV2",
+    "HardBreakRoute", "HazardAtSideLane", "HazardAtSideLaneTwoWays", "HighwayCutIn",
+    "HighwayExit", "InterurbanActorFlow", "InterurbanAdvancedActorFlow", "InvadingTurn",
+    "MergerIntoSlowTraffic", "MergerIntoSlowTrafficV2", "NonSignalizedJunctionLeftTurn",
+    "NonSignalizedJunctionLeftTurnEnterFlow", "NonSignalizedJunctionRightTurn", "noScenarios",
+    "OppositeVehicleRunningRedLight", "OppositeVehicleTakingPriority", "ParkedObstacle",
+    "ParkedObstacleTwoWays", "ParkingCrossingPedestrian", "ParkingCutIn", "ParkingExit",
+    "PedestrianCrossing", "PriorityAtJunction", "RedLightWithoutLeadVehicle",
+    "SequentialLaneChange", "SignalizedJunctionLeftTurn",
+    "SignalizedJunctionLeftTurnEnterFlow", "SignalizedJunctionRightTurn", "StaticCutIn",
+    "T_Junction", "VanillaNonSignalizedTurn", "VanillaNonSignalizedTurnEncounterStopsign",
+    "VanillaSignalizedTurnEncounterGreenLight", "VanillaSignalizedTurnEncounterRedLight",
+    "VehicleOpensDoorTwoWays", "VehicleTurningRoute", "VehicleTurningRoutePedestrian",
+    "YieldToEmergencyVehicle", "NA")
+
+
 INFO = DatasetInfo(
     name=LAYOUT, aliases=("lead_carla", "transfuser_v6", "tfv6"), layouts=(LAYOUT,),
     codecs=(DatasetCodec("depth", CodecUse(DEPTH_CODEC, "float32", (), "m"),
@@ -105,4 +125,5 @@ INFO = DatasetInfo(
     rig=RIG, doc="kesai-labs/lead@44891760")
 
 __all__ = ["CAMERA_WIDTH", "DEPTH_CODEC", "DEPTH_MAX", "DepthLead8Codec", "FRAME", "INFO",
-           "LAYOUT", "RIG", "RIG1", "RIG6", "rig_of", "strip_cameras", "strip_geometry"]
+           "LAYOUT", "RIG", "RIG1", "RIG6", "SCENARIO_TYPES", "rig_of", "strip_cameras",
+           "strip_geometry"]

@@ -54,6 +54,8 @@ from .transfuser2022 import TRANSFUSER2022  # noqa: E402 - beside its registrati
 register_model(TRANSFUSER2022)
 from .simlingo import SIMLINGO  # noqa: E402 - beside its registration
 register_model(SIMLINGO)
+from .lead import LEAD  # noqa: E402 - beside its registration
+register_model(LEAD)
 from .garage_options import configured as _garage_configured  # noqa: E402 - beside its use
 
 

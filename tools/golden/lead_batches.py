@@ -1,0 +1,132 @@
+"""Golden for adapter="lead": LEAD's OWN CARLAData (kesai-labs/lead@44891760) with the sensors
+loaded, each sample through their mixed_data_collate_fn as a batch of one, under the config
+the adapter serves (carla_wds/load/adapters/lead.py CONFIG), on synthetic LEAD routes.
+
+Run as tools/golden/lead.py says (the same export of their files):
+
+    /tmp/golden_venv/bin/python -m tools.golden.lead_batches --repo-dir /tmp/golden_src/lead
+
+Run-time shims (never edits of their files), each because the data path cannot run without it:
+- lead.py's stubs of `carla` and the leaderboard's RoadOption, and numpy 2's np.string_;
+- get_bbox_labels / get_centernet_labels return empty targets: their loader needs
+  detect_boxes=True to load sensors at all (with it off, _load_sensor_data_and_build_cache
+  reads the unset boxes_waypoints), and their box code needs a `brake` synth's boxes lack;
+  the adapter does not serve the box targets, so they are left out of the golden;
+- the colour augmenter is the identity (use_color_aug is always on in training; the adapter
+  draws it only with augment=True);
+- np.random.random is 1.0 in the first pass (own sensors) and 0.0 in the second (the
+  perturbated twin for every sample).
+
+Writes tests/golden/lead_batches.json: per sample (route, frame) and pass, every key of their
+collated batch with its kind (type, dtype, shape) and value (numbers float32-rounded, rgb and
+rasterized_lidar as sha256 of their bytes; the timing keys kind only).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import common
+from .lead import BLOBS as LABEL_BLOBS
+from .lead import COMMIT, _stubs
+
+BLOBS = {**LABEL_BLOBS,
+         "lead/training/mixed_training_utils.py": "7ce6492b747e7aaca4ad385b70eb897555e9be0c",
+         "lead/common/constants.py": "f756831e9d788bf5c061dbf23db2fe0ebe109749"}
+SYNTH = {"layout": "lead", "episodes": 3, "frames": 20, "seed": 3, "image_size": [384, 384]}
+CONFIG = {"use_planning_decoder": True, "use_semantic": False, "use_depth": False,
+          "use_bev_semantic": False, "use_radars": False, "radar_detection": False,
+          "use_radar_detection": False, "use_persistent_cache": False,
+          "force_rebuild_bucket": True}
+DIGESTS = ("rgb", "rasterized_lidar")
+KIND_ONLY = ("loading_meta_time", "loading_time", "loading_sensor_time", "index",
+             "global_index", "bucket_identity")
+OUT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "lead_batches.json"
+
+
+def kind(value: Any) -> list:
+    """[type, dtype, shape] of a collated value (their batch of one)."""
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return [type(value).__name__, str(value.dtype).replace("torch.", ""),
+                list(value.shape)]
+    return [type(value).__name__]
+
+
+def value(name: str, v: Any) -> Any:
+    """The recorded value of one collated key."""
+    if name in DIGESTS:
+        return hashlib.sha256(v.numpy().tobytes()).hexdigest()
+    if hasattr(v, "numpy"):
+        a = v.numpy()
+        return a.tolist() if a.dtype.kind in "biu" else common.f32(a)
+    return v
+
+
+def _shims(np: Any) -> None:
+    import lead.data_loader.carla_dataset as cd
+    from lead.data_loader import carla_dataset_utils as cdu
+    cdu.get_bbox_labels = lambda *a, **k: (np.zeros((90, 9), np.float32),
+                                           np.zeros((90, 8, 2), np.float32),
+                                           np.zeros(90, np.int32))
+    cd.get_centernet_labels = lambda *a, **k: {}
+
+
+def run(repo_dir: Path, data: Path) -> list[dict]:
+    """Their loader's samples in its order, each pass's collated keys."""
+    sys.path.insert(0, str(repo_dir))
+    _stubs()
+    import numpy as np
+    if not hasattr(np, "string_"):
+        np.string_ = np.bytes_
+    from lead.data_loader.carla_dataset import CARLAData
+    from lead.training.config_training import TrainingConfig
+    from lead.training.mixed_training_utils import mixed_data_collate_fn
+    _shims(np)
+    config = TrainingConfig({"carla_root": str(data.parent), **CONFIG})
+    dataset = CARLAData(root=str(data), config=config, random=False)
+    dataset.image_augmenter_func = lambda image: image
+    out: list[dict] = []
+    draw = np.random.random
+    try:
+        for name, fixed in (("own", 1.0), ("twin", 0.0)):
+            np.random.random = lambda *a, _v=fixed: _v
+            for i in range(len(dataset)):
+                batch = mixed_data_collate_fn([dataset[i]])
+                if name == "own":
+                    out.append({"route": batch["route_number"][0],
+                                "frame": batch["frame_number"][0]})
+                out[i][name] = {k: {"kind": kind(v), **({} if k in KIND_ONLY else
+                                                        {"value": value(k, v)})}
+                                for k, v in sorted(batch.items())}
+    finally:
+        np.random.random = draw
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo-dir", type=Path, required=True)
+    args = parser.parse_args()
+    common.check_pinned(args.repo_dir, BLOBS, COMMIT)
+    from carla_wds.pack.synth import register_writer
+    from carla_wds.pack.synth.lead import synth_dataset
+    register_writer(SYNTH["layout"], synth_dataset)
+    root = Path(tempfile.mkdtemp(prefix="golden_lead_batches_")) / "carla_leaderboard2"
+    raw_sha = common.synth_routes(root / "data", SYNTH)
+    samples = run(args.repo_dir, root / "data")
+    common.write_golden(OUT, {
+        "schema": common.SCHEMA, "project": "kesai-labs/lead", "commit": COMMIT,
+        "loader": "lead/data_loader/carla_dataset.py CARLAData(random=False) through "
+                  "mixed_data_collate_fn, batches of one", "config": CONFIG, "files": BLOBS,
+        "synth": SYNTH, "raw_sha256": raw_sha, "samples": samples,
+        "regenerate": "/tmp/golden_venv/bin/python -m tools.golden.lead_batches "
+                      "--repo-dir /tmp/golden_src/lead"})
+    print(f"wrote {OUT}: {len(samples)} samples")
+
+
+if __name__ == "__main__":
+    main()
