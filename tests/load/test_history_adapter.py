@@ -18,6 +18,7 @@ import torch
 from carla_wds.load import CARLAWebData
 
 from ..overlaykit import resumed_epoch
+from .adapters.test_b2d_tcp_model import small as b2d  # noqa: F401 - a fixture
 
 K = 2   # earlier frames per window
 PICKLE = {"allow_pickle_input": True}
@@ -25,13 +26,22 @@ PICKLE = {"allow_pickle_input": True}
 PACKS = {"tcp": dict(layout="tcp_roach", episodes=2, frames=16, max_samples=6, **PICKLE),
          "garage": dict(layout="garage", episodes=1, frames=40, max_samples=6),
          "transfuser2022": dict(layout="transfuser2022", episodes=2, frames=16, max_samples=6,
-                                **PICKLE)}
+                                **PICKLE),
+         "simlingo": dict(layout="garage_lb2_simlingo", episodes=1, frames=40, max_samples=6),
+         "b2d_tcp": None}   # Bench2Drive clips as b2d_tcp needs them (its test's fixture)
 ADDED = ("valid", "key", "frame_valid", "frame_keys")
+# what an adapter draws even in eval (SimLingo picks its prompt's form and commentary): a
+# window's frames all draw from its own frame's generator, so an earlier frame's draws are not
+# those of the frame loaded alone (its own frame's are)
+DRAWN = {"simlingo": ("prompt", "answer")}
+# the b2d_tcp stitch's bilinear resize can differ in the last bit of a grey level between
+# torch thread counts (tests/conftest.py): its image is compared to one level
+LEVEL = {"b2d_tcp": ("front_img", 1 / 255 / 0.2)}   # std >= 0.224 in its normalisation
 
 
 @pytest.fixture(scope="module")
-def pack(zoo):
-    return lambda name: str(zoo(**PACKS[name]))
+def pack(zoo, b2d):
+    return lambda name: str(b2d) if PACKS[name] is None else str(zoo(**PACKS[name]))
 
 
 def _loader(pack, name: str, **kw) -> CARLAWebData:
@@ -39,9 +49,10 @@ def _loader(pack, name: str, **kw) -> CARLAWebData:
 
 
 def _collated(value: Any) -> bool:
-    """A list collate made per position (its items batched), not one value per row."""
+    """A list collate made per position (its items batched: tensors, dicts, such lists), not
+    one value per row (or with windows one list per row)."""
     return isinstance(value, (list, tuple)) and bool(value) and all(
-        isinstance(v, (torch.Tensor, dict, list, tuple)) for v in value)
+        isinstance(v, (torch.Tensor, dict)) or _collated(v) for v in value)
 
 
 def _frame(value: Any, row: int, step: int | None = None) -> Any:
@@ -63,6 +74,13 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     return a == b
+
+
+def _differ(a: dict, b: dict) -> dict[str, Any]:
+    """The keys whose values differ, with the largest difference of a tensor's."""
+    return {k: float((a[k].double() - b[k].double()).abs().max())
+            if isinstance(a[k], torch.Tensor) and a[k].shape == b[k].shape else None
+            for k in a if not _same(a[k], b[k])}
 
 
 def _without_added(batch: dict) -> dict:
@@ -107,7 +125,14 @@ def test_eval_windows_are_the_frames_loaded_alone(pack, frames, name, workers):
             for t in range(K + 1):
                 # a missing step is the next real frame's copy (its own frame at the latest)
                 want = keys[t] if ok[t] else next(k for k, v in zip(keys[t:], ok[t:]) if v)
-                assert _same(_frame(values, r, t), plain[want]), (name, b["key"][r], t)
+                got, same = _frame(values, r, t), dict(plain[want])
+                if t < K:
+                    for k in DRAWN.get(name, ()):
+                        got.pop(k), same.pop(k)
+                if name in LEVEL:
+                    k, tol = LEVEL[name]
+                    assert torch.allclose(got.pop(k), same.pop(k), rtol=0, atol=tol * 1.01)
+                assert _same(got, same), (name, b["key"][r], t, _differ(got, same))
     assert sorted(served) == sorted(plain)   # every sample once
     assert any(all(b["frame_valid"][r]) for b in batches for r in range(len(b["key"])))
 
