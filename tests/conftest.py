@@ -105,6 +105,19 @@ def packed_tf4(tmp_path_factory, raw_tf4) -> Path:
     return out
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under `-n N` (N > 1) each worker computes on one torch thread: the workers already
+    share the cores, and torch's default of one OpenMP thread per core in every worker made
+    them spin against each other (tests/train/test_model.py: 31 s of CPU on 2 threads, 8 s
+    on 1). A test whose result depends on the thread count (a golden recorded on 2) says so
+    with @pytest.mark.torch_threads(2)."""
+    config.addinivalue_line("markers", "torch_threads(n): run this test on n torch threads")
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:
+        import torch
+        torch.set_num_threads(1)
+
+
 def _keep_torch_threads() -> Iterator[None]:
     """Give torch's thread count back after a test or module that sets it (some train tests
     set 1, in the body or in a module fixture): under -n a later module in the same worker
@@ -121,7 +134,20 @@ def _keep_torch_threads() -> Iterator[None]:
 # autouse fixtures come first in their scope: the module's records the count before any
 # module fixture sets it
 _torch_threads_module = pytest.fixture(scope="module", autouse=True)(_keep_torch_threads)
-_torch_threads = pytest.fixture(autouse=True)(_keep_torch_threads)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The count given back after the test, and for its body the one its torch_threads
+    marker names."""
+    keep = _keep_torch_threads()
+    next(keep)
+    marker = request.node.get_closest_marker("torch_threads")
+    if marker is not None:
+        import torch
+        torch.set_num_threads(marker.args[0])
+    yield
+    next(keep, None)
 
 
 @pytest.fixture

@@ -68,6 +68,10 @@ def _ident(key: str) -> str:
     return f"{clip}/{int(frame)}"
 
 
+# their bilinear resize (F.interpolate) gives other last bits on 1 intra-op thread than on
+# 2, and `.byte()` truncates some to another grey level: the golden, and this test's flat
+# values, hold for 2 threads (their loader in-process on a 2-core machine)
+@pytest.mark.torch_threads(2)
 def test_b2d_tcp_batches_equal_their_dataloader(golden, shards):
     meta, arrays = golden
     data, batches = served(meta, shards, "b2d_tcp")
@@ -96,6 +100,10 @@ def test_future_lists_are_the_expert_files_per_step(shards):
         assert torch.equal(batch["future_action_index"][k], action[:, k].long())
 
 
+# their bilinear resize (F.interpolate) gives other last bits on 1 intra-op thread than on
+# 2, and `.byte()` truncates some to another grey level: the golden, and this test's flat
+# values, hold for 2 threads (their loader in-process on a 2-core machine)
+@pytest.mark.torch_threads(2)
 def test_stitch_is_their_three_crops_resized():
     """Formula: front_left[:, :1400] | front[:, 200:1400] | front_right[:, 200:] is 4000
     columns; at 900 output columns the left crop ends near 1400 / 4000 * 900 = 315 and the
