@@ -5,6 +5,8 @@
           dicts from carla-wds shards
   theirs  DataLoader(CARLA_Data(...), batch_size=B, num_workers=W, shuffle=True): the
           codebase's own Dataset, at its pinned commit, reading the raw route folders
+          (simlingo: Data_Driving's per-sample records, arrays as tensors, not stacked:
+          their own collate needs a tokenizer; ours are collated)
 
 Both read the same frames: routes written by `carla-wds synth` at the codebase's camera size (its
 loader never resizes, so both serve that size) and packed by `carla-wds pack`; the codebase's own
@@ -64,6 +66,8 @@ class Entry:
     routes: str = ""             # "module:function(raw) -> Path": after synth, in this process,
     #                              the folder `pack` reads (routes neither side can serve taken
     #                              out of raw for both); "": pack reads raw as synthesised
+    listed: bool = False         # their batches are lists of their records, arrays as tensors
+    #                              (their_records: their own collate needs a tokenizer)
 
 
 THEIRS = "bench_adapters_theirs:"   # tools/bench_adapters_theirs.py: their loaders, routes
@@ -80,6 +84,10 @@ ENTRIES: dict[str, Entry] = {
                                                  "tcp_port", "--sensors", "expert"),
                      THEIRS + "b2d_tcp_prepare", THEIRS + "b2d_tcp_loader",
                      THEIRS + "b2d_tcp_routes"),
+    # their 1024x512 camera; the layout's default pack (their loader never resizes)
+    # their per-sample records as lists (their_records); ours collated
+    "simlingo": Entry("garage_lb2_simlingo", "512x1024", (), THEIRS + "warm",
+                      THEIRS + "simlingo_loader", listed=True),
 }
 
 
@@ -92,10 +100,20 @@ def _rows(batch: Any) -> int:
     """Rows of a collated batch: valid ones where the batch says (our padding), else the first
     tensor's length (their batches hold no padding)."""
     import torch
+    if isinstance(batch, list):   # an Entry with listed=True: their records, uncollated
+        return len(batch)
     if isinstance(batch, dict) and "valid" in batch:
         return int(batch["valid"].sum())
     values = batch.values() if isinstance(batch, dict) else batch
     return next(len(v) for v in values if isinstance(v, torch.Tensor))
+
+
+def their_records(batch: list) -> list:
+    """An Entry with listed=True: their per-sample records, each numpy array made a tensor
+    (default_convert) in the worker, so they cross to the main process in shared memory as
+    any collated batch does; nothing stacked, the rest (strings, None) as they are."""
+    from torch.utils.data import default_convert
+    return [default_convert(record) for record in batch]
 
 
 def make_loader(cell: dict) -> Callable[[], Any]:
@@ -106,10 +124,11 @@ def make_loader(cell: dict) -> Callable[[], Any]:
         return lambda: CARLAWebData(cell["shards"], adapter=cell["adapter"],
                                     batch_size=cell["batch"], num_workers=cell["workers"],
                                     augment=cell["augment"])
-    build = _call(ENTRIES[cell["adapter"]].their, Path(cell["repo_dir"]))
+    entry = ENTRIES[cell["adapter"]]
+    build = _call(entry.their, Path(cell["repo_dir"]))
     return lambda: torch.utils.data.DataLoader(
         build(Path(cell["raw"]), cell["augment"]), batch_size=cell["batch"], shuffle=True,
-        num_workers=cell["workers"])
+        num_workers=cell["workers"], collate_fn=their_records if entry.listed else None)
 
 
 def run_cell(cell: dict, prof: Any = None) -> dict:

@@ -133,3 +133,30 @@ def b2d_tcp_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
     from TCP.data import CARLA_Data   # noqa: E402 - theirs, from repo_dir (untimed)
     return lambda raw, augment: CARLA_Data(root=str(raw), data_path=str(raw / B2D_TCP_NPY),
                                            img_aug=augment)
+
+
+def simlingo_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
+    """SimLingo simlingo_training/dataloader/dataset_driving.py Data_Driving at eb2b89a, built
+    as tools/golden/simlingo.py builds it (its SETTINGS: the frame's own camera, no commentary,
+    no colour augmentation; carla, shapely, imgaug and hydra's get_original_cwd shimmed, a work
+    folder holding the routes as `database/`); augment: the camera twin at
+    img_shift_augmentation_prob 0.5, as adapter="simlingo" with augment=True. Torch's default
+    collate batches its DatasetOutput records (their own dl_collate_fn needs a tokenizer)."""
+    import tempfile
+    from tools.golden import common, simlingo
+    from tools.golden.garage_lb2 import _stubs
+    common.check_pinned(repo_dir, simlingo.BLOBS, simlingo.COMMIT)
+    common.numpy2_aliases()
+    work = Path(tempfile.mkdtemp(prefix="bench_simlingo_"))
+    (work / "data").mkdir()
+    (work / "data" / "augmented_templates").symlink_to(repo_dir / "data" /
+                                                         "augmented_templates")
+    _stubs(work)
+    sys.path.insert(0, str(repo_dir))
+    from simlingo_training.dataloader.dataset_driving import Data_Driving  # noqa: E402 (untimed)
+
+    def build(raw: Path, augment: bool) -> Any:
+        (work / "database").symlink_to(raw)
+        twin = {"img_shift_augmentation": True} if augment else {}
+        return Data_Driving(**{**simlingo.SETTINGS, **twin})
+    return build
