@@ -191,7 +191,8 @@ def lead_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dic
 @dataclass(frozen=True)
 class LeadAdapter(ModelAdapter):
     """ModelAdapter with LEAD's pack checks: their three strip cameras, the planner's frames
-    (no --all-frames), cameras as saved (no --resize) and decoded pixels kept (PNG)."""
+    (no --all-frames), cameras as saved (no --resize), decoded pixels kept (PNG) and their
+    camera size (their image anchors are sized from it)."""
 
     def check(self, manifest: Manifest) -> None:
         super().check(manifest)
@@ -212,6 +213,12 @@ class LeadAdapter(ModelAdapter):
                          f"{_pack_arg(manifest, 'image_format') or 'the source JPEG cut and re-encoded'}"
                          "; their loader decodes the strip itself (pack with --image-format png "
                          "to keep its pixels)")
+        sizes = {tuple(v) for v in (manifest.doc.get("image_sizes") or {}).values()}
+        if sizes and sizes != {tuple(self.image_size)}:
+            self._refuse(where, f"hold cameras of {sorted(sizes)} (H, W); LEAD's config reads "
+                         f"{self.image_size[0]}x{self.image_size[1]} cameras as saved "
+                         "(config_base.py camera_calibration): pack routes collected at that "
+                         "size")
 
 
 LEAD = LeadAdapter(

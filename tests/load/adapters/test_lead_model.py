@@ -181,6 +181,7 @@ def small_raw(tmp_path_factory) -> Path:
     ({"image_format": "jpg"}, "--image-format png"),
     ({"image_format": "png", "all_frames": True}, "--all-frames"),
     ({"image_format": "png", "resize": (16, 24)}, "--resize"),
+    ({"image_format": "png"}, "cameras of [(32, 48)] (H, W); LEAD's config reads 384x384"),
 ])
 def test_packs_their_loader_would_not_serve_are_refused_in_one_line(small_raw, tmp_path,
                                                                      options, says):
@@ -192,7 +193,7 @@ def test_packs_their_loader_would_not_serve_are_refused_in_one_line(small_raw, t
     text = str(err.value)
     assert "\n" not in text and says in text, text
     assert "Fix: carla-wds pack RAW OUT --layout lead --allow-pickle-input --image-format png" \
-        in text
+        in text and str(out) in text
 
 
 def test_another_layout_is_refused_with_the_pack_command(tmp_path):
