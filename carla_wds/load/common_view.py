@@ -219,6 +219,11 @@ def _cameras(manifests: list[Manifest], maps: list[dict[str, str]],
     return names
 
 
+def waypoint_hz(view: CommonView | None, manifest: Manifest) -> float | None:
+    """The served waypoints' rate: the view's, or the pack's record (None: unrecorded)."""
+    return view.waypoint_hz if view is not None else _rate(manifest)
+
+
 def _rate(m: Manifest) -> float | None:
     spec = m.doc.get("spec") or {}
     hz = spec.get("waypoint_rate_hz", spec.get("rate_hz"))
@@ -335,4 +340,5 @@ def extra_sizes(view: CommonView, manifests: list[Manifest]) -> tuple:
 
 
 __all__ = ["COMMON_FRAME", "COMMON_FRAME_DOC", "CommonView", "IntoView", "PackView",
-           "ViewError", "affine", "alike", "extra_sizes", "model", "of", "view_size"]
+           "ViewError", "affine", "alike", "extra_sizes", "model", "of", "view_size",
+           "waypoint_hz"]

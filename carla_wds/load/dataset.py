@@ -200,6 +200,11 @@ class CARLAWebData:
         return self.spec.pred_len
 
     @property
+    def waypoint_hz(self) -> float | None:
+        """Waypoints a second: a mix of layouts' common view's, else the pack's record."""
+        return common_view.waypoint_hz(self._view, self.manifest)
+
+    @property
     def persistent_workers(self) -> bool:
         """Workers (and their ring) kept from one whole pass to the next; False without workers."""
         return self._workers.persistent

@@ -78,10 +78,12 @@ def same_view(train: CARLAWebData, val: CARLAWebData) -> None:
     """ConfigError unless val serves what train does: the cameras, pred_len and label frames
     the model is built for (a mix of layouts serves its common view, docs/mixing.md)."""
     def view(d: CARLAWebData) -> tuple:
-        return len(d.camera_names), d.pred_len, label_frames(dict(d.spec.frames))
+        return (len(d.camera_names), d.pred_len, label_frames(dict(d.spec.frames)),
+                d.waypoint_hz)
     if view(train) != view(val):
         raise ConfigError(f"data.val {val.where}: (cameras, pred_len, (waypoint, target point) "
-                          f"frames) {view(val)}, but the train data serves {view(train)}; eval "
+                          f"frames, waypoint Hz) {view(val)}, but the train data serves "
+                          f"{view(train)}; eval "
                           "would score the model in another frame. Fix: data.val_mix=MIX.yaml "
                           "over val packs of the train mix's layouts (served in its common "
                           "view), or data.val of the train data's layout")

@@ -176,3 +176,27 @@ def test_bench2drive_rate_is_read_from_the_manifest(packs):
         spec_doc = read_manifest(path).doc["spec"]
         assert spec_doc.get("waypoint_rate_hz", spec_doc["rate_hz"]) == RATE[name]
     assert Path(packs["tcp"]).exists()
+
+
+def _fn(sample: dict, rng) -> dict:
+    """A caller's transform over the view's samples (adapter=fn)."""
+    return {"wp": sample["waypoints"], "tp": sample["target_point"]}   # the loader adds key
+
+
+def test_a_function_and_stratified_batches_compose_with_the_view(packs):
+    plain = {k: (b.waypoints[i], b.target_point[i]) for b in loader(packs, mode="eval")
+             for i, k in enumerate(b.keys) if b.valid[i]}
+    for b in loader(packs, mode="eval", adapter=_fn):
+        for i, k in enumerate(b["key"]):
+            if k in plain:
+                assert torch.equal(b["wp"][i], plain[k][0]) and torch.equal(b["tp"][i],
+                                                                           plain[k][1])
+    strat = CARLAWebData(mix=spec(packs, stratify=True, epoch_size=24), image_size=S, seed=4,
+                         batch_size=4, cameras=["front"])
+    batches = list(strat)
+    assert len(batches) == len(strat) and strat.waypoint_hz == 2
+    quotas = strat._mixer.quotas(0, 4)   # each batch holds each entry's share
+    sources = [set(own) for own in (alone(packs[n]) for n in ("tcp", "garage", "bench2drive"))]
+    for b in batches:
+        got = [sum(k in s for k in b.keys) for s in sources]
+        assert got == quotas
