@@ -3,7 +3,8 @@ one common view (load/common_view.py, docs/mixing.md): the selected cameras unde
 one image_size; speed, command, target point and waypoints in one ego frame, right-handed,
 x forward, y left; the waypoints resampled to one rate and cut to one pred_len.
 
-Checked on real packs: exact len() and every sample once in eval over 2 ranks x 2 workers;
+Checked on real packs: exact len() and every sample once in eval over 2 ranks x 2 workers
+(and the rest of an epoch resumed in another split);
 each sample's common fields equal to the independent conversion of that pack's own fields,
 loaded alone (the formulas written here from docs/coordinates.md's table, not the loader's
 Frame table); identical batches after a mid-epoch resume; refusals in one line naming what
@@ -20,7 +21,7 @@ import torch
 from carla_wds.load import CARLAWebData, Decode
 from carla_wds.load.mix import MixError
 from tests.conftest import run_pack
-from tests.helpers import shared_raw
+from tests.helpers import all_keys, shared_raw
 
 from ..overlaykit import resumed_epoch
 from .test_digests import ZOO
@@ -200,3 +201,26 @@ def test_a_function_and_stratified_batches_compose_with_the_view(packs):
     for b in batches:
         got = [sum(k in s for k in b.keys) for s in sources]
         assert got == quotas
+
+
+def test_resumed_in_another_split_serves_the_rest_of_the_draw(packs):
+    """States of 2 ranks x 2 workers after 2 batches, resumed on 1 rank x 1 worker: equal
+    batches per rank and, with what was served, no sample more often than the epoch drew it
+    (keys are unique across these packs, so the draw is counted by key)."""
+    served, state = Counter(), None
+    for rank in range(2):
+        data = loader(packs, rank=rank, world_size=2, num_workers=2)
+        data.set_epoch(1)
+        it = iter(data)
+        served.update(k for b in [next(it), next(it)] for k, ok in zip(b.keys, b.valid) if ok)
+        it.close()
+        state = state or data.state_dict()
+    again = loader(packs, num_workers=1)
+    again.set_epoch(1)
+    again.load_state_dict(state)
+    batches = list(again)
+    assert len(batches) == len(again) > 0
+    rest = Counter(k for b in batches for k, ok in zip(b.keys, b.valid) if ok)
+    keys = [k for name in ("tcp", "garage", "bench2drive") for k in all_keys(Path(packs[name]))]
+    plan = Counter(keys[int(p)] for p in again._mixer.epoch_samples(4, 1, 3))
+    assert not (served + rest) - plan and sum(rest.values()) >= len(batches) * 3 - 3
