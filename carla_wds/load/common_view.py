@@ -78,7 +78,9 @@ class PackView:
             except ImageHeaderError as exc:
                 raise SchemaError(f"{where}: {own}: {exc}") from None
             out[common] = data
-        labels = {m: codec_named(c).decode(raw[m]) for m, c in self.codecs if m in raw}
+        own = dict(self.codecs)
+        labels = {f"{n}.npy": codec_named(own[f"{n}.npy"]).decode(raw[f"{n}.npy"])
+                  for n in POINT_LABELS}
         pts = dict(self.points)
         for name in POINT_LABELS:
             m, b = np.reshape(pts[name][:4], (2, 2)), np.asarray(pts[name][4:])
@@ -89,8 +91,12 @@ class PackView:
         wp = labels["waypoints.npy"]
         labels["waypoints_diff.npy"] = np.diff(np.concatenate([np.zeros((1, 2), np.float32),
                                                                wp]), axis=0)
-        for member in ("target_point.npy", "waypoints.npy", "waypoints_diff.npy"):
-            out[member] = view.spec.codec(member).encode(labels[member])
+        for member in LABEL_MEMBERS:   # the others as stored, in the view's codec
+            codec = view.spec.codec(member)
+            if member in labels:
+                out[member] = codec.encode(labels[member])
+            elif own[member] != codec.name and member in raw:
+                out[member] = codec.encode(codec_named(own[member]).decode(raw[member]))
         return out
 
 
