@@ -68,6 +68,7 @@ class Entry:
     #                              out of raw for both); "": pack reads raw as synthesised
     listed: bool = False         # their batches are lists of their records, arrays as tensors
     #                              (their_records: their own collate needs a tokenizer)
+    collate: str = ""            # "module:function(repo_dir) -> collate_fn": their own collate
 
 
 THEIRS = "bench_adapters_theirs:"   # tools/bench_adapters_theirs.py: their loaders, routes
@@ -88,6 +89,11 @@ ENTRIES: dict[str, Entry] = {
     # their per-sample records as lists (their_records); ours collated
     "simlingo": Entry("garage_lb2_simlingo", "512x1024", (), THEIRS + "warm",
                       THEIRS + "simlingo_loader", listed=True),
+    # three 384x384 cameras (their strip); pickled metas and boxes need --allow-pickle-input;
+    # the adapter's pack keeps the strip's pixels (PNG), as its refusal of a JPEG pack says
+    "lead": Entry("lead", "384x384", ("--allow-pickle-input", "--image-format", "png"),
+                  THEIRS + "warm",
+                  THEIRS + "lead_loader", collate=THEIRS + "lead_collate"),
 }
 
 
@@ -126,9 +132,11 @@ def make_loader(cell: dict) -> Callable[[], Any]:
                                     augment=cell["augment"])
     entry = ENTRIES[cell["adapter"]]
     build = _call(entry.their, Path(cell["repo_dir"]))
+    collate = (their_records if entry.listed else
+               _call(entry.collate, Path(cell["repo_dir"])) if entry.collate else None)
     return lambda: torch.utils.data.DataLoader(
         build(Path(cell["raw"]), cell["augment"]), batch_size=cell["batch"], shuffle=True,
-        num_workers=cell["workers"], collate_fn=their_records if entry.listed else None)
+        num_workers=cell["workers"], collate_fn=collate)
 
 
 def run_cell(cell: dict, prof: Any = None) -> dict:

@@ -160,3 +160,45 @@ def simlingo_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
         twin = {"img_shift_augmentation": True} if augment else {}
         return Data_Driving(**{**simlingo.SETTINGS, **twin})
     return build
+
+
+def lead_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
+    """LEAD lead/data_loader/carla_dataset.py CARLAData at 44891760, built as tools/golden/
+    lead_batches.py builds it: TrainingConfig over a carla_leaderboard2 root (their target
+    dataset is read from that name) with adapter="lead"'s CONFIG, its run-time shims (carla and
+    RoadOption stubbed, np.string_; get_bbox_labels and get_centernet_labels return empty
+    targets: the synth's boxes lack a field their box code needs, and the adapter serves no box
+    targets, so theirs skips that work). random=True (their training order). Without augment
+    their sensor perturbation is off (use_sensor_perburtation) and their colour augmenter the
+    identity; with it, both on at their probabilities."""
+    import tempfile
+    from tools.golden import common, lead, lead_batches
+    common.check_pinned(repo_dir, lead_batches.BLOBS, lead.COMMIT)
+    sys.path.insert(0, str(repo_dir))
+    lead._stubs()
+    import numpy as np
+    if not hasattr(np, "string_"):
+        np.string_ = np.bytes_
+    from lead.data_loader.carla_dataset import CARLAData  # noqa: E402 - theirs (untimed)
+    from lead.training.config_training import TrainingConfig  # noqa: E402
+    lead_batches._shims(np)
+
+    def build(raw: Path, augment: bool) -> Any:
+        root = Path(tempfile.mkdtemp(prefix="bench_lead_")) / "carla_leaderboard2"
+        root.mkdir()
+        (root / "data").symlink_to(raw)
+        config = TrainingConfig({"carla_root": str(root), **lead_batches.CONFIG,
+                                 "use_sensor_perburtation": augment})
+        dataset = CARLAData(root=str(root / "data"), config=config, random=True)
+        if not augment:
+            dataset.image_augmenter_func = lambda image: image
+        return dataset
+    return build
+
+
+def lead_collate(repo_dir: Path) -> Callable[[list], Any]:
+    """Their collate: lead/training/mixed_training_utils.py mixed_data_collate_fn (their
+    training DataLoader's, training_utils.py l.335-345)."""
+    sys.path.insert(0, str(repo_dir))
+    from lead.training.mixed_training_utils import mixed_data_collate_fn  # noqa: E402
+    return mixed_data_collate_fn
