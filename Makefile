@@ -36,8 +36,9 @@ XDIST := $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 test: $(VENV)/.installed $(CHROMIUM)
 	$(PY) -m pytest -q $(XDIST)
 
-# the inner loop: no child processes, torchrun, S3 server, doc blocks, benchmarks or browser
-# (tests/markers.py assigns those markers by rule); make test runs every tier
+# the inner loop: no child processes, torchrun, DataLoader or pack workers, S3 server, doc
+# blocks, benchmarks or browser (tests/markers.py assigns those markers by rule); make test
+# runs every tier
 quick: $(VENV)/.installed
 	$(PY) -m pytest -q $(XDIST) -m "not (proc or ddp or s3 or docs or bench or browser or workers)"
 

@@ -2,7 +2,7 @@
 keeps them honest.
 
 `make test` runs every tier; `make quick` deselects the costly ones (`-m "not (proc or
-ddp or s3 or docs or bench or browser)"`), the inner loop of a developer's day.
+ddp or s3 or docs or bench or browser or workers)"`), the inner loop of a developer's day.
 
 Assignment (at collection, so `-m` can select on it): the code a test reaches is walked, the
 test function, every fixture it uses, and every function of the tests package those call
