@@ -113,6 +113,8 @@ def rows(batch: Any, tables: dict[str, str], combo: tuple[str, ...]) -> list[str
             seen = batch["seen"][i]
             assert json.loads(seen[-1] if "history" in combo else seen) == \
                 json.loads(tables[key])
+            if "history" in combo and batch["frame_valid"][i][0]:   # an earlier frame: None
+                assert json.loads(seen[0]) == [None] * len(KINDS)
     return out
 
 
