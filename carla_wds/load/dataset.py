@@ -33,7 +33,7 @@ from .fields import check_fields
 from .history import history_settings, windowed
 from .plan import EpochPlanner, batches_per_rank
 from . import front, loader_doc, overlay, resume_state, settings
-from . import common_view
+from . import common_view, mappack
 from .mix import MixPlanner, mix_spec
 from .options import Augment, Decode, History, Overlays, Storage, Transport
 from .reshape import Reshape, batches_after
@@ -61,7 +61,7 @@ class CARLAWebData:
                  overlays: list[str] | Overlays | None = None,
                  label_options: Mapping[str, Any] | None = None,
                  adapter: str | SampleTransform | None = None, history: int | History = 0,
-                 mix: Any = None, **aliases: Any) -> None:
+                 mix: Any = None, map: str | None = None, **aliases: Any) -> None:
         # every keyword as given, before a name below is bound: the front door reads them all
         r = front.request({k: v for k, v in locals().items() if k not in ("self", "aliases")},
                           aliases)
@@ -86,7 +86,8 @@ class CARLAWebData:
             stratified=self.mode == "train" and self._mixer is not None
             and self._mixer.spec.stratify,
             history=self.history, every=self.history_stride * step, step=step,
-            join=self._overlay, transform=self.sample_transform, view=self._view)
+            join=self._overlay, transform=self.sample_transform, view=self._view,
+            maps=self._map_stage(r))
         self._planner = EpochPlanner(self.mode, self.batches_per_epoch)
         self._len = settings.batches(self.where, self._epoch_counts(), self.batch_size,
                                      self.world_size, self.mode, self.batches_per_epoch)
@@ -94,6 +95,17 @@ class CARLAWebData:
         self._workers = Workers(self.num_workers, prefetch_factor=self.prefetch_factor,
                                 pin_memory=self.pin_memory, persistent=r.transport.persistent,
                                 stats=self.stats)
+
+    def _map_stage(self, r: front.Request) -> mappack.MapVectors | None:
+        """map=: the map stage, checked against the shards' dataset and towns (mappack.py)."""
+        if r.map is None:
+            return None
+        if self._view is not None:
+            raise ValueError("map= with a mix of layouts is not served yet. Fix: load one "
+                             "layout's shards with map=")
+        keys = [s[k] for s in self.manifest.doc["shards"] for k in ("first_key", "last_key")
+                if s.get(k)]
+        return mappack.attach_map(r.map, self.manifest.doc.get("layout", ""), keys)
 
     def _decoding(self, r: front.Request) -> None:
         """What a sample decodes to: the model adapter's settings or the caller's, the
@@ -106,6 +118,8 @@ class CARLAWebData:
         spec = front.select_cameras(packed, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
+        if r.map is not None and mappack.POSE not in self.fields:   # the map stage's pose
+            self.fields = [*self.fields, mappack.POSE]
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
         self.field_opts = replace(
             front.field_options(spec, options, lidar_histogram, self.fields),

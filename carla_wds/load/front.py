@@ -61,6 +61,7 @@ class Request:
     transform: SampleTransform | None
     history: History
     mix: Any
+    map: Any = None   # a map pack's folder (mappack.py)
 
     def limits(self) -> Limits:
         """Bounds on what one member may make a decoder allocate (limits.py); a dict raises
@@ -183,12 +184,14 @@ def _shape(size: tuple[int, int]) -> str:
 
 def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool, history: int,
                   every: int, step: int, join: overlay.OverlayJoin | None,
-                  transform: SampleTransform | None, view: Any = None) -> tuple[tuple, tuple]:
+                  transform: SampleTransform | None, view: Any = None,
+                  maps: Any = None) -> tuple[tuple, tuple]:
     """The workers' stages (pipeline.py), built once: (Epoch.encoded: on one stream of
     encoded samples, Epoch.stages: a worker's whole stream). `stratified`: a stratified mix
     plans the train epochs (strata.py); `every`, `step`: a window's frame numbers between
     steps and the pack's frame step (history.Windows); `join`: overlays read in step;
-    `view`: a mix of layouts' common view, each sample put into it before decoding."""
+    `view`: a mix of layouts' common view, each sample put into it before decoding; `maps`:
+    the map stage (mappack.MapVectors), after decoding."""
     encoded = (ReadShards() if join is None else overlay.ReadJoined(join),
                *([windows.Windows(history, every, step)] if history else []),
                *([Shuffle()] if mode == "train" else []))
@@ -200,6 +203,7 @@ def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool,
               *([overlay.Tap(join)] if join is not None else []),
               DecodeBatches(steps, reuse=transform is not None),
               *([overlay.Attach()] if join is not None else []),
+              *([maps] if maps is not None else []),
               *([Transform(transform, overlay.kinds(join), steps)] if transform is not None else []),
               Deliver())
     return encoded, stages

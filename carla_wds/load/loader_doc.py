@@ -76,4 +76,8 @@ Args:
         frames, or seconds such as "1s".
     mix: train on a mix of packs instead of one `source`: a mix spec (entries with a source
         and a weight, optionally over buckets).
+    map: a map pack folder (`carla-wds pack-map`): each frame gets its dataset's map
+        vectors in `fields` (Bench2Drive: VAD's `map_pts` (N, 20, 2) float32 in VAD's LiDAR
+        frame and `map_labels` (N,) int64, lists per row; docs/packing.md), and `ego2world`
+        is selected. A town without a map is refused in one line.
 """

@@ -1,0 +1,148 @@
+"""Bench2Drive's HD map as VAD sees it per frame: the map instances around the ego, in VAD's
+LiDAR frame, clipped to its range and resampled to its fixed number of points, with its class
+labels. The loader's map stage (load/mappack.py) calls `vad_vectors` per sample with the
+town's arrays from a `carla-wds pack-map` pack (already in prepare_B2D.py's right-handed world:
+CARLA's y negated).
+
+Every number and rule is Bench2DriveZoo@10a2e5d's (written here from their formulas):
+- classes: B2D_vad_dataset.py l.57 `map_element_class` {Broken: 0, Solid: 1, SolidSolid: 2,
+  Center: 3, TrafficLight: 4, StopSign: 5}; other types are dropped (l.273, l.287).
+- range: adzoo/vad/configs/VAD/VAD_base_e2e_b2d.py l.9 point_cloud_range
+  [-15, -30, -2, 15, 30, 2], passed to the dataset at l.500; fixed points: l.131
+  map_fixed_ptsnum_per_gt_line = 20, passed as polyline_points_num at l.501.
+- frame: world2lidar = lefthand_ego_to_lidar @ anno world2lidar @ left2right (prepare_B2D.py
+  l.252); anno world2lidar is inv(lidar2ego) @ world2ego with Bench2Drive's LiDAR at
+  (-0.39, 0, 1.84) unrotated, so here world2lidar = E @ inv(M) @ inv(ego2world) @ L with
+  ego2world the pack's `ego2world` (CARLA's left-handed world). The result: x to the right,
+  y forward, metres from the LiDAR.
+- lanes (B2D_vad_dataset.py get_map_info l.245-284): a lane is a candidate when one of its
+  sample points (prepare_B2D.py l.175-182: every 50th point and the last) lies within 50 m
+  (l.262, strict <) of the LiDAR's world (x, y) (inv(world2lidar)[0:2, 3], l.261); its points
+  are taken to the LiDAR frame and those strictly inside the range in x and y kept (l.277-279:
+  points outside are dropped, not cut at the border); kept with >= 2 points.
+- trigger volumes (l.285-297): every one, kept only when all its points are inside the range,
+  closed by repeating its first point.
+- resampling (map_utils/struct.py LiDARInstanceLines.fixed_num_sampled_points l.76-93): 20
+  points at equal arc length from start to end (shapely's interpolate), float32, x clamped to
+  +-15 and y to +-30 (patch_size (60, 30), l.299 and struct.py l.23-24).
+Order: lanes in the pack's order, then trigger volumes, as theirs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bench2drive import RIG
+
+VAD_CLASSES = ("Broken", "Solid", "SolidSolid", "Center", "TrafficLight", "StopSign")
+VAD_RANGE = (-15.0, -30.0, -2.0, 15.0, 30.0, 2.0)
+VAD_FIXED_NUM = 20
+VAD_MAX_DISTANCE = 50.0
+SAMPLE_EVERY = 50
+LEFTHAND_EGO_TO_LIDAR = np.array([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+                                 np.float64)
+LEFT2RIGHT = np.diag([1.0, -1.0, 1.0, 1.0])
+
+
+@dataclass(frozen=True)
+class TownArrays:
+    """One town of a map pack: polyline i is points[offsets[i]:offsets[i + 1]], type
+    names[type[i]] (the pack's vocabulary)."""
+    lane_points: np.ndarray
+    lane_offsets: np.ndarray
+    lane_types: tuple[str, ...]        # one name per lane
+    trigger_points: np.ndarray
+    trigger_offsets: np.ndarray
+    trigger_types: tuple[str, ...]
+
+
+def town_of_key(key: str) -> str:
+    """The town of a sample key `<clip>__<frame>`: the clip name's second part
+    (prepare_B2D.py l.212 `folder_name.split('_')[1]`)."""
+    clip = key.rsplit("__", 1)[0]
+    parts = clip.split("_")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def sample_point_index(n: int) -> np.ndarray:
+    """prepare_B2D.py l.175-182: indices 0, 50, ... (below n) and n - 1."""
+    count = n // SAMPLE_EVERY + (1 if n % SAMPLE_EVERY else 0)
+    return np.array([SAMPLE_EVERY * i for i in range(count)] + [n - 1], np.int64)
+
+
+def world2lidar(ego2world: np.ndarray) -> np.ndarray:
+    """VAD's right-handed world -> LiDAR transform from the pack's left-handed ego2world."""
+    mount = np.eye(4)
+    mount[:3, 3] = RIG.lidar_mount
+    lidar2world = np.asarray(ego2world, np.float64) @ mount
+    return LEFTHAND_EGO_TO_LIDAR @ np.linalg.inv(lidar2world) @ LEFT2RIGHT
+
+
+def _in_range(xy: np.ndarray) -> np.ndarray:
+    x0, y0, _, x1, y1, _ = VAD_RANGE
+    return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
+
+
+def _to_lidar(points: np.ndarray, w2l: np.ndarray) -> np.ndarray:
+    return points @ w2l[:3, :3].T + w2l[:3, 3]
+
+
+def _near_lanes(town: TownArrays, ego_xy: np.ndarray) -> list[int]:
+    """Lanes with a sample point strictly within VAD_MAX_DISTANCE of ego_xy (l.264-268)."""
+    out = []
+    for i, (a, b) in enumerate(zip(town.lane_offsets[:-1], town.lane_offsets[1:])):
+        sample = town.lane_points[a:b][sample_point_index(int(b - a)), :2]
+        if np.linalg.norm(sample - ego_xy, axis=-1).min() < VAD_MAX_DISTANCE:
+            out.append(i)
+    return out
+
+
+def resample(line: np.ndarray, num: int = VAD_FIXED_NUM) -> np.ndarray:
+    """(n, 2) polyline -> (num, 2) points at equal arc length from its start to its end."""
+    seg = np.linalg.norm(np.diff(line, axis=0), axis=1)
+    along = np.concatenate([[0.0], np.cumsum(seg)])
+    at = np.linspace(0.0, along[-1], num)
+    return np.stack([np.interp(at, along, line[:, k]) for k in range(2)], axis=1)
+
+
+def vad_polylines(town: TownArrays, ego2world: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    """(polylines in VAD's LiDAR frame, their class labels) of one frame, before resampling."""
+    w2l = world2lidar(ego2world)
+    ego_xy = np.linalg.inv(w2l)[0:2, 3]
+    classes = {name: i for i, name in enumerate(VAD_CLASSES)}
+    lines, labels = [], []
+    for i in _near_lanes(town, ego_xy):
+        if town.lane_types[i] not in classes:
+            continue
+        pts = _to_lidar(town.lane_points[town.lane_offsets[i]:town.lane_offsets[i + 1]], w2l)
+        kept = pts[_in_range(pts), :2]
+        if len(kept) > 1:
+            lines.append(kept)
+            labels.append(classes[town.lane_types[i]])
+    off = town.trigger_offsets
+    for i, kind in enumerate(town.trigger_types):
+        if kind not in classes:
+            continue
+        pts = _to_lidar(town.trigger_points[off[i]:off[i + 1]], w2l)
+        if _in_range(pts).all():
+            lines.append(np.concatenate([pts[:, :2], pts[:1, :2]]))
+            labels.append(classes[kind])
+    return lines, labels
+
+
+def vad_vectors(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
+    """One frame's VAD map GT: `map_pts` (N, 20, 2) float32 in VAD's LiDAR frame and
+    `map_labels` (N,) int64 (VAD_CLASSES' index)."""
+    lines, labels = vad_polylines(town, ego2world)
+    pts = np.zeros((len(lines), VAD_FIXED_NUM, 2), np.float32)
+    for j, line in enumerate(lines):
+        pts[j] = resample(line).astype(np.float32)
+    half_x, half_y = (VAD_RANGE[3] - VAD_RANGE[0]) / 2, (VAD_RANGE[4] - VAD_RANGE[1]) / 2
+    np.clip(pts[..., 0], -half_x, half_x, out=pts[..., 0])
+    np.clip(pts[..., 1], -half_y, half_y, out=pts[..., 1])
+    return {"map_pts": pts, "map_labels": np.array(labels, np.int64)}
+
+
+__all__ = ["TownArrays", "VAD_CLASSES", "VAD_FIXED_NUM", "VAD_RANGE", "sample_point_index",
+           "town_of_key", "vad_vectors", "world2lidar"]
