@@ -1,8 +1,10 @@
 """Every pair and triple of the loader's features composes (issue 40), in one matrix: mix,
 history windows, overlays, a model adapter by name ("garage") and your function as the
-adapter. For each combination construction either raises one line naming both features and
-the reason, or the loader keeps its promises on real packs (two tiny garage packs with two
-overlay packs each, keys distinct across them):
+adapter; and each of those with overlays again with the overlay filter
+(`Overlays(required=True)`, batch 1: "every sample" is then every kept one). For each
+combination construction either raises one line naming both features and the reason, or the
+loader keeps its promises on real packs (two tiny garage packs with two overlay packs each,
+keys distinct across them):
 - eval over 2 ranks x 2 workers: exact len(), equal batch counts, every sample exactly once;
   each row's window ends at its own frame, its overlay entries its own sample's;
 - train over 2 ranks x 2 workers: exact len(), equal batch counts, no sample twice;
@@ -36,14 +38,21 @@ from .test_overlay_mix import KINDS, _pack
 FEATURES = ("mix", "history", "overlays", "adapter", "fn")
 COMBOS = [c for n in (2, 3, 4, 5) for c in itertools.combinations(FEATURES, n)]
 REFUSED = {"adapter", "fn"}   # one per-sample transform: both given is refused
+# the overlay filter (Overlays(required=True)) with each combination of overlays that builds
+COMBOS += [c + ("required",) for c in COMBOS if "overlays" in c and not REFUSED <= set(c)]
 K, BATCH, SIZE, HEAD = 1, 3, (24, 32), 1
+
+
+def batch_size(combo: tuple[str, ...]) -> int:
+    """1 with the filter: it keeps about half of a pack's samples, still two batches a rank."""
+    return 1 if "required" in combo else BATCH
 
 
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory) -> tuple[Path, Path]:
     """Two garage packs (keys a_dataset/..., b_dataset/...), each with both overlay kinds."""
     root = tmp_path_factory.mktemp("compose")
-    _pack(root / "a", "a_dataset", 3, 21, KINDS)
+    _pack(root / "a", "a_dataset", 3, 25, KINDS)   # 4 samples with both kinds
     _pack(root / "b", "b_dataset", 2, 22, KINDS)
     sizes = [len(all_keys(root / p / "shards")) for p in "ab"]
     # a alone fills whole global batches; a mix of both leaves eval padding and a train tail
@@ -71,14 +80,15 @@ def fn(sample: dict, rng: np.random.Generator) -> dict:
 def make(packs, combo: tuple[str, ...], **kw: Any) -> CARLAWebData:
     a, b = packs
     used = (a, b) if "mix" in combo else (a,)
-    kw = {"batch_size": BATCH, "seed": 3, "shuffle_buffer": 8, **kw}
+    kw = {"batch_size": batch_size(combo), "seed": 3, "shuffle_buffer": 8, **kw}
     if "mix" in combo:   # every sample once: a repeated once, b's weight its whole pack
         kw["mix"] = {"entries": [{"source": str(a / "shards"), "repeat": 1},
                                  {"source": str(b / "shards"), "weight": 1}]}
     if "history" in combo:
         kw["history"] = K
     if "overlays" in combo:
-        kw["overlays"] = Overlays([str(p / k) for p in used for k in KINDS])
+        kw["overlays"] = Overlays([str(p / k) for p in used for k in KINDS],
+                                  required="required" in combo)
     if "adapter" in combo:
         kw["adapter"] = "garage"
     if "fn" in combo:   # beside a named adapter, through the old keyword: both transforms
@@ -139,12 +149,15 @@ def test_each_combination_is_refused_in_one_line_or_keeps_every_promise(packs, t
         return
     everything = sorted(all_keys(packs[0] / "shards") +
                         (all_keys(packs[1] / "shards") if "mix" in combo else []))
+    if "required" in combo:   # the samples with an entry of every kind
+        everything = [k for k in everything if None not in json.loads(tables[k])]
+    batch = batch_size(combo)
     # eval: every sample once over 2 ranks x 2 workers, equal batch counts
     evals = [make(packs, combo, mode="eval", rank=r, world_size=2, num_workers=num_workers)
              for r in (0, 1)]
     served = [list(d) for d in evals]
     assert [len(s) for s in served] == [len(d) for d in evals] and len(evals[0]) == len(evals[1])
-    assert len(evals[0]) == -(-len(everything) // (2 * BATCH))   # the padding: < a batch a rank
+    assert len(evals[0]) == -(-len(everything) // (2 * batch))   # the padding: < a batch a rank
     assert sorted(k for s in served for b in s for k in rows(b, tables, combo)) == everything
     # train: exact len, equal counts, no sample twice
     trains = [make(packs, combo, rank=r, world_size=2, num_workers=num_workers) for r in (0, 1)]
@@ -152,7 +165,7 @@ def test_each_combination_is_refused_in_one_line_or_keeps_every_promise(packs, t
     assert [len(w) for w in whole] == [len(d) for d in trains] and len(whole[0]) == len(whole[1])
     assert len(whole[0]) > HEAD
     keys = [k for w in whole for b in w for k in rows(b, tables, combo)]
-    assert len(keys) == len(set(keys)) == 2 * len(whole[0]) * BATCH
+    assert len(keys) == len(set(keys)) == 2 * len(whole[0]) * batch
     # a mid-epoch resume on rank 0: the same remaining batches
     first = make(packs, combo, rank=0, world_size=2, num_workers=num_workers)
     it = iter(first)
@@ -172,6 +185,6 @@ def test_each_combination_is_refused_in_one_line_or_keeps_every_promise(packs, t
     after = list(alone)
     assert len(after) == len(alone)
     later = [k for b in after for k in rows(b, tables, combo)]
-    assert len(later) == len(alone) * BATCH
+    assert len(later) == len(alone) * batch
     assert len(set(done + later)) == len(done + later)
-    assert 0 <= len(everything) - len(done) - len(later) < BATCH
+    assert 0 <= len(everything) - len(done) - len(later) < batch
