@@ -1,17 +1,18 @@
 """Every pair and triple of the loader's features composes (issue 40), in one matrix: mix,
 history windows, overlays, a model adapter by name ("garage") and your function as the
 adapter; and each of those with overlays again with the overlay filter
-(`Overlays(required=True)`, batch 1: "every sample" is then every kept one). For each
-combination construction either raises one line naming both features and the reason, or the
-loader keeps its promises on real packs (two tiny garage packs with two overlay packs each,
-keys distinct across them):
+(`Overlays(required=True)`, batch 1: "every sample" is then every kept one); and a stratified
+mix with history, overlays and either adapter. For each combination construction either
+raises one line naming both features and the reason, or the loader keeps its promises on real
+packs (two tiny garage packs with two overlay packs each, keys distinct across them):
 - eval over 2 ranks x 2 workers: exact len(), equal batch counts, every sample exactly once;
   each row's window ends at its own frame, its overlay entries its own sample's;
 - train over 2 ranks x 2 workers: exact len(), equal batch counts, no sample twice;
 - a mid-epoch resume (state after 1 batch, a fresh loader) gives the same remaining batches,
   byte for byte;
 - a resume on another world size (2 ranks x 2 workers -> 1 x 0) serves the rest of the epoch:
-  len() batches, no sample twice over the epoch, fewer than one new global batch unseen.
+  len() batches, no sample twice over the epoch, fewer than one new global batch unseen
+  (stratified: fewer than one per mix entry).
 
 The only combination that cannot be built is a model adapter with your function: both are the
 one per-sample transform (`adapter=`), so `sample_transform=fn` beside `adapter="garage"` is
@@ -40,6 +41,8 @@ COMBOS = [c for n in (2, 3, 4, 5) for c in itertools.combinations(FEATURES, n)]
 REFUSED = {"adapter", "fn"}   # one per-sample transform: both given is refused
 # the overlay filter (Overlays(required=True)) with each combination of overlays that builds
 COMBOS += [c + ("required",) for c in COMBOS if "overlays" in c and not REFUSED <= set(c)]
+# a stratified mix (each global batch holds the entries' shares) with every other feature
+COMBOS += [("mix", "history", "overlays", t, "stratify") for t in ("adapter", "fn")]
 K, BATCH, SIZE, HEAD = 1, 3, (24, 32), 1
 
 
@@ -83,7 +86,8 @@ def make(packs, combo: tuple[str, ...], **kw: Any) -> CARLAWebData:
     kw = {"batch_size": batch_size(combo), "seed": 3, "shuffle_buffer": 8, **kw}
     if "mix" in combo:   # every sample once: a repeated once, b's weight its whole pack
         kw["mix"] = {"entries": [{"source": str(a / "shards"), "repeat": 1},
-                                 {"source": str(b / "shards"), "weight": 1}]}
+                                 {"source": str(b / "shards"), "weight": 1}],
+                     "stratify": "stratify" in combo}
     if "history" in combo:
         kw["history"] = K
     if "overlays" in combo:
@@ -187,4 +191,6 @@ def test_each_combination_is_refused_in_one_line_or_keeps_every_promise(packs, t
     later = [k for b in after for k in rows(b, tables, combo)]
     assert len(later) == len(alone) * batch
     assert len(set(done + later)) == len(done + later)
-    assert 0 <= len(everything) - len(done) - len(later) < batch
+    # unseen: the new split's remainder; stratified, each entry's leftover (docs/loading.md)
+    assert 0 <= len(everything) - len(done) - len(later) < batch * (
+        2 if "stratify" in combo else 1)
