@@ -19,7 +19,7 @@ Run-time shims (never edits of their files), each because the data path cannot r
 
 Writes tests/golden/lead_batches.json: per sample (route, frame) and pass, every key of their
 collated batch with its kind (type, dtype, shape) and value (numbers float32-rounded, rgb and
-rasterized_lidar as sha256 of their bytes; the timing keys kind only).
+rasterized_lidar and semantic as sha256 of their bytes; the timing keys kind only).
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from carla_wds.load.adapters.lead import CONFIG as ADAPTER_CONFIG
+
 from . import common
 from .lead import BLOBS as LABEL_BLOBS
 from .lead import COMMIT, _stubs
@@ -38,11 +40,8 @@ BLOBS = {**LABEL_BLOBS,
          "lead/training/mixed_training_utils.py": "7ce6492b747e7aaca4ad385b70eb897555e9be0c",
          "lead/common/constants.py": "f756831e9d788bf5c061dbf23db2fe0ebe109749"}
 SYNTH = {"layout": "lead", "episodes": 3, "frames": 20, "seed": 3, "image_size": [384, 384]}
-CONFIG = {"use_planning_decoder": True, "use_semantic": False, "use_depth": False,
-          "use_bev_semantic": False, "use_radars": False, "radar_detection": False,
-          "use_radar_detection": False, "use_persistent_cache": False,
-          "force_rebuild_bucket": True}
-DIGESTS = ("rgb", "rasterized_lidar")
+CONFIG = {**ADAPTER_CONFIG, "use_persistent_cache": False, "force_rebuild_bucket": True}
+DIGESTS = ("rgb", "rasterized_lidar", "semantic")
 KIND_ONLY = ("loading_meta_time", "loading_time", "loading_sensor_time", "index",
              "global_index", "bucket_identity")
 OUT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "lead_batches.json"

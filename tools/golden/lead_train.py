@@ -17,8 +17,9 @@ Run-time shims, each because the step cannot run on this machine without it:
   ImageNet weights);
 - their Logger (wandb, tensorboard and their visualisation code) is a no-op log_train;
 - the config: TrainingConfig with the adapter's CONFIG plus detect_boxes False (the adapter
-  does not serve the box targets), compile False, mixed precision off (CPU: their autocast and
-  GradScaler are CUDA-only and turn themselves off), use_persistent_cache False.
+  does not serve the box targets; with --no-semantic also use_semantic False), compile
+  False, mixed precision off (CPU: their autocast and GradScaler are CUDA-only and turn
+  themselves off), use_persistent_cache False.
 Writes (--out) the losses of each step, and whether every parameter that has a gradient moved.
 """
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _shim_imports() -> None:
     sys.modules["lead.training.logger"] = logger
 
 
-def trainer(shards: str, steps: int, batch_size: int):
+def trainer(shards: str, steps: int, batch_size: int, semantic: bool):
     """Their Trainer with our dataloader and their model/optimizer, ready for .train()."""
     import torch
     from lead.tfv6.tfv6 import TFv6
@@ -74,7 +75,8 @@ def trainer(shards: str, steps: int, batch_size: int):
 
     from carla_wds.load import CARLAWebData
     config = TrainingConfig({"carla_root": "data/carla_leaderboard2", **CONFIG,
-                             "detect_boxes": False, "use_mixed_precision_training": False})
+                             "detect_boxes": False, "use_mixed_precision_training": False,
+                             "use_semantic": semantic})
     type(config).compile = property(lambda self: False)      # no torch.compile on CPU
     torch.manual_seed(0)
     t = Trainer.__new__(Trainer)
@@ -91,12 +93,12 @@ def trainer(shards: str, steps: int, batch_size: int):
     return t
 
 
-def run(repo_dir: Path, shards: str, steps: int, batch_size: int) -> dict:
+def run(repo_dir: Path, shards: str, steps: int, batch_size: int, semantic: bool) -> dict:
     sys.path.insert(0, str(repo_dir))
     _stubs()
     _shim_imports()
     import torch
-    t = trainer(shards, steps, batch_size)
+    t = trainer(shards, steps, batch_size, semantic)
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
     losses: list[dict] = []
     compute = t.model.compute_loss
@@ -123,10 +125,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--no-semantic", action="store_true",
+                        help="their model without the semantic head (for carla-wds's synth "
+                             "routes, whose semantics hold CARLA ids outside LEAD's 10 classes)")
     args = parser.parse_args()
     from . import common
     common.check_pinned(args.repo_dir, TRAIN_BLOBS, COMMIT)
-    result = run(args.repo_dir, args.shards, args.steps, args.batch_size)
+    result = run(args.repo_dir, args.shards, args.steps, args.batch_size, not args.no_semantic)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

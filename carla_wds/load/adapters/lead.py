@@ -2,13 +2,15 @@
 TFv6 planner trains on it (kesai-labs/lead@44891760 lead/data_loader/carla_dataset.py
 CARLAData.__getitem__, lead/training/mixed_training_utils.py mixed_data_collate_fn, with
 lead/training/config_training.py TrainingConfig for Leaderboard 2.0 routes, 3 cameras, the
-planning decoder on and the perception targets off: CONFIG below). Written from their
-formulas; checked against their loader's output in tests/load/adapters/test_lead_model.py
-(golden: tools/golden/lead_batches.py).
+planning decoder and the semantic target on, the other perception targets off: CONFIG
+below). Written from their formulas; checked against their loader's output in
+tests/load/adapters/test_lead_model.py (golden: tools/golden/lead_batches.py).
 
 What each key is (their config values in brackets):
 - rgb: the three cameras side by side, as their strip, uint8 (3, 384, 1152) (never resized;
   crop_height 0 and no camera left out in Leaderboard mode);
+- semantic: their grouped class ids of the three cameras side by side, uint8 (384, 1152)
+  (save_grouped_semantic: no converter; perspective_downsample_factor 1);
 - rasterized_lidar: float32 (1, 320, 384): the points with time < 10
   [training_used_lidar_steps] and -4 <= z <= 10 [min/max_height_lidar], counted in 0.25 m
   cells over x in [-32, 64], y in [-40, 40] (np.histogramdd), capped at 5 and divided by 5,
@@ -19,13 +21,14 @@ What each key is (their config values in brackets):
 - command, next_command, previous_command: command_to_one_hot of the merged commands [0], [1],
   [0] (6 floats);
 - speed, brake, throttle, perturbate_sensor, perturbation_translation / _rotation,
-  source_dataset (1: SourceDataset.CARLA), route_number, frame_number, scenario_type(_id) and the metas'
-  attributes of their two lists (META_TEXT, META_NUMBERS), with their types.
+  source_dataset (1: SourceDataset.CARLA), route_number, frame_number, scenario_type(_id)
+  and the metas' attributes of their two lists (META_TEXT, META_NUMBERS), with their types.
 With augment: the perturbated twin at their use_sensor_perburtation_prob [0.5] (the camera
 twin load adapter: sensors swapped, labels and LiDAR moved) and their colour augmentation
 (image_augmenter(prob=0.2), six imgaug steps).
-Not served (docs/adapters/lead.md): their box and CenterNet targets (detect_boxes), semantic,
-depth, BEV semantic and radar inputs, and their bookkeeping (index, global_index,
+Not served (docs/adapters/lead.md): their box and CenterNet targets (detect_boxes), depth
+(the loader resizes LEAD's quarter-size depth to the camera size; theirs resizes the strip),
+BEV semantic and radar inputs, and their bookkeeping (index, global_index,
 bucket_identity, loading_*time).
 """
 from __future__ import annotations
@@ -44,7 +47,7 @@ from .model import ModelAdapter, _pack_arg
 
 SOURCE = "kesai-labs/lead@44891760 lead/data_loader/carla_dataset.py"
 # their TrainingConfig fields the adapter serves (everything else at its default)
-CONFIG = {"use_planning_decoder": True, "use_semantic": False, "use_depth": False,
+CONFIG = {"use_planning_decoder": True, "use_semantic": True, "use_depth": False,
           "use_bev_semantic": False, "use_radars": False, "radar_detection": False,
           "use_radar_detection": False}
 CAMERAS = ("front_left", "front", "front_right")
@@ -183,6 +186,7 @@ def lead_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dic
            "target_point_previous": _f64(m["target_point_previous"]),
            "command": command, "next_command": command_one_hot(int(m["next_command"])),
            "previous_command": command.copy(),
+           "semantic": np.ascontiguousarray(np.concatenate(list(s["semantics"]), axis=1)),
            "rasterized_lidar": rasterize(lidar),
            "rgb": strip(s["images"], bool(s.get("augment")), rng)}
     return out
@@ -208,11 +212,11 @@ class LeadAdapter(ModelAdapter):
         if _pack_arg(manifest, "resize"):
             self._refuse(where, "were packed with --resize; LEAD reads its cameras as saved "
                          "(leave --resize out)")
-        if _pack_arg(manifest, "image_format") != "png":
-            self._refuse(where, f"store the cameras as "
-                         f"{_pack_arg(manifest, 'image_format') or 'the source JPEG cut and re-encoded'}"
-                         "; their loader decodes the strip itself (pack with --image-format png "
-                         "to keep its pixels)")
+        stored = _pack_arg(manifest, "image_format")
+        if stored != "png":
+            how = stored or "the source JPEG, cut and re-encoded"
+            self._refuse(where, f"store the cameras as {how}; their loader decodes the strip "
+                         "itself (pack with --image-format png to keep its pixels)")
         sizes = {tuple(v) for v in (manifest.doc.get("image_sizes") or {}).values()}
         if sizes and sizes != {tuple(self.image_size)}:
             self._refuse(where, f"hold cameras of {sorted(sizes)} (H, W); LEAD's config reads "
@@ -223,7 +227,7 @@ class LeadAdapter(ModelAdapter):
 
 LEAD = LeadAdapter(
     name="lead", source=SOURCE, layouts=("lead",), image_size=(384, 384),
-    transform=lead_sample, cameras=CAMERAS, fields=("measurements", "metas", "lidar"),
+    transform=lead_sample, cameras=CAMERAS, fields=("measurements", "metas", "lidar", "semantic"),
     needs=NEEDS, pred_len=8,
     pack="carla-wds pack RAW OUT --layout lead --allow-pickle-input --image-format png "
          "(LEAD's routes, every planner frame: leave --stride, --all-frames and --resize out)",

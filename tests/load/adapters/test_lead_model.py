@@ -114,7 +114,7 @@ def compare(ours: dict, theirs: list[dict], which: str, root: Path) -> None:
             v = s[name]
             if name == "rasterized_lidar" and which == "twin":
                 twin_lidar(v[0].numpy(), w["value"], raw_lidar(root, t["route"], t["frame"]))
-            elif name in ("rgb", "rasterized_lidar"):
+            elif name in ("rgb", "rasterized_lidar", "semantic"):
                 assert hashlib.sha256(v.numpy().tobytes()).hexdigest() == w["value"], \
                     (where, name)
             elif isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
