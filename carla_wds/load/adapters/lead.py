@@ -20,7 +20,8 @@ What each key is (their config values in brackets):
   (carla_wds/pack/datasets/lead/labels.py, their formulas), float64;
 - command, next_command, previous_command: command_to_one_hot of the merged commands [0], [1],
   [0] (6 floats);
-- speed, brake, throttle, perturbate_sensor, perturbation_translation / _rotation,
+- speed, brake, throttle, perturbate_sensor, perturbation_translation / _rotation (the metas'
+  values in every sample: their numeric list overwrites the 0 set for an own-sensor sample),
   source_dataset (1: SourceDataset.CARLA), route_number, frame_number, scenario_type(_id)
   and the metas' attributes of their two lists (META_TEXT, META_NUMBERS), with their types.
 With augment: the perturbated twin at their use_sensor_perburtation_prob [0.5] (the camera

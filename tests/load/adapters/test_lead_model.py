@@ -227,3 +227,40 @@ def test_lidar_filters_the_synth_routes_do_not_reach():
     assert ours.shape == (1, 320, 384) and ours.dtype == np.float32
     np.testing.assert_array_equal(ours, want)
     assert want.max() == 1.0 and 0 < (want > 0).mean() < 1
+
+
+def test_augment_draws_their_twin_and_colour_augmentation_repeatably(built):
+    """augment=True (train): about half the samples are the perturbated twin (their
+    use_sensor_perburtation_prob 0.5 in Leaderboard mode), each with its labels moved; their
+    colour augmentation changes some cameras of the others; a second run draws the same."""
+    own = served(built)
+    runs = [served(built, mode="train", augment=True) for _ in range(2)]
+    for a, b in zip(runs[0].values(), runs[1].values()):
+        assert torch.equal(a["rgb"], b["rgb"]) and torch.equal(a["target_point"],
+                                                               b["target_point"])
+    drawn = runs[0]
+    twins = [k for k, s in drawn.items() if bool(s["perturbate_sensor"])]
+    assert 0 < len(twins) < len(drawn)
+    for k, s in drawn.items():
+        moved = not torch.allclose(s["future_waypoints"], own[k]["future_waypoints"])
+        assert moved == (k in twins), k
+        # their numeric metas list overwrites the drawn shift with the metas' own, twin or not
+        assert torch.equal(s["perturbation_translation"], own[k]["perturbation_translation"])
+    coloured = [k for k, s in drawn.items()
+                if k not in twins and not torch.equal(s["rgb"], own[k]["rgb"])]
+    assert coloured, "their colour augmentation changed no camera"
+
+
+def test_a_none_in_the_metas_is_served_as_their_collate_fills_it():
+    """mixed_data_collate_fn fills a None beside other samples' values with the type's
+    default (False, 0, ""); vehicle_door_side None is "NA" and a list its first item; a
+    numeric None is inf; numbers the metas lack are left out, as theirs."""
+    from carla_wds.load.adapters.lead import META_TEXT, meta_values
+    metas = {name: None for name in META_TEXT}
+    metas.update({"speed": None, "theta": 0.5})
+    out = meta_values(metas)
+    assert out["stop_sign_hazard"] is False and out["ego_lane_id"] == 0
+    assert out["town"] == "" and out["vehicle_door_side"] == "NA"
+    assert out["current_active_scenario_type"] == "NA"
+    assert out["speed"] == np.inf and out["theta"] == 0.5 and "steer" not in out
+    assert meta_values({**metas, "vehicle_door_side": ["left"]})["vehicle_door_side"] == "left"
