@@ -26,11 +26,21 @@ Every number and rule is Bench2DriveZoo@10a2e5d's (written here from their formu
   points at equal arc length from start to end (shapely's interpolate), float32, x clamped to
   +-15 and y to +-30 (patch_size (60, 30), l.299 and struct.py l.23-24).
 Order: lanes in the pack's order, then trigger volumes, as theirs.
+
+UniAD's lane GT (B2D_e2e_dataset.py get_map_info l.290-366) selects the same way with its own
+numbers: lanes within 100 m (l.309), range [-51.2, -51.2, -5, 51.2, 51.2, 3] and patch
+(102.4, 102.4) (adzoo/uniad/configs/stage2_e2e/base_e2e_b2d.py l.9, l.11, given at l.751 and
+l.757), BEV (200, 200) (B2D_e2e_dataset.py l.30, fixed); each instance's points become pixels
+(p + patch / 2) * bev / patch truncated to int32 (l.329-330), a lane drawn with cv2.polylines
+(open, thickness 2, l.331), a volume filled with cv2.fillConvexPoly (l.351); its box is the
+mask's (min x, min y, max x, max y) (l.335-336); no instance: one zero mask labelled -1 with
+box (0, 0, 0, 0) (l.358-361).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cv2
 import numpy as np
 
 from .bench2drive import RIG
@@ -39,6 +49,10 @@ VAD_CLASSES = ("Broken", "Solid", "SolidSolid", "Center", "TrafficLight", "StopS
 VAD_RANGE = (-15.0, -30.0, -2.0, 15.0, 30.0, 2.0)
 VAD_FIXED_NUM = 20
 VAD_MAX_DISTANCE = 50.0
+UNIAD_RANGE = (-51.2, -51.2, -5.0, 51.2, 51.2, 3.0)
+UNIAD_PATCH = (102.4, 102.4)
+UNIAD_BEV = (200, 200)
+UNIAD_MAX_DISTANCE = 100.0
 SAMPLE_EVERY = 50
 LEFTHAND_EGO_TO_LIDAR = np.array([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
                                  np.float64)
@@ -79,8 +93,8 @@ def world2lidar(ego2world: np.ndarray) -> np.ndarray:
     return LEFTHAND_EGO_TO_LIDAR @ np.linalg.inv(lidar2world) @ LEFT2RIGHT
 
 
-def _in_range(xy: np.ndarray) -> np.ndarray:
-    x0, y0, _, x1, y1, _ = VAD_RANGE
+def _in_range(xy: np.ndarray, pc_range: tuple[float, ...]) -> np.ndarray:
+    x0, y0, _, x1, y1, _ = pc_range
     return (xy[:, 0] > x0) & (xy[:, 0] < x1) & (xy[:, 1] > y0) & (xy[:, 1] < y1)
 
 
@@ -88,12 +102,12 @@ def _to_lidar(points: np.ndarray, w2l: np.ndarray) -> np.ndarray:
     return points @ w2l[:3, :3].T + w2l[:3, 3]
 
 
-def _near_lanes(town: TownArrays, ego_xy: np.ndarray) -> list[int]:
-    """Lanes with a sample point strictly within VAD_MAX_DISTANCE of ego_xy (l.264-268)."""
+def _near_lanes(town: TownArrays, ego_xy: np.ndarray, max_distance: float) -> list[int]:
+    """Lanes with a sample point strictly within max_distance of ego_xy (l.264-268)."""
     out = []
     for i, (a, b) in enumerate(zip(town.lane_offsets[:-1], town.lane_offsets[1:])):
         sample = town.lane_points[a:b][sample_point_index(int(b - a)), :2]
-        if np.linalg.norm(sample - ego_xy, axis=-1).min() < VAD_MAX_DISTANCE:
+        if np.linalg.norm(sample - ego_xy, axis=-1).min() < max_distance:
             out.append(i)
     return out
 
@@ -106,29 +120,36 @@ def resample(line: np.ndarray, num: int = VAD_FIXED_NUM) -> np.ndarray:
     return np.stack([np.interp(at, along, line[:, k]) for k in range(2)], axis=1)
 
 
-def vad_polylines(town: TownArrays, ego2world: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
-    """(polylines in VAD's LiDAR frame, their class labels) of one frame, before resampling."""
-    w2l = world2lidar(ego2world)
+def instances(town: TownArrays, w2l: np.ndarray, pc_range: tuple[float, ...],
+              max_distance: float) -> list[tuple[np.ndarray, int, bool]]:
+    """(points in the LiDAR frame (n, 2), class, is a trigger volume) of one frame, as both
+    get_map_info select them (VAD l.245-297; UniAD B2D_e2e_dataset.py l.290-356)."""
     ego_xy = np.linalg.inv(w2l)[0:2, 3]
     classes = {name: i for i, name in enumerate(VAD_CLASSES)}
-    lines, labels = [], []
-    for i in _near_lanes(town, ego_xy):
+    out = []
+    for i in _near_lanes(town, ego_xy, max_distance):
         if town.lane_types[i] not in classes:
             continue
         pts = _to_lidar(town.lane_points[town.lane_offsets[i]:town.lane_offsets[i + 1]], w2l)
-        kept = pts[_in_range(pts), :2]
+        kept = pts[_in_range(pts, pc_range), :2]
         if len(kept) > 1:
-            lines.append(kept)
-            labels.append(classes[town.lane_types[i]])
+            out.append((kept, classes[town.lane_types[i]], False))
     off = town.trigger_offsets
     for i, kind in enumerate(town.trigger_types):
         if kind not in classes:
             continue
         pts = _to_lidar(town.trigger_points[off[i]:off[i + 1]], w2l)
-        if _in_range(pts).all():
-            lines.append(np.concatenate([pts[:, :2], pts[:1, :2]]))
-            labels.append(classes[kind])
-    return lines, labels
+        if _in_range(pts, pc_range).all():
+            out.append((pts[:, :2], classes[kind], True))
+    return out
+
+
+def vad_polylines(town: TownArrays, ego2world: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    """(polylines in VAD's LiDAR frame, their class labels) of one frame, before resampling;
+    a trigger volume closed by its first point (l.296)."""
+    found = instances(town, world2lidar(ego2world), VAD_RANGE, VAD_MAX_DISTANCE)
+    lines = [np.concatenate([p, p[:1]]) if volume else p for p, _, volume in found]
+    return lines, [label for _, label, _ in found]
 
 
 def vad_vectors(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
@@ -144,5 +165,36 @@ def vad_vectors(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray
     return {"map_pts": pts, "map_labels": np.array(labels, np.int64)}
 
 
-__all__ = ["TownArrays", "VAD_CLASSES", "VAD_FIXED_NUM", "VAD_RANGE", "sample_point_index",
-           "town_of_key", "vad_vectors", "world2lidar"]
+def uniad_lanes(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
+    """One frame's UniAD lane GT (B2D_e2e_dataset.py get_map_info l.290-366):
+    `gt_lane_labels` (N,) int64, `gt_lane_bboxes` (N, 4) int64 (x0, y0, x1, y1 pixels),
+    `gt_lane_masks` (N, 200, 200) uint8; one empty mask labelled -1 when there is none."""
+    found = instances(town, world2lidar(ego2world), UNIAD_RANGE, UNIAD_MAX_DISTANCE)
+    masks, labels, boxes = [], [], []
+    for pts, label, volume in found:
+        mask = np.zeros(UNIAD_BEV, np.uint8)
+        pixels = ((pts + np.array(UNIAD_PATCH) / 2) *
+                  (np.array(UNIAD_BEV) / np.array(UNIAD_PATCH))).astype(np.int32)
+        if volume:
+            cv2.fillConvexPoly(mask, pixels, color=1)
+        else:
+            cv2.polylines(mask, [pixels], False, color=1, thickness=2)
+        ys, xs = np.where(mask == 1)
+        masks.append(mask)
+        labels.append(label)
+        boxes.append([xs.min(), ys.min(), xs.max(), ys.max()])
+    if not masks:
+        masks, labels, boxes = [np.zeros(UNIAD_BEV, np.uint8)], [-1], [[0, 0, 0, 0]]
+    return {"gt_lane_labels": np.array(labels, np.int64),
+            "gt_lane_bboxes": np.array(boxes, np.int64).reshape(-1, 4),
+            "gt_lane_masks": np.stack(masks)}
+
+
+def map_gt(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
+    """VAD's map GT and UniAD's lane GT of one frame (the map recipe's arrays)."""
+    return {**vad_vectors(town, ego2world), **uniad_lanes(town, ego2world)}
+
+
+__all__ = ["TownArrays", "UNIAD_BEV", "UNIAD_RANGE", "VAD_CLASSES", "VAD_FIXED_NUM",
+           "VAD_RANGE", "instances", "map_gt", "sample_point_index", "town_of_key",
+           "uniad_lanes", "vad_vectors", "world2lidar"]

@@ -21,8 +21,11 @@ class MapRecipe:
     doc: str
 
 
-RECIPES = {"bench2drive": MapRecipe(bench2drive_map.town_of_key, bench2drive_map.vad_vectors,
-                                    ("map_pts", "map_labels"), "VAD's map GT (Bench2DriveZoo@10a2e5d B2D_vad_dataset.py)")}
+RECIPES = {"bench2drive": MapRecipe(
+    bench2drive_map.town_of_key, bench2drive_map.map_gt,
+    ("map_pts", "map_labels", "gt_lane_labels", "gt_lane_bboxes", "gt_lane_masks"),
+    "VAD's map GT and UniAD's lane GT (Bench2DriveZoo@10a2e5d B2D_vad_dataset.py, "
+    "B2D_e2e_dataset.py)")}
 
 
 def map_recipe(name: str) -> MapRecipe:

@@ -78,6 +78,7 @@ Args:
         and a weight, optionally over buckets).
     map: a map pack folder (`carla-wds pack-map`): each frame gets its dataset's map
         vectors in `fields` (Bench2Drive: VAD's `map_pts` (N, 20, 2) float32 in VAD's LiDAR
-        frame and `map_labels` (N,) int64, lists per row; docs/packing.md), and `ego2world`
+        frame and `map_labels` (N,) int64; UniAD's `gt_lane_labels`, `gt_lane_bboxes`,
+        `gt_lane_masks` (N, 200, 200); lists per row; docs/packing.md), and `ego2world`
         is selected. A town without a map is refused in one line.
 """

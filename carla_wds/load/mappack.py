@@ -99,8 +99,9 @@ def read_town(pack: MapPack, town: str, file: str, sha256: str) -> TownArrays:
         return TownArrays(*_polylines(arrays, "lane", pack.lane_types),
                           *_polylines(arrays, "trigger", pack.trigger_types))
     except (ValueError, KeyError, OSError, AssertionError, IndexError) as exc:
-        raise ValueError(f"map: {path} is not a map pack town ({' '.join(str(exc).split())[:200]}). "
-                         "Fix: pack-map the maps again") from None
+        why = " ".join(str(exc).split())[:200]
+        raise ValueError(f"map: {path} is not a map pack town ({why}). Fix: pack-map the maps "
+                         "again") from None
 
 
 def _polylines(arrays: dict[str, np.ndarray], part: str, vocab: tuple[str, ...]
@@ -139,7 +140,7 @@ class MapVectors:
     """Worker stage after decoding (pipeline.py): each batch's fields get the recipe's arrays
     per frame, as lists of tensors (None where the frame is padding), the pose taken from the
     batch's ego2world. With history the batch is still flat here (B * (K + 1) frames): every
-    frame of a window gets its own map, and history.windowed makes the lists [B][K + 1]."""
+    frame of a window gets its own map, and history.windowed makes them B lists of K + 1."""
     pack: MapPack
 
     def __call__(self, batches: Iterable[Any], at: Any) -> Iterator[Any]:

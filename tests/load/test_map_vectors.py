@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from shapely.geometry import LineString
@@ -109,6 +110,42 @@ def their_vectors(info: dict, world2lidar: np.ndarray) -> tuple[np.ndarray, np.n
     return pts, np.array(labels, np.int64)
 
 
+def their_lanes(info: dict, world2lidar: np.ndarray) -> tuple[np.ndarray, ...]:
+    """UniAD's B2D_e2e_dataset.py get_map_info l.290-366 (base_e2e_b2d.py l.9, l.11; bev
+    (200, 200), l.30): (masks, labels, bboxes)."""
+    ego_xy = np.linalg.inv(world2lidar)[0:2, 3]
+    r, patch, bev = np.array([-51.2, -51.2, -5.0, 51.2, 51.2, 3.0]), [102.4, 102.4], (200, 200)
+    masks, labels, boxes = [], [], []
+
+    def add(points, kind, volume):
+        p = (world2lidar @ np.concatenate([points, np.ones((len(points), 1))], axis=-1).T).T
+        mask = (p[:, 0] > r[0]) & (p[:, 0] < r[3]) & (p[:, 1] > r[1]) & (p[:, 1] < r[4])
+        kept = p[mask, 0:2]
+        if (mask.all() if volume else len(kept) > 1):
+            gt = np.zeros(bev, dtype=np.uint8)
+            norm = np.zeros_like(kept)
+            norm[:, 0] = (kept[:, 0] + patch[0] / 2) * (bev[0] / patch[0])
+            norm[:, 1] = (kept[:, 1] + patch[1] / 2) * (bev[1] / patch[1])
+            if volume:
+                cv2.fillConvexPoly(gt, norm.astype(np.int32), color=1)
+            else:
+                cv2.polylines(gt, [norm.astype(np.int32)], False, color=1, thickness=2)
+            ys, xs = np.where(gt == 1)
+            masks.append(gt)
+            labels.append(CLASSES[kind])
+            boxes.append([min(xs), min(ys), max(xs), max(ys)])
+    for i, s in enumerate(info["lane_sample_points"]):
+        if np.min(np.linalg.norm(s[:, 0:2] - ego_xy, axis=-1)) < 100 and \
+                info["lane_types"][i] in CLASSES:
+            add(info["lane_points"][i], info["lane_types"][i], False)
+    for p, kind in zip(info["trigger_volumes_points"], info["trigger_volumes_types"]):
+        if kind in CLASSES:
+            add(p, kind, True)
+    if not masks:
+        masks, labels, boxes = [np.zeros(bev, dtype=np.uint8)], [-1], [[0, 0, 0, 0]]
+    return np.stack(masks), np.array(labels), np.array(boxes)
+
+
 def their_world2lidar(raw: Path, key: str) -> np.ndarray:
     """prepare_B2D.py l.252 on the frame's own anno."""
     clip, frame = key.rsplit("__", 1)
@@ -116,6 +153,16 @@ def their_world2lidar(raw: Path, key: str) -> np.ndarray:
         anno = json.load(f)
     return LEFTHAND_EGO_TO_LIDAR @ np.array(anno["sensors"]["LIDAR_TOP"]["world2lidar"]) \
         @ LEFT2RIGHT
+
+
+def served_rows(shards: Path, maps: Path, **kw) -> dict[str, dict[str, np.ndarray]]:
+    out = {}
+    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval", map=str(maps), **kw):
+        names = [n for n in batch.fields if n.startswith(("map_", "gt_lane_"))]
+        for i, (key, ok) in enumerate(zip(batch.keys, batch.valid.tolist())):
+            if ok:
+                out[key] = {n: batch.fields[n][i].numpy() for n in names}
+    return out
 
 
 def served(shards: Path, maps: Path, **kw) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -143,6 +190,23 @@ def test_vad_map_vectors_equal_their_get_map_info(raw, shards, maps, workers):
         np.testing.assert_allclose(pts, want_pts, atol=2e-5, err_msg=key)
         seen |= set(labels.tolist())
     assert {0, 1, 3} <= seen and seen & {4, 5}, seen   # lanes and trigger volumes both met
+
+
+def test_uniad_lane_labels_equal_their_get_map_info(raw, shards, maps):
+    infos = {t: their_map_info(raw / "maps" / f"{t}_HD_map.npz") for t in ("Town12", "Town13")}
+    got = served_rows(shards, maps, num_workers=1)
+    assert sorted(got) == sorted(all_keys(shards))
+    seen = set()
+    for key, row in got.items():
+        masks, labels, boxes = their_lanes(infos[key.split("_")[1]],
+                                           their_world2lidar(raw, key))
+        assert row["gt_lane_masks"].dtype == np.uint8 and row["gt_lane_masks"].shape[1:] == \
+            (200, 200), key
+        assert row["gt_lane_labels"].tolist() == labels.tolist(), key
+        assert row["gt_lane_bboxes"].tolist() == boxes.tolist(), key
+        np.testing.assert_array_equal(row["gt_lane_masks"], masks, err_msg=key)
+        seen |= set(labels.tolist())
+    assert {0, 1, 3} <= seen and seen & {4, 5}, seen
 
 
 def test_history_windows_get_each_frames_own_map(shards, maps):
