@@ -265,3 +265,37 @@ def test_a_folder_that_is_not_a_map_pack_is_refused(shards, maps, tmp_path):
     town.write_bytes(town.read_bytes()[:-10])
     with pytest.raises(ValueError, match="does not match the sha256"):
         served(shards, bad)
+
+
+def test_the_distance_rule_looks_at_sample_points_only():
+    """A lane crossing the range counts only when one of its sample points (every 50th and
+    the last) lies within 50 m (VAD) / 100 m (UniAD) of the LiDAR: built by hand, the rules
+    the synth's short lanes never reach, against the rewrites above."""
+    from carla_wds.datasets.bench2drive_map import TownArrays, map_gt
+    ego2world = np.eye(4)   # the LiDAR at (-0.39, 0, 1.84) in CARLA's world
+    lanes = [np.stack([np.linspace(-120, 120, n), np.full(n, y), np.zeros(n)], 1)
+             for n, y in ((101, 3.0), (61, -4.0), (400, 8.0), (4, 1.0))]
+    lanes[3][:, 0] = [60.0, 10.0, -10.0, -60.0]   # sample points (0 and 3) 60 m off
+    types = ["Broken", "Solid", "Center", "SolidSolid"]
+    volume = np.array([[5.0, 5.0, 0.0], [7.0, 5.0, 0.0], [7.0, 7.0, 0.0], [5.0, 7.0, 0.0]])
+    right = [p * [1, -1, 1] for p in lanes]            # the pack's frame: y negated
+    town = TownArrays(np.concatenate(right), np.cumsum([0] + [len(p) for p in right]),
+                      tuple(types), volume * [1, -1, 1], np.array([0, 4]), ("StopSign",))
+    info = {"lane_points": right, "lane_types": types,
+            "lane_sample_points": [p[[*range(0, len(p), 50)][:len(p) // 50 +
+                                     (1 if len(p) % 50 else 0)] + [len(p) - 1]]
+                                   for p in right],
+            "trigger_volumes_points": [volume * [1, -1, 1]],
+            "trigger_volumes_types": ["StopSign"]}
+    mount = np.eye(4)
+    mount[:3, 3] = (-0.39, 0.0, 1.84)
+    w2l = LEFTHAND_EGO_TO_LIDAR @ np.linalg.inv(ego2world @ mount) @ LEFT2RIGHT
+    got = map_gt(town, ego2world)
+    want_pts, want_labels = their_vectors(info, w2l)
+    masks, labels, boxes = their_lanes(info, w2l)
+    # VAD: the 61- and 3-point lanes cross the range but their sample points lie 60-80 m off
+    assert got["map_labels"].tolist() == want_labels.tolist() == [0, 3, 5]
+    np.testing.assert_allclose(got["map_pts"], want_pts, atol=1e-5)
+    assert got["gt_lane_labels"].tolist() == labels.tolist() == [0, 1, 3, 2, 5]   # 100 m
+    assert got["gt_lane_bboxes"].tolist() == boxes.tolist()
+    np.testing.assert_array_equal(got["gt_lane_masks"], masks)
