@@ -39,6 +39,7 @@ box (0, 0, 0, 0) (l.358-361).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import cv2
 import numpy as np
@@ -69,6 +70,16 @@ class TownArrays:
     trigger_points: np.ndarray
     trigger_offsets: np.ndarray
     trigger_types: tuple[str, ...]
+
+    @cached_property
+    def lane_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every lane's sample points (x, y) (prepare_B2D.py l.175-182) and the lane each is
+        of, computed once per town."""
+        off = self.lane_offsets
+        idx = [a + sample_point_index(int(b - a)) for a, b in zip(off[:-1], off[1:])]
+        owner = np.repeat(np.arange(len(idx)), [len(i) for i in idx])
+        flat = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+        return self.lane_points[flat, :2], owner
 
 
 def town_of_key(key: str) -> str:
@@ -103,13 +114,11 @@ def _to_lidar(points: np.ndarray, w2l: np.ndarray) -> np.ndarray:
 
 
 def _near_lanes(town: TownArrays, ego_xy: np.ndarray, max_distance: float) -> list[int]:
-    """Lanes with a sample point strictly within max_distance of ego_xy (l.264-268)."""
-    out = []
-    for i, (a, b) in enumerate(zip(town.lane_offsets[:-1], town.lane_offsets[1:])):
-        sample = town.lane_points[a:b][sample_point_index(int(b - a)), :2]
-        if np.linalg.norm(sample - ego_xy, axis=-1).min() < max_distance:
-            out.append(i)
-    return out
+    """Lanes with a sample point strictly within max_distance of ego_xy (l.264-268), in
+    order."""
+    samples, owner = town.lane_samples
+    near = np.linalg.norm(samples - ego_xy, axis=-1) < max_distance
+    return np.unique(owner[near]).tolist()
 
 
 def resample(line: np.ndarray, num: int = VAD_FIXED_NUM) -> np.ndarray:
