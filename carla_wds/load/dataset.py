@@ -61,7 +61,7 @@ class CARLAWebData:
                  overlays: list[str] | Overlays | None = None,
                  label_options: Mapping[str, Any] | None = None,
                  adapter: str | SampleTransform | None = None, history: int | History = 0,
-                 mix: Any = None, map: str | None = None, **aliases: Any) -> None:
+                 mix: Any = None, **aliases: Any) -> None:
         # every keyword as given, before a name below is bound: the front door reads them all
         r = front.request({k: v for k, v in locals().items() if k not in ("self", "aliases")},
                           aliases)
@@ -97,15 +97,15 @@ class CARLAWebData:
                                 stats=self.stats)
 
     def _map_stage(self, r: front.Request) -> mappack.MapVectors | None:
-        """map=: the map stage, checked against the shards' dataset and towns (mappack.py)."""
-        if r.map is None:
+        """Overlays(map=): the map stage, checked against the shards' dataset and towns."""
+        if r.overlays.map is None:
             return None
         if self._view is not None:
-            raise ValueError("map= with a mix of layouts is not served yet. Fix: load one "
-                             "layout's shards with map=")
+            raise ValueError("Overlays(map=...) with a mix of layouts is not served yet. Fix: "
+                             "load one layout's shards with it")
         keys = [s[k] for s in self.manifest.doc["shards"] for k in ("first_key", "last_key")
                 if s.get(k)]
-        return mappack.attach_map(r.map, self.manifest.doc.get("layout", ""), keys)
+        return mappack.attach_map(r.overlays.map, self.manifest.doc.get("layout", ""), keys)
 
     def _decoding(self, r: front.Request) -> None:
         """What a sample decodes to: the model adapter's settings or the caller's, the
@@ -118,7 +118,7 @@ class CARLAWebData:
         spec = front.select_cameras(packed, cameras)
         # extra members decoded: only those selected (default none, as before extras existed)
         self.fields = check_fields(spec, fields)
-        if r.map is not None and mappack.POSE not in self.fields:   # the map stage's pose
+        if r.overlays.map is not None and mappack.POSE not in self.fields:   # its pose
             self.fields = [*self.fields, mappack.POSE]
         self.spec = replace(spec, extras=tuple(e for e in spec.extras if e.name in self.fields))
         self.field_opts = replace(

@@ -61,7 +61,6 @@ class Request:
     transform: SampleTransform | None
     history: History
     mix: Any
-    map: Any = None   # a map pack's folder (mappack.py)
 
     def limits(self) -> Limits:
         """Bounds on what one member may make a decoder allocate (limits.py); a dict raises

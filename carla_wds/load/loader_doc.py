@@ -63,7 +63,11 @@ Args:
         entry per row}`, and your function sees them in `sample["fields"][kind]`. With
         `mix`, list every mixed pack's overlays: each joins the pack its manifest names (a
         pack without some kind serves None for it; `required` needs all and draws among the
-        kept samples).
+        kept samples). `Overlays(map=MAP_PACK)` (`carla-wds pack-map`): each frame gets its
+        dataset's map GT in `fields` (Bench2Drive: VAD's `map_pts` (N, 20, 2) float32 in
+        VAD's LiDAR frame and `map_labels` (N,) int64; UniAD's `gt_lane_labels`,
+        `gt_lane_bboxes`, `gt_lane_masks` (N, 200, 200); lists per row; docs/packing.md), and
+        `ego2world` is selected. A town without a map is refused in one line.
     label_options: {load adapter: option}, e.g. TCP's brake override; default: the
         manifest's. Their older keywords (`brake_override=`, `twin_p=`) are accepted too.
     adapter: a per-sample transform with settings, run in the workers before collation: a
@@ -76,9 +80,4 @@ Args:
         frames, or seconds such as "1s".
     mix: train on a mix of packs instead of one `source`: a mix spec (entries with a source
         and a weight, optionally over buckets).
-    map: a map pack folder (`carla-wds pack-map`): each frame gets its dataset's map
-        vectors in `fields` (Bench2Drive: VAD's `map_pts` (N, 20, 2) float32 in VAD's LiDAR
-        frame and `map_labels` (N,) int64; UniAD's `gt_lane_labels`, `gt_lane_bboxes`,
-        `gt_lane_masks` (N, 200, 200); lists per row; docs/packing.md), and `ego2world`
-        is selected. A town without a map is refused in one line.
 """

@@ -1,8 +1,9 @@
-"""A map pack at load time (issue 42): CARLAWebData(..., map=MAP_PACK) reads the folder
-`carla-wds pack-map` wrote (maps.json and one <Town>.npz of plain arrays per town, read with
-allow_pickle=False, each checked against its recorded sha256 and its structure), and one worker
-stage, `MapVectors`, gives every sample its frame's map arrays: the dataset's map recipe
-(datasets/maps.py, e.g. VAD's map GT) on its town's arrays and its ego2world.
+"""A map pack at load time (issue 42): CARLAWebData(..., overlays=Overlays(map=MAP_PACK))
+reads the folder `carla-wds pack-map` wrote (maps.json and one <Town>.npz of plain arrays per
+town, read with allow_pickle=False, each checked against its recorded sha256 and its
+structure), and one worker stage, `MapVectors`, gives every sample its frame's map arrays:
+the dataset's map recipe (datasets/maps.py, e.g. VAD's map GT) on its town's arrays and its
+ego2world.
 
 Refusals, each one line naming the fix: a folder that is not a map pack; a map pack of another
 dataset than the shards'; at construction, a town that a shard's first or last sample names
@@ -60,7 +61,7 @@ class MapPack:
 def missing_town(key: str, town: str, pack: MapPack) -> str:
     return (f"map: sample {key} names the town {town!r}, which has no map in {pack.root} "
             f"(maps of {', '.join(pack.names()) or 'none'}). Fix: pack-map a maps folder that "
-            f"holds {town}_HD_map.npz, or leave map= out")
+            f"holds {town}_HD_map.npz, or leave Overlays(map=...) out")
 
 
 def open_map_pack(path: str | Path) -> MapPack:
@@ -68,7 +69,7 @@ def open_map_pack(path: str | Path) -> MapPack:
     root = Path(path)
     doc_path = root / MANIFEST
     if not doc_path.is_file():
-        raise ValueError(f"map={str(path)!r} holds no {MANIFEST}. {FIX}")
+        raise ValueError(f"Overlays(map={str(path)!r}) holds no {MANIFEST}. {FIX}")
     if doc_path.stat().st_size > MAX_MANIFEST_BYTES:
         raise ValueError(f"map: {doc_path} is over {MAX_MANIFEST_BYTES} bytes. {FIX}")
     try:
@@ -119,7 +120,7 @@ def _polylines(arrays: dict[str, np.ndarray], part: str, vocab: tuple[str, ...]
 
 def attach_map(path: str | Path | None, dataset: str, first_keys: Iterable[str]
                ) -> "MapVectors | None":
-    """CARLAWebData's map=: the stage, after the map pack's dataset and the towns of
+    """CARLAWebData's Overlays(map=): the stage, after the map pack's dataset and the towns of
     `first_keys` (each shard's first and last sample) are checked; None without."""
     if path is None:
         return None

@@ -103,9 +103,12 @@ class Overlays:
     Attributes:
         packs: the overlay packs' folders, manifests or URLs.
         required: serve only the samples with an entry in every overlay; `len()` stays exact.
+        map: a map pack's folder (`carla-wds pack-map`): each frame gets its dataset's map
+            ground truth in `batch.fields` (load/mappack.py, docs/packing.md).
     """
     packs: Sequence[str] = ()
     required: bool = False
+    map: str | None = None
 
 
 # old flat keyword -> (the keyword of its group now, the group's field)

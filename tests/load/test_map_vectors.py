@@ -1,9 +1,10 @@
-"""Map vectors per sample at load time (issue 42): CARLAWebData(..., map=MAP_PACK) on a real
-synth Bench2Drive pack and a real map pack of the synth's maps. Each sample's VAD map GT equals
-their get_map_info written here again from Bench2DriveZoo@10a2e5d (B2D_vad_dataset.py
-l.245-300, prepare_B2D.py l.147-190 and l.252, map_utils/struct.py l.76-93) on their inputs:
-the clip's own anno world2lidar and the synth's raw map read with numpy's unpickler (trusted
-here), resampled with shapely as theirs. Also the refusals and the loader's promises."""
+"""Map vectors per sample at load time (issue 42): CARLAWebData(..., overlays=Overlays(map=
+MAP_PACK)) on a real synth Bench2Drive pack and a real map pack of the synth's maps. Each
+sample's VAD map GT and UniAD lane GT equal their get_map_info written here again from
+Bench2DriveZoo@10a2e5d (B2D_vad_dataset.py l.245-300, B2D_e2e_dataset.py l.290-366,
+prepare_B2D.py l.147-190 and l.252, map_utils/struct.py l.76-93) on their inputs: the clip's
+own anno world2lidar and the synth's raw map read with numpy's unpickler (trusted here),
+resampled with shapely as theirs. Also the refusals and the loader's promises."""
 from __future__ import annotations
 
 import gzip
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from shapely.geometry import LineString
 
-from carla_wds.load import CARLAWebData
+from carla_wds.load import CARLAWebData, Overlays
 from carla_wds.pack.datasets.bench2drive.hdmap_pack import pack_maps
 from tests.conftest import run_pack
 from tests.helpers import all_keys, shared_raw
@@ -157,7 +158,8 @@ def their_world2lidar(raw: Path, key: str) -> np.ndarray:
 
 def served_rows(shards: Path, maps: Path, **kw) -> dict[str, dict[str, np.ndarray]]:
     out = {}
-    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval", map=str(maps), **kw):
+    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval",
+                              overlays=Overlays(map=str(maps)), **kw):
         names = [n for n in batch.fields if n.startswith(("map_", "gt_lane_"))]
         for i, (key, ok) in enumerate(zip(batch.keys, batch.valid.tolist())):
             if ok:
@@ -167,7 +169,8 @@ def served_rows(shards: Path, maps: Path, **kw) -> dict[str, dict[str, np.ndarra
 
 def served(shards: Path, maps: Path, **kw) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     out = {}
-    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval", map=str(maps), **kw):
+    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval",
+                              overlays=Overlays(map=str(maps)), **kw):
         for key, ok, pts, labels in zip(batch.keys, batch.valid.tolist(),
                                         batch.fields["map_pts"], batch.fields["map_labels"]):
             if ok:
@@ -212,7 +215,8 @@ def test_uniad_lane_labels_equal_their_get_map_info(raw, shards, maps):
 def test_history_windows_get_each_frames_own_map(shards, maps):
     plain = served(shards, maps)
     seen = 0
-    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval", map=str(maps), history=2):
+    for batch in CARLAWebData(str(shards), batch_size=4, mode="eval",
+                              overlays=Overlays(map=str(maps)), history=2):
         for frames, pts, labels in zip(batch.frame_keys, batch.fields["map_pts"],
                                        batch.fields["map_labels"]):
             assert len(pts) == len(labels) == 3
@@ -227,7 +231,8 @@ def test_history_windows_get_each_frames_own_map(shards, maps):
 
 
 def test_loader_promises_hold_with_map(shards, maps):
-    data = CARLAWebData(str(shards), batch_size=5, mode="eval", num_workers=2, map=str(maps))
+    data = CARLAWebData(str(shards), batch_size=5, mode="eval", num_workers=2,
+                        overlays=Overlays(map=str(maps)))
     batches = list(data)
     assert len(batches) == len(data)
     keys = [k for b in batches for k, ok in zip(b.keys, b.valid.tolist()) if ok]
@@ -235,7 +240,7 @@ def test_loader_promises_hold_with_map(shards, maps):
     for b in batches:   # one entry per row; None exactly where a row is padding
         assert [p is not None for p in b.fields["map_pts"]] == b.valid.tolist()
     train = CARLAWebData(str(shards), batch_size=4, mode="train", num_workers=1,
-                         map=str(maps), seed=3)
+                         overlays=Overlays(map=str(maps)), seed=3)
     assert sum(1 for _ in train) == len(train)
 
 
@@ -249,7 +254,8 @@ def test_a_town_without_map_is_refused_in_one_line(raw, shards, tmp_path):
         pack = tmp_path / f"pack_{town}"
         pack_maps(kept, pack, allow_pickle=True, progress=False)
         with pytest.raises(ValueError, match=f"names the town '{town}', which has no map") as e:
-            data = CARLAWebData(str(shards), batch_size=4, mode="eval", map=str(pack))
+            data = CARLAWebData(str(shards), batch_size=4, mode="eval",
+                                overlays=Overlays(map=str(pack)))
             assert not at_construction, "the first shard's first sample names it"
             list(data)
         assert "\n" not in str(e.value) and "Fix:" in str(e.value)
@@ -257,7 +263,7 @@ def test_a_town_without_map_is_refused_in_one_line(raw, shards, tmp_path):
 
 def test_a_folder_that_is_not_a_map_pack_is_refused(shards, maps, tmp_path):
     with pytest.raises(ValueError, match="holds no maps.json") as e:
-        CARLAWebData(str(shards), batch_size=4, map=str(tmp_path))
+        CARLAWebData(str(shards), batch_size=4, overlays=Overlays(map=str(tmp_path)))
     assert "\n" not in str(e.value)
     bad = tmp_path / "bad"
     shutil.copytree(maps, bad)
