@@ -63,9 +63,10 @@ _AB = ("checks out the baseline commit as a git worktree of this repository, fro
        "record of that comparison, not runnable in a temporary folder")
 for _ref in ("246d6b5 --workdir /tmp/ab", "218040d --workdir /tmp/ab2",
              "4c4c18b --workdir /tmp/ab23 --garage --repeats 5",
-             "411a315 --workdir /tmp/ab_rev2 --garage --formats png --workers-list 0 --repeats 3"):
+             "411a315 --workdir /tmp/ab_rev2 --garage --formats png --workers-list 0 --repeats 3",
+             "7f23492 --workdir /tmp/ab40f --repeats 4"):
     SKIPS[f"docs/benchmarks.md:.venv/bin/python tools/bench_ab.py --ref {_ref}"] = _AB
-SKIP_COUNT = 17   # the first bench_adapters line skips two blocks
+SKIP_COUNT = 18   # the first bench_adapters line skips two blocks
 
 
 def _all_blocks() -> list[Block]:
