@@ -128,7 +128,7 @@ def _check_shard(s: Any, field: str, where: str) -> None:
 def _check_buckets(buckets: Any, shard: dict, field: str, where: str) -> None:
     """A shard's bucket runs (pack/buckets.py): every bucket's runs give each of the shard's
     samples one value, so their counts add up to its samples. A mix expands them into one
-    value per sample (load/mix.py): runs claiming 10^10 samples would allocate that many."""
+    value per sample (load/plan/mix.py): runs claiming 10^10 samples would allocate that many."""
     _check(isinstance(buckets, dict) and len(buckets) <= 64 and all(
         isinstance(name, str) and isinstance(runs, list)
         and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str)

@@ -20,7 +20,7 @@ def derive_seed(*parts: Any) -> int:
 
 def draw_key(raw: dict[str, Any]) -> str:
     """The key a sample's random draws (augmentation, a twin camera) are a function of: its
-    own, or, for an earlier frame of a history window, the window's (load/history.py), so
+    own, or, for an earlier frame of a history window, the window's (load/stream/history.py), so
     every frame of a window gets the same draw."""
     return raw.get("__draw_key__") or raw["__key__"]
 

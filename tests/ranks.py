@@ -22,7 +22,7 @@ every process of the ranks (DataLoader workers included) first writes each threa
 (faulthandler, on SIGABRT) and all are killed, so none is left behind to load the suite.
 
 A fork of a process with threads can hang inside fork itself (CPython 3.11, gh-112275; see
-carla_wds/load/workers.py): the pytest process may run a thread (moto's server, for one). So
+carla_wds/load/transport/workers.py): the pytest process may run a thread (moto's server, for one). So
 each rank reports first thing that it runs Python; one that does not within START_WAIT is
 killed and forked again (it never reached the rendezvous, so the others wait for it).
 

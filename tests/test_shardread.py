@@ -11,7 +11,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from carla_wds.load.shardio import release_pages
+from carla_wds.load.stream.shardio import release_pages
 from carla_wds.shardread import MappedShard, open_shard
 from carla_wds.tario import ShardError, iterate_tar, tar_members
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from carla_wds.extras import Extra
-from carla_wds.load.fields import check_fields
+from carla_wds.load.decode.fields import check_fields
 from carla_wds.pack import PackOptions
 from carla_wds.pack.errors import PackError
 from carla_wds.schema import SampleSpec

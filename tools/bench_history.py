@@ -56,7 +56,7 @@ def prepare(workdir: Path, args: argparse.Namespace) -> Path:
 
 def child(args: argparse.Namespace) -> None:
     import carla_wds.load.dataset  # noqa: F401 - imports are not loader time
-    import carla_wds.load.stages  # noqa: F401
+    import carla_wds.load.decode.stages  # noqa: F401
     from carla_wds import CARLAWebData
     history = KINDS[args.child]
     batch = args.clip_batch if args.child == "clip" else args.batch

@@ -109,7 +109,7 @@ def floor(shards: Path, fmt: str, procs: int = 1) -> int:
 def _floor_part(shards: Path, fmt: str, names: list[str]) -> int:
     import tarfile
 
-    from carla_wds.load.stages import decode_image
+    from carla_wds.load.decode.stages import decode_image
     n = 0
     for name in names:
         with tarfile.open(shards / name) as tar:
@@ -129,7 +129,7 @@ def _import_for(kind: str) -> None:
         import webdataset  # noqa: F401
     else:
         import carla_wds.load.dataset  # noqa: F401
-        import carla_wds.load.stages  # noqa: F401
+        import carla_wds.load.decode.stages  # noqa: F401
 
 
 def child(args: argparse.Namespace) -> None:

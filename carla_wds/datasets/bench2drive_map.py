@@ -1,6 +1,6 @@
 """Bench2Drive's HD map as VAD sees it per frame: the map instances around the ego, in VAD's
 LiDAR frame, clipped to its range and resampled to its fixed number of points, with its class
-labels. The loader's map stage (load/mappack.py) calls `vad_vectors` per sample with the
+labels. The loader's map stage (load/stream/mappack.py) calls `vad_vectors` per sample with the
 town's arrays from a `carla-wds pack-map` pack (already in prepare_B2D.py's right-handed world:
 CARLA's y negated).
 

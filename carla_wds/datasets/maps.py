@@ -1,4 +1,4 @@
-"""Which map recipe serves a dataset's map pack at load time (load/mappack.py asks here, so
+"""Which map recipe serves a dataset's map pack at load time (load/stream/mappack.py asks here, so
 the loader names no dataset): dataset name -> MapRecipe, the dataset room's functions."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 carla-wds's pack-time buckets (pack/buckets.py), defined in that dataset's room.
 
 A room module offers presets with a `MIX_PRESETS` tuple of `MixPreset`s; `presets()` collects
-them from every module of this package, so the loader (load/mix_presets.py, which reads the
+them from every module of this package, so the loader (load/plan/mix_presets.py, which reads the
 packs' manifests and turns a preset into the spec `CARLAWebData(mix=...)` takes) names no
 dataset. A preset's `build` gets one `PackBuckets` per source (duck-typed here: `source`,
 `samples`, `count(where)`, `values(bucket)`) and its options, and returns the mix spec as a

@@ -5,11 +5,11 @@ its public surface, and the only ones `train/` uses.
 """
 from ..remote import RemoteError, RemoteOptions
 from ..tario import ShardError
-from .batch import CARLABatch, CARLASample
+from .decode.batch import CARLABatch, CARLASample
 from .dataset import CARLAWebData
 from .options import Augment, Decode, History, Overlays, Storage, Transport
-from .stages import decode_sample
-from .transform import SampleTransform, sample_rng
+from .decode.stages import decode_sample
+from .decode.transform import SampleTransform, sample_rng
 
 __all__ = ["Augment", "CARLABatch", "CARLASample", "CARLAWebData", "Decode", "History",
            "Overlays", "RemoteError", "RemoteOptions", "SampleTransform", "ShardError", "Storage",

@@ -28,21 +28,23 @@ from ..limits import using as using_limits
 from ..manifest import read_manifest
 from ..remote import RemoteOptions, with_storage
 from ..shardread import ShardRef
-from .batch import CARLABatch, field_layout, with_padding_fields
-from .fields import check_fields
-from .history import history_settings, windowed
-from .plan import EpochPlanner, batches_per_rank
-from . import front, loader_doc, overlay, resume_state, settings
-from . import common_view, mappack
-from .mix import MixPlanner, mix_spec
+from .decode.batch import CARLABatch, field_layout, with_padding_fields
+from .decode.fields import check_fields
+from .stream.history import history_settings, windowed
+from .plan.epoch import EpochPlanner, batches_per_rank
+from . import front, loader_doc, resume_state, settings
+from .stream import overlay
+from .stream import common_view, mappack
+from .plan.mix import MixPlanner, mix_spec
 from .options import Augment, Decode, History, Overlays, Storage, Transport
-from .reshape import Reshape, batches_after
-from .transform import ModelBatch, SampleTransform
-from .workers import Epoch, Workers
+from .plan.reshape import Reshape, batches_after
+from .decode.model_batch import ModelBatch
+from .decode.transform import SampleTransform
+from .transport.workers import Epoch, Workers
 
 log = logging.getLogger(__name__)
 # a state's fields that must equal the loader's (world_size and num_workers may change:
-# load/reshape.py plans the rest of the epoch for the new split)
+# load/plan/reshape.py plans the rest of the epoch for the new split)
 STATE_FIELDS = ("manifest", "mode", "seed", "batch_size", "batches_per_epoch", "history",
                 "history_stride", "mix")
 STATE_DEFAULTS = {"history": 0, "history_stride": 1, "mix": None}   # older states lack them
@@ -80,12 +82,11 @@ class CARLAWebData:
         # still reaches the frames the filter left out (overlay.OverlayJoin._context)
         self._overlay = overlay.windowed(self._overlay, self.history, self.history_stride,
                                          self._chains())
-        step = self._sequence.get("frame_step", 1)
         self._encoded, self._stages = front.stream_stages(
             mode=self.mode, batches_per_epoch=self.batches_per_epoch,
             stratified=self.mode == "train" and self._mixer is not None
             and self._mixer.spec.stratify,
-            history=self.history, every=self.history_stride * step, step=step,
+            history=self.history, sequence=self._sequence,
             join=self._overlay, transform=self.sample_transform, view=self._view,
             maps=self._map_stage(r))
         self._planner = EpochPlanner(self.mode, self.batches_per_epoch)
@@ -165,8 +166,8 @@ class CARLAWebData:
 
     def _read(self, source: str | None, remote: RemoteOptions | None, mix: Any,
               r: front.Request) -> None:
-        """The pack's manifest, or a mix's packs' (load/mix.py): alike samples, or packs of
-        other layouts in their common view (load/common_view.py)."""
+        """The pack's manifest, or a mix's packs' (load/plan/mix.py): alike samples, or packs of
+        other layouts in their common view (load/stream/common_view.py)."""
         if (source is None) == (mix is None):
             raise ValueError("give a source (a pack folder, manifest path or URL) or mix= (a "
                              "mix spec over packs), one of the two")
@@ -180,7 +181,7 @@ class CARLAWebData:
 
     def _set_shards(self, storage: Storage, overlays: Overlays) -> None:
         """Every shard of the pack (of a mix's packs, one after the other); label overlays
-        read in step (load/overlay.py: a filter changes the counts)."""
+        read in step (load/stream/overlay.py: a filter changes the counts)."""
         shard_urls = None if storage.shard_urls is None else list(storage.shard_urls)
         if shard_urls is not None and len(self._manifests) > 1:
             raise ValueError("shard_urls= names one pack's shards; a mix reads its packs' own")
@@ -277,7 +278,7 @@ class CARLAWebData:
                     self.stats["skipped_samples"] += len(batch.errors)
                     yield batch.data
                     continue
-                # an all-padding batch gets the pass's fields as zeros (load/batch.py)
+                # an all-padding batch gets the pass's fields as zeros (load/decode/batch.py)
                 batch = with_padding_fields(batch, self._field_layout)
                 self._field_layout = field_layout(batch) or self._field_layout
                 if self.history:   # B windows of K + 1 frames (views of the flat batch)
@@ -348,7 +349,7 @@ class CARLAWebData:
 
     def _resplit(self, state: dict[str, Any], split: tuple) -> None:
         """The state was saved with other ranks or workers: plan the rest of its epoch for
-        this split (load/reshape.py); the consumed batches are then those of the old one."""
+        this split (load/plan/reshape.py); the consumed batches are then those of the old one."""
         why = ("it was saved inside an epoch already resumed in another split"
                if self._reshape else
                "sampling with replacement (batches_per_epoch)" if self.batches_per_epoch

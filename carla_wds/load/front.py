@@ -16,18 +16,19 @@ from ..limits import Limits
 from ..limits import active as active_limits
 from ..manifest import Manifest
 from ..schema import SampleSpec
-from . import history as windows
-from . import overlay, settings
-from .pipeline import Cut, DecodeBatches, Deliver, Release
-from .served import ReadPlan, ReadShards, Resampled, Shuffle
-from .strata import Stratified
-from .common_view import IntoView
+from .stream import history as windows
+from .stream import overlay
+from . import settings
+from .stream.pipeline import Cut, DecodeBatches, Deliver, Release
+from .stream.served import ReadPlan, ReadShards, Resampled, Shuffle
+from .plan.strata import Stratified
+from .stream.common_view import IntoView
 from .adapters import (ModelAdapter, adapter_options, adapters_for, model_adapter, resolve,
                        resolve_load_adapters)
-from .classes import class_options
-from .fields import FieldOptions, row_fields, stacked_kinds
+from .decode.classes import class_options
+from .decode.fields import FieldOptions, row_fields, stacked_kinds
 from .options import Augment, Decode, History, Overlays, Storage, Transport, fold
-from .transform import SampleTransform, Transform
+from .decode.transform import SampleTransform, Transform
 
 DEFAULT_IMAGE_SIZE = (256, 512)   # for packs whose manifest records no camera size
 SIZE_FIX = "Fix: image_size=(H, W) or image_size='HxW', e.g. (256, 512) or '256x512'"
@@ -182,17 +183,17 @@ def _shape(size: tuple[int, int]) -> str:
 
 
 def stream_stages(*, mode: str, batches_per_epoch: int | None, stratified: bool, history: int,
-                  every: int, step: int, join: overlay.OverlayJoin | None,
+                  sequence: dict[str, Any], join: overlay.OverlayJoin | None,
                   transform: SampleTransform | None, view: Any = None,
                   maps: Any = None) -> tuple[tuple, tuple]:
     """The workers' stages (pipeline.py), built once: (Epoch.encoded: on one stream of
     encoded samples, Epoch.stages: a worker's whole stream). `stratified`: a stratified mix
-    plans the train epochs (strata.py); `every`, `step`: a window's frame numbers between
-    steps and the pack's frame step (history.Windows); `join`: overlays read in step;
-    `view`: a mix of layouts' common view, each sample put into it before decoding; `maps`:
+    plans the train epochs (strata.py); `sequence`: history_settings' record of the packs
+    (each pack's frame numbers between a window's steps and its frame step); `join`:
+    overlays read in step; `view`: a mix of layouts' common view, each sample put into it before decoding; `maps`:
     the map stage (mappack.MapVectors), after decoding."""
     encoded = (ReadShards() if join is None else overlay.ReadJoined(join),
-               *([windows.Windows(history, every, step)] if history else []),
+               *([windows.Windows.of(history, sequence)] if history else []),
                *([Shuffle()] if mode == "train" else []))
     source = Stratified() if stratified else \
         Resampled() if batches_per_epoch is not None else ReadPlan()

@@ -104,7 +104,7 @@ class Overlays:
         packs: the overlay packs' folders, manifests or URLs.
         required: serve only the samples with an entry in every overlay; `len()` stays exact.
         map: a map pack's folder (`carla-wds pack-map`): each frame gets its dataset's map
-            ground truth in `batch.fields` (load/mappack.py, docs/packing.md).
+            ground truth in `batch.fields` (load/stream/mappack.py, docs/packing.md).
     """
     packs: Sequence[str] = ()
     required: bool = False

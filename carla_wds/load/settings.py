@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..manifest import Manifest
 from ..shardcache import check_limit
 from ..shardread import ShardRef, is_remote
-from .plan import batches_per_rank
+from .plan.epoch import batches_per_rank
 
 
 def shard_urls(manifest: Manifest, given: list[str] | None) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ kind is `register_modality(Modality(...), codecs)`, from a file here or from out
 | tracks       | - (npy, (n, T, 4))                      | fields[name] (+ _valid)  | rows    |
 
 Per-camera kinds (depth, semantics, instance) stack one member per camera into (n_cam, ...).
-docs/batch.md is the full table, generated from MODALITIES (load/places.py; a test checks it).
+docs/batch.md is the full table, generated from MODALITIES (load/decode/places.py; a test checks it).
 """
 from __future__ import annotations
 

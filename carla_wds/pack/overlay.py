@@ -3,7 +3,7 @@ OVERLAY_DIR BASE_PACK OUT --kind KIND`.
 
 An overlay pack holds one shard per base shard, with the base shard's keys in the same order:
 sample n of overlay shard s is sample n of base shard s, so the loader reads both with one
-plan and zips them (load/overlay.py). Each sample has one member `<key>.<kind>.json`: the
+plan and zips them (load/stream/overlay.py). Each sample has one member `<key>.<kind>.json`: the
 entry's JSON (UTF-8, as parsed from the kind's file; never pickled), or `null` for a base
 sample without an entry. Which samples have one is recorded per shard as runs in pack order
 (`"entries": [[1, 12], [0, 30], ...]`, as the buckets' runs: pack/buckets.py), so the loader

@@ -55,12 +55,12 @@ class DataConfig:
     cache_limit_bytes: int | None = setting(None, ge=1, doc="bytes the cache_dir may hold, "
                                             "least recently used shards evicted; null: no bound")
     frame_dt: float = setting(0.5, gt=0, doc="seconds between frames (0.5: 2 Hz)")
-    # issue 27: the model sees each sample's K earlier frames of its route (load/history.py)
+    # issue 27: the model sees each sample's K earlier frames of its route (load/stream/history.py)
     history: int = setting(0, ge=0, le=MAX_HISTORY,
                            doc="earlier frames per sample; 0: the frame alone")
     history_stride: int = setting(1, ge=1, le=MAX_HISTORY_STRIDE,
                                   doc="samples between two frames of a window")
-    # issue 29: train on a mix of packs (a YAML mix spec, load/mix.py) instead of data.train
+    # issue 29: train on a mix of packs (a YAML mix spec, load/plan/mix.py) instead of data.train
     mix: str | None = setting(None, nonempty=True, doc="a mix spec YAML; null: data.train")
     # issue 40: validate on a mix (every sample of its packs once), e.g. one val pack per
     # layout of a mix of layouts, served in the train mix's common view (docs/mixing.md)

@@ -194,7 +194,7 @@ class ModelIO:
 
 
 class Past(NamedTuple):
-    """A window's earlier frames, oldest first (CARLAWebData(history=K), load/history.py)."""
+    """A window's earlier frames, oldest first (CARLAWebData(history=K), load/stream/history.py)."""
     images: Tensor   # (B, K, n_cameras, 3, H, W) float, normalised as the current frame's
     speed: Tensor    # (B, K) m/s
     valid: Tensor    # (B, K) bool, the batch's frame_valid: False for padding steps

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from ..load import CARLABatch, CARLAWebData
-from ..load.fields import check_fields
-from ..load.stages import decode_batches, group
+from ..load.decode.fields import check_fields
+from ..load.decode.stages import decode_batches, group
 from ..modalities.boxes import BOX_CLASSES
 from ..train.frames import canonical, label_frames, to_right_forward
 from .draw import camera_jpeg, corners

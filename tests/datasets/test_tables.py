@@ -1,6 +1,6 @@
 """The dataset table (carla_wds.datasets) holds the numbers that were spread over the package
 before issue 25 - train/frames.py _FRAMES/_ALIASES, train/control.py TCP_CONTROLLER,
-lidar.py PRESETS, boxes.py parsers, calib.py B2D_*, load/fields.py TCP_BRAKE_* - the same
+lidar.py PRESETS, boxes.py parsers, calib.py B2D_*, load/decode/fields.py TCP_BRAKE_* - the same
 values (copied here from commit e906302), and its codecs write the bytes they always wrote."""
 from __future__ import annotations
 

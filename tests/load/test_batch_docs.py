@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from carla_wds.load.batch import CARLABatch, CARLASample
+from carla_wds.load.decode.batch import CARLABatch, CARLASample
 from carla_wds.schema import COMMAND_NAMES
 
 

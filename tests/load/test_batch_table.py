@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from carla_wds.load import CARLAWebData
-from carla_wds.load.places import attributes_of, render
+from carla_wds.load.decode.places import attributes_of, render
 from carla_wds.modalities import MODALITIES, Modality
 from tests.load.test_b2d_loader import b2d  # noqa: F401 (fixture: every Bench2Drive sensor)
 # fixtures (bev, twins):
@@ -23,7 +23,7 @@ PACKS = ("b2d", "packed_garage")
 def test_docs_batch_md_is_the_tables_rendering():
     assert DOC.read_text() == render(), (
         "docs/batch.md differs from the modality table; regenerate it: .venv/bin/python -c "
-        "\"from carla_wds.load.places import render; open('docs/batch.md', 'w')"
+        "\"from carla_wds.load.decode.places import render; open('docs/batch.md', 'w')"
         ".write(render())\"")
 
 

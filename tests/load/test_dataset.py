@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from carla_wds import CARLABatch, CARLAWebData
-from carla_wds.load import stages
+from carla_wds.load.decode import stages
 from carla_wds.pack.packer import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 
@@ -172,7 +172,7 @@ def test_augmentation_deterministic_and_changes_pixels(shards):
 
 
 def test_shared_vs_per_camera_augmentation():
-    from carla_wds.load.augment import augment_cameras
+    from carla_wds.load.decode.augment import augment_cameras
     img = np.random.default_rng(0).integers(0, 255, (32, 48, 3), dtype=np.uint8)
     kw = dict(seed=0, epoch=0, key="k", iteration=10**9)
     shared = augment_cameras([img, img.copy()], per_camera=False, **kw)

@@ -1,4 +1,4 @@
-"""The dict ring (load/dictring.py): a sample_transform's batches cross from the workers in
+"""The dict ring (load/transport/dictring.py): a sample_transform's batches cross from the workers in
 reused shared-memory slots, and are default_collate's batches value for value."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from carla_wds.load import CARLAWebData
-from carla_wds.load.dictring import DictRing, SlotBatch
-from carla_wds.load.transform import ModelBatch
+from carla_wds.load.transport.dictring import DictRing, SlotBatch
+from carla_wds.load.decode.model_batch import ModelBatch
 
 from ..helpers import make_pack
 
@@ -165,7 +165,7 @@ def test_pinned_batches_free_their_slot_at_once():
 def test_pinning_reaches_every_container_collate_makes(monkeypatch):
     """A pinned batch frees its slot at once, so no tensor of it may stay a view of the slot:
     namedtuples and tuples too (pinning stubbed as a copy here: no CUDA)."""
-    from carla_wds.load import transform
+    from carla_wds.load.decode import model_batch
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
     ring = DictRing(1, 2, None)
     data = ring.take(ring.item(ModelBatch(ring.collate(rows_for(0)))), pin_memory=True)
@@ -184,7 +184,7 @@ def test_pinning_reaches_every_container_collate_makes(monkeypatch):
     assert isinstance(data["pair"], Pair)
     assert all(not lo <= t.data_ptr() < hi for t in leaves(data))
     assert_same(data, default_collate(rows_for(0)))
-    assert transform._pinned(Pair(torch.ones(1), (torch.zeros(1),))).b[0].shape == (1,)
+    assert model_batch.pinned(Pair(torch.ones(1), (torch.zeros(1),))).b[0].shape == (1,)
 
 
 def test_autograd_tensors_without_workers_are_default_collates():

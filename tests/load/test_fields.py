@@ -8,7 +8,7 @@ import torch
 
 from carla_wds.codecs import RecordCodec, register
 from carla_wds.load import CARLAWebData
-from carla_wds.load.fields import collate_fields
+from carla_wds.load.decode.fields import collate_fields
 # fixtures:
 from tests.pack.datasets.routes.test_layout_garage import packed_garage, raw_garage  # noqa: F401
 from tests.pack.datasets.routes.test_layout_tcp_roach import packed_roach, raw_roach  # noqa: F401
@@ -76,7 +76,7 @@ def test_a_rows_field_has_its_len_in_every_batch_whatever_its_name():
     layout's `lidar_top`, gets its <name>_len in every batch, equal lengths or not (it used
     to depend on the field being called `lidar`)."""
     from carla_wds.extras import Extra
-    from carla_wds.load.fields import collate_fields, row_fields
+    from carla_wds.load.decode.fields import collate_fields, row_fields
     from carla_wds.schema import SampleSpec
     spec = SampleSpec(cameras=("front",), pred_len=4, extras=(
         Extra("lidar_top", "lidar_top.npy", "points", "lidar", "float32", (None, 4)),

@@ -1,7 +1,7 @@
 """History windows (issue 27) on real shards: CARLAWebData(history=K, history_stride=S).
 
 The expected windows are written here from the definition (the frames f - j*S*step of the
-same route, oldest first, cut at the first one missing), not from load/history.py.
+same route, oldest first, cut at the first one missing), not from load/stream/history.py.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from carla_wds import CARLAWebData
-from carla_wds.load.augment import augment_cameras, ramp
-from carla_wds.load.history import to_current
+from carla_wds.load.decode.augment import augment_cameras, ramp
+from carla_wds.load.stream.history import to_current
 
 from ..helpers import SIZE, all_keys, make_pack
 

@@ -4,7 +4,7 @@ over.
 
 The expected windows come from the synthetic writers' own clocks (Bench2Drive's 10 Hz source
 frames, DT = 0.1 s, kept every 5th; garage's 4 Hz, DT = 0.25 s) and the frames the pack holds
-(read with tarfile), not from load/history.py: step j of the window of frame f is frame
+(read with tarfile), not from load/stream/history.py: step j of the window of frame f is frame
 f - j * delta, where delta = seconds / DT, and it is padding when any keyframe between it and
 f (every `keyframe` frame numbers) is not in the pack.
 """

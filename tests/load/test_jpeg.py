@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
-from carla_wds.load.jpeg import decode_reduced, reduction
+from carla_wds.load.decode.jpeg import decode_reduced, reduction
 
 
 @pytest.mark.parametrize(("src", "out", "factor"), [

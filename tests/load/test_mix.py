@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from carla_wds import CARLAWebData
-from carla_wds.load.mix import MixError, MixPlanner, mix_spec
+from carla_wds.load.plan.mix import MixError, MixPlanner, mix_spec
 
 from ..helpers import SIZE, all_keys, make_pack
 

@@ -1,5 +1,5 @@
 """Mixing packs of different layouts (issue 40): a tcp + garage + bench2drive mix is served in
-one common view (load/common_view.py, docs/mixing.md): the selected cameras under one name at
+one common view (load/stream/common_view.py, docs/mixing.md): the selected cameras under one name at
 one image_size; speed, command, target point and waypoints in one ego frame, right-handed,
 x forward, y left; the waypoints resampled to one rate and cut to one pred_len.
 
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from carla_wds.load import CARLAWebData, Decode
-from carla_wds.load.mix import MixError
+from carla_wds.load.plan.mix import MixError
 from tests.conftest import run_pack
 from tests.helpers import all_keys, shared_raw
 
@@ -224,3 +224,55 @@ def test_resumed_in_another_split_serves_the_rest_of_the_draw(packs):
     keys = [k for name in ("tcp", "garage", "bench2drive") for k in all_keys(Path(packs[name]))]
     plan = Counter(keys[int(p)] for p in again._mixer.epoch_samples(4, 1, 3))
     assert not (served + rest) - plan and sum(rest.values()) >= len(batches) * 3 - 3
+
+
+def _pack_of(packs) -> dict[str, str]:
+    return {k: name for name in packs for k in all_keys(Path(packs[name]))}
+
+
+def test_history_over_packs_of_other_rates_spans_one_time_in_each(packs):
+    """history x a mix of 2 and 4 Hz packs and a 10 Hz-keyed one with history_stride='0.5s':
+    each pack steps by its own samples (tcp 1, garage 2, bench2drive 5), so every window's
+    steps are 0.5 s apart in every pack; eval serves each sample once, over 2 ranks x 2
+    workers, each as its window's own frame."""
+    pack_of, seen = _pack_of(packs), Counter()
+    for rank in range(2):
+        data = CARLAWebData(mix=spec(packs), image_size=S, cameras=["front"], batch_size=3,
+                            mode="eval", rank=rank, world_size=2, num_workers=2,
+                            history=2, history_stride="0.5s")
+        for b in data:
+            assert b.frame_valid.shape == (3, 3)
+            for i, frames in enumerate(b.frame_keys):
+                if not b.valid[i]:
+                    continue
+                seen[b.keys[i]] += 1
+                name = pack_of[b.keys[i]]
+                gap = {"tcp": 1, "garage": 2, "bench2drive": 5}[name]
+                numbers = [int(k.rsplit("_", 1)[-1]) for k, ok in
+                           zip(frames, b.frame_valid[i]) if ok]
+                assert all(pack_of[k] == name for k in frames if k)
+                assert numbers and numbers[-1] == int(b.keys[i].rsplit("_", 1)[-1])
+                assert all(y - x == gap for x, y in zip(numbers, numbers[1:])), (name, frames)
+    assert set(seen) == set(pack_of) and set(seen.values()) == {1}
+
+
+def test_history_over_packs_of_other_rates_resumes_identically(packs):
+    make = lambda: CARLAWebData(mix=spec(packs), image_size=S, cameras=["front"],  # noqa: E731
+                                batch_size=3, seed=4, num_workers=2, history=1,
+                                history_stride="0.5s")
+    whole, head, rest = resumed_epoch(make, head=2)
+    assert [b.frame_keys for b in head + rest] == [b.frame_keys for b in whole]
+    for a, b in zip(head + rest, whole):
+        assert torch.equal(a.images, b.images)
+
+
+def test_a_stride_in_samples_over_packs_of_other_rates_is_refused(packs):
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(mix=spec(packs), image_size=S, cameras=["front"], batch_size=3,
+                     history=2, history_stride=1)
+    msg = _one_line(exc)
+    assert "history_stride=1" in msg and "'0.5s'" in msg
+    # 0.25 s is no whole number of tcp's 0.5 s samples: refused, naming the pack
+    with pytest.raises(ValueError, match=r"0.25s.*tcp|choose a whole multiple of 0.5 s"):
+        CARLAWebData(mix=spec(packs), image_size=S, cameras=["front"], batch_size=3,
+                     history=2, history_stride="0.25s")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from carla_wds import CARLAWebData
-from carla_wds.load.mix import MAX_EPOCH_SAMPLES, MixError, MixPlanner, mix_spec
+from carla_wds.load.plan.mix import MAX_EPOCH_SAMPLES, MixError, MixPlanner, mix_spec
 from carla_wds.manifest import read_manifest
 from carla_wds.manifest_schema import ManifestError
 from carla_wds.pack.audit import verify

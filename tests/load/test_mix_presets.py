@@ -1,5 +1,5 @@
 """Named mix presets (issue 41): LEAD's and SimLingo's bucket sampling as mix specs over
-pack-time buckets (carla_wds/datasets/*_mix.py, load/mix_presets.py), each built on a real
+pack-time buckets (carla_wds/datasets/*_mix.py, load/plan/mix_presets.py), each built on a real
 bucketed pack and iterated for an epoch; their numbers are read here from a hand copy of
 their configs (tests/fixtures/mix_presets/theirs.yaml, citations inside), not from ours."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from carla_wds import CARLAWebData
-from carla_wds.load.mix import MixError
-from carla_wds.load.mix_presets import get_preset, mix_preset, preset_names
+from carla_wds.load.plan.mix import MixError
+from carla_wds.load.plan.mix_presets import get_preset, mix_preset, preset_names
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 

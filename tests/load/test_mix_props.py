@@ -1,4 +1,4 @@
-"""Properties of the mix plan over many seeded random specs (issue 29; load/mix.py): shares,
+"""Properties of the mix plan over many seeded random specs (issue 29; load/plan/mix.py): shares,
 repeat, count, filters, determinism across processes, and resume at every batch."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from carla_wds import CARLAWebData
-from carla_wds.load.mix import MixPlanner, mix_spec
+from carla_wds.load.plan.mix import MixPlanner, mix_spec
 
 from ..helpers import SIZE
 
@@ -97,7 +97,7 @@ PLAN_SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 sys.path.insert(0, {root!r})
-from carla_wds.load.mix import MixPlanner, mix_spec
+from carla_wds.load.plan.mix import MixPlanner, mix_spec
 from tests.load.test_mix_props import random_spec, shard_docs
 out = []
 for case in range(10):

@@ -1,5 +1,5 @@
 """A mix with stratified batches, with history windows, and resumed in another split
-(issue 29; load/strata.py, load/mix.py, load/reshape.py)."""
+(issue 29; load/plan/strata.py, load/plan/mix.py, load/plan/reshape.py)."""
 from __future__ import annotations
 
 import itertools
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from carla_wds import CARLAWebData
-from carla_wds.load.strata import rank_quotas
+from carla_wds.load.plan.strata import rank_quotas
 
 from ..helpers import SIZE, all_keys
 from .test_history import expected_window, route_frames

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from carla_wds.load.mix import MixError, MixPlanner, mix_spec
+from carla_wds.load.plan.mix import MixError, MixPlanner, mix_spec
 
 
 def _plan(pack, where: dict) -> MixPlanner:

@@ -1,4 +1,4 @@
-"""pin_memory=True (load/pinning.py, issue 44), on real shards and real worker processes.
+"""pin_memory=True (load/transport/pinning.py, issue 44), on real shards and real worker processes.
 
 - Without CUDA it warns once, as torch's DataLoader does, and the batches load unpinned: the
   plain loader and adapter="tcp", at 0 and 2 workers (they raised "no NVIDIA driver" before).
@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from carla_wds.load import CARLAWebData, dictring, pinning, rings
+from carla_wds.load import CARLAWebData
+from carla_wds.load.transport import dictring, pinning, rings
 
 from ..helpers import SIZE, make_pack
 

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from carla_wds.load import plan, stages
+from carla_wds.load.plan import epoch as plan
+from carla_wds.load.decode import stages
 
 COUNTS = [7, 7, 3, 7, 1, 7, 5]   # uneven shards, like a real pack's tail shards
 

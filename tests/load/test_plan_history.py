@@ -1,7 +1,7 @@
 """plan.py with history windows: chains keep linked shards together; context reads."""
 from __future__ import annotations
 
-from carla_wds.load.plan import WorkerPlan, context_before, plan_worker, previous_shards, shard_order
+from carla_wds.load.plan.epoch import WorkerPlan, context_before, plan_worker, previous_shards, shard_order
 
 
 def test_chains_are_permuted_whole_and_in_pack_order():

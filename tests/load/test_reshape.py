@@ -1,4 +1,4 @@
-"""Resume after the number of ranks or workers changed (issue 29; load/reshape.py)."""
+"""Resume after the number of ranks or workers changed (issue 29; load/plan/reshape.py)."""
 from __future__ import annotations
 
 import itertools

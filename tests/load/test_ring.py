@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from carla_wds.load.batch import BatchBuffer
-from carla_wds.load.ring import BatchRing, RingItem
+from carla_wds.load.decode.batch import BatchBuffer
+from carla_wds.load.transport.ring import BatchRing, RingItem
 
 SHAPE = (2, 1, 4, 6, 3)   # batch, cameras, H, W, channels
 

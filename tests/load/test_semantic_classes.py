@@ -125,7 +125,7 @@ def test_an_id_past_the_table_is_refused_naming_the_sample(packs, tmp_path):
 def test_the_class_lookup_is_the_table_indexed_by_the_ids(shape):
     """classes.lookup (cv2.LUT for uint8 ids) equals numpy's table[ids] on every id value, for
     2-D, 3-D, 1-D, empty and strided ids, and wider id types."""
-    from carla_wds.load.classes import lookup
+    from carla_wds.load.decode.classes import lookup
     rng = np.random.default_rng(len(shape))
     table = rng.integers(0, 256, 256, dtype=np.uint8)
     ids = rng.integers(0, 256, shape, dtype=np.uint8)

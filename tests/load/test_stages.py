@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from carla_wds.load import shardio, stages
-from carla_wds.load.batch import collate, empty_sample
-from carla_wds.load.ring import BatchRing, RingItem
+from carla_wds.load.stream import shardio
+from carla_wds.load.decode import stages
+from carla_wds.load.decode.batch import collate, empty_sample
+from carla_wds.load.transport.ring import BatchRing, RingItem
 from carla_wds.schema import SampleSpec, SchemaError, encode_sample
 from carla_wds.shardread import MappedShard
 from carla_wds.tario import tar_members

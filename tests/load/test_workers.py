@@ -1,4 +1,4 @@
-"""load/workers.py: a DataLoader worker that hangs inside fork (CPython 3.11, gh-112275:
+"""load/transport/workers.py: a DataLoader worker that hangs inside fork (CPython 3.11, gh-112275:
 the child inherits the interpreter's thread-state lock held by another thread, and gloo's
 threads take it under DDP) is killed and the pass's workers forked again, in a real child
 process whose first forked worker really hangs; the pass still delivers every sample once."""

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from carla_wds.codecs import SchemaError, codec_named
-from carla_wds.load.fields import _image_like
+from carla_wds.load.decode.fields import _image_like
 
 CARLA24 = 2 ** 24 - 1
 RNG = np.random.default_rng(14)

@@ -1,6 +1,6 @@
 """The modality table (carla_wds.modalities): a kind registered from outside the package is in
 every lookup and its codec works; the table gives the lookups the packer and the loader kept
-as their own tables before issue 25 (pack/layout_spec.py _KINDS, load/fields.py PER_CAMERA,
+as their own tables before issue 25 (pack/layout_spec.py _KINDS, load/decode/fields.py PER_CAMERA,
 ROWS and BATCH_FIELDS, extras.MODALITIES), row for row."""
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_the_table_gives_the_lookups_pack_and_load_kept_before():
     kinds = codec_kinds()
     assert {k: kinds[k] for k in OLD_KINDS} == OLD_KINDS
     assert all(codec_kind(k) == row for k, row in OLD_KINDS.items())
-    # load/fields.py PER_CAMERA, ROWS, BATCH_FIELDS; extras.MODALITIES (e906302)
+    # load/decode/fields.py PER_CAMERA, ROWS, BATCH_FIELDS; extras.MODALITIES (e906302)
     assert per_camera() == {"depth": "depth", "semantic": "semantics", "instance": "instance"}
     assert row_kinds() == ("lidar", "boxes", "radar", "tracks")   # tracks: issue 27
     assert set(batch_attributes()) | {"camera_set"} == {

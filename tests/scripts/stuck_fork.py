@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from carla_wds import CARLAWebData
-from carla_wds.load.workers import Workers
+from carla_wds.load.transport.workers import Workers
 
 shards, out, mark = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 

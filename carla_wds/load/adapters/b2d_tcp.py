@@ -19,7 +19,7 @@ Each key, in their order (B = batch size, F = the expert feature's length):
   file's value as their numpy float32 scalar; target_command int64 (B, 6): the one-hot of
   next_command - 1 (VOID as LANEFOLLOW).
 With augment=True (train mode): their colour augmentation, TCP/augment.py `hard` (TCP's, the
-same formulas: load/augment.py), on the stitched uint8 256x900 image before the normalisation,
+same formulas: load/decode/augment.py), on the stitched uint8 256x900 image before the normalisation,
 as their `augmenter(...).augment_image(front_img)`; the loader's own augmenter stays off
 (own_augment). Seeded from the sample's generator. Its strength ramp follows the trainer's
 global step as the loader's own augmenter does (theirs counts each worker copy's reads).
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ...manifest import Manifest
-from ..augment import hard
+from ..decode.augment import hard
 from .model import ModelAdapter
 from .tcp import tcp_image
 

@@ -2,7 +2,7 @@
 `DataLoader(CARLA_Data)` gives after torch's default collate, so its training code runs
 unchanged on carla-wds shards.
 
-A ModelAdapter is a sample_transform (load/transform.py) plus what it implies: the layout and
+A ModelAdapter is a sample_transform (load/decode/transform.py) plus what it implies: the layout and
 record fields it needs from the shards (checked against the manifest: a missing one is one line
 naming it and the pack command that makes fitting shards), and the loader settings its codebase
 uses (cameras, image size, fields, LiDAR histogram, load adapters), which the name alone sets;
@@ -20,7 +20,7 @@ import numpy as np
 
 from ...manifest import Manifest
 
-# the keys load/transform.py adds to every transformed batch (its ADDED_KEYS; not imported:
+# the keys load/decode/transform.py adds to every transformed batch (its ADDED_KEYS; not imported:
 # transform -> batch -> fields -> adapters would be a circle)
 ADDED_KEYS = ("valid", "key")
 

@@ -88,7 +88,7 @@ def tcp_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dict
     pred_len arrays for future_*; the one-hot command as an int64 tensor. The waypoints and
     target point are the pack's (TCP's frame, its formulas; stored float32). target_point is
     target_point_aim in their code (data.py sets it twice, the second time to the aim point).
-    Their colour augmentation runs before this, on uint8, with augment=True (load/augment.py).
+    Their colour augmentation runs before this, on uint8, with augment=True (load/decode/augment.py).
     Their brake override is the load adapter above (on_record)."""
     m, n = s["measurements"], adapter.pred_len
     aim = np.asarray(s["target_point"], np.float64)

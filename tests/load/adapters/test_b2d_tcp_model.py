@@ -23,8 +23,8 @@ import torch
 from carla_wds.load import CARLAWebData
 from carla_wds.load.adapters.b2d_tcp import CAMERA_HW, CAMERAS, stitch
 from carla_wds.load.adapters.tcp import tcp_image
-from carla_wds.load.augment import hard
-from carla_wds.load.transform import sample_rng
+from carla_wds.load.decode.augment import hard
+from carla_wds.load.decode.transform import sample_rng
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
@@ -165,7 +165,7 @@ def _images(shards: Path, global_step: int = 0, **kw) -> dict[str, torch.Tensor]
 
 
 def test_colour_augmentation_only_with_augment(small):
-    """augment=True: the port's `hard` augmenter (TCP/augment.py, load/augment.py at the ramp's
+    """augment=True: the port's `hard` augmenter (TCP/augment.py, load/decode/augment.py at the ramp's
     start) on the stitched uint8 256x900 image, as their loader runs it, seeded from the
     sample's generator (seed, epoch, key): recomputed here from the plain cameras; the loader's
     own per-camera augmenter stays off. augment=False: the plain stitch."""
@@ -223,7 +223,7 @@ def test_the_augmentation_ramp_follows_the_global_step(small):
     one rank: 32e6 images seen, iteration 1e6) every sample is augmented at that strength, as
     recomputed here; the ramp's position comes from the trainer's step like the loader's own
     augmenter (theirs counts each worker copy's reads)."""
-    from carla_wds.load.augment import image_iteration
+    from carla_wds.load.decode.augment import image_iteration
     step = 16_000_000
     plain, aug = _images(small), _images(small, global_step=step, augment=True)
     assert all(not torch.equal(plain[k], aug[k]) for k in plain)   # frequency 1 by then

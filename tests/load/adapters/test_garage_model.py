@@ -236,7 +236,7 @@ def test_augment_is_theirs_the_loaders_stays_off_and_the_twin_is_on(shards):
     the sample's generator (so the loader's own colour augmenter did not run first), the same
     in every run; and the camera twin is on at their augment_percentage (labels move on about
     half the samples, never on all or none of 10)."""
-    from carla_wds.load.transform import sample_rng
+    from carla_wds.load.decode.transform import sample_rng
 
     def run(augment: bool) -> dict[str, dict]:
         out = {}

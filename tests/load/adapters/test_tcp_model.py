@@ -108,7 +108,7 @@ def _images(shards: Path, **kw) -> dict[str, torch.Tensor]:
 
 
 def test_tcp_colour_augmentation_only_with_augment(shards):
-    """augment=True: TCP's `hard` augmenter (load/augment.py) on the uint8 image before their
+    """augment=True: TCP's `hard` augmenter (load/decode/augment.py) on the uint8 image before their
     normalisation, seeded per (seed, epoch, key); augment=False: their img_aug=False pixels."""
     plain, aug = _images(shards), _images(shards, augment=True)
     assert aug.keys() == plain.keys()

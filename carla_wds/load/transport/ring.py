@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .batch import CARLABatch, shared_block
+from ..decode.batch import CARLABatch, shared_block
 
 
 @dataclass

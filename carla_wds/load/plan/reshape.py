@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ..rng import derive_seed, numpy_rng
-from .plan import (Segment, WorkerPlan, batches_per_rank, consumed_batches, context_before,
+from ...rng import derive_seed, numpy_rng
+from .epoch import (Segment, WorkerPlan, batches_per_rank, consumed_batches, context_before,
                    plan_worker, previous_shards, shard_order, worker_batches)
-from .stages import shuffle, take
+from ..decode.stages import shuffle, take
 from .strata import plan_strata
 
 Chains = list[list[int]] | None

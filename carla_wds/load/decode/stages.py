@@ -12,10 +12,10 @@ from typing import Any, Callable, Iterable, Iterator
 import cv2
 import numpy as np
 
-from .. import limits
-from ..codecs import ImageCodec, ImageHeaderError, codec_named
-from ..rng import draw_key
-from ..schema import SampleSpec, SchemaError, check_members, check_recorded_sizes
+from ... import limits
+from ...codecs import ImageCodec, ImageHeaderError, codec_named
+from ...rng import draw_key
+from ...schema import SampleSpec, SchemaError, check_members, check_recorded_sizes
 from .augment import augment_cameras
 from .batch import Alloc, BatchBuffer, CARLABatch, CARLASample, private_block
 from .fields import FieldOptions, sample_fields
@@ -74,7 +74,7 @@ def decode_image(data: bytes, image_size: tuple[int, int], fmt: str | ImageCodec
     `fmt`: the member's image codec, or its registered name. With `out` (a contiguous
     (H, W, 3) uint8 slot), the resize writes straight into it. The header's size must be
     `packed` (the manifest's record) before a decoder allocates memory. `reduced`: a JPEG is
-    decoded at a reduced DCT scale when image_size allows (load/jpeg.py), then resized.
+    decoded at a reduced DCT scale when image_size allows (load/decode/jpeg.py), then resized.
     """
     codec = codec_named(fmt) if isinstance(fmt, str) else fmt
     try:

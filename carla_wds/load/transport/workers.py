@@ -30,20 +30,19 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .. import limits
-from ..limits import DEFAULT as DEFAULT_LIMITS
-from ..limits import Limits
-from ..remote import RemoteOptions
-from ..rng import derive_seed
-from ..schema import SampleSpec
-from ..shardread import ShardRef
+from ... import limits
+from ...limits import DEFAULT as DEFAULT_LIMITS
+from ...limits import Limits
+from ...remote import RemoteOptions
+from ...rng import derive_seed
+from ...schema import SampleSpec
+from ...shardread import ShardRef
 from . import pinning, rings
-from .batch import CARLABatch
-from .fields import FieldOptions
-from .pipeline import At, fold
+from ..decode.batch import CARLABatch
+from ..decode.fields import FieldOptions
+from ..stream.pipeline import At, fold
 from .ring import RingItem
 from .rings import Ring
-from .transform import SampleTransform
 
 Context = multiprocessing.context.BaseContext
 log = logging.getLogger(__name__)
@@ -77,7 +76,9 @@ class Epoch:
     cache_limit_bytes: int | None = None   # the cache_dir's bound (shardcache.py)
     limits: Limits = DEFAULT_LIMITS        # what one member may make a decoder allocate
     ring: Ring | None = None   # lent by Workers for one pass (or kept workers' own): rings.py
-    sample_transform: SampleTransform | None = None   # batches become dicts (transform.py)
+    # the sample_transform (decode/transform.py): batches become dicts (typed Any here, so
+    # that transport does not import the transform feature)
+    sample_transform: Any = None
     transform_augment: bool = False   # sample["augment"]: the caller's augment=True
     # history windows (history.py): K earlier frames, every `history_stride` samples of a
     # route; `chains`: the shards a route links

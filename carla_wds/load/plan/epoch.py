@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..rng import derive_seed, numpy_rng
+from ...rng import derive_seed, numpy_rng
 
 Segment = tuple[int, int, int]   # (shard index, first sample, stop sample) within that shard
 Read = tuple[int, int, int, int]   # (shard, first sample read, first sample served, stop)

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..rng import derive_seed, numpy_rng
-from . import shardio, stages
+from ...rng import derive_seed, numpy_rng
+from . import shardio
+from ..decode import stages
 from .pipeline import At, fold
-from .plan import Read, resampled_reads
+from ..plan.epoch import Read, resampled_reads
 
 
 @dataclass(frozen=True)

@@ -291,14 +291,14 @@ class BatchBuffer:
                           errors=self.errors, **self._fields())
 
     def _fields(self) -> dict:
-        """The selected extra fields, batched (load/fields.py), as CARLABatch keywords."""
+        """The selected extra fields, batched (load/decode/fields.py), as CARLABatch keywords."""
         real = next((f for f in self.fields if f is not None), None)
         if real is None:
             return {}
         from .fields import collate_fields
         batched = {k: _tensors(v) for k, v in collate_fields(
             self.fields, tuple(real), self.row_fields, self.stack).items()}
-        # by the modality table (load/places.py): an attribute of that name, else `fields`
+        # by the modality table (load/decode/places.py): an attribute of that name, else `fields`
         attrs = set(attribute_names()) & _ATTRIBUTES
         named = {k: batched.pop(k) for k in list(batched) if k in attrs}
         if "measurements" in named and "route" in named["measurements"]:

@@ -9,10 +9,10 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from ..cachecheck import DiskFullError
-from ..remote import RemoteError, RemoteOptions
-from ..shardread import ShardRef, open_shard, samples_of
-from ..tario import ShardError
+from ...cachecheck import DiskFullError
+from ...remote import RemoteError, RemoteOptions
+from ...shardread import ShardRef, open_shard, samples_of
+from ...tario import ShardError
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]

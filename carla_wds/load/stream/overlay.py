@@ -13,7 +13,7 @@ overlay manifests' runs say which those are, so the plan is made over their coun
 len()), and a read of kept samples i..j of a shard reads its samples from the i-th kept
 one's position to the j-th's, leaving out the others before they are decoded.
 
-With history windows (`history=K`, load/history.py) a read also reads the samples its windows
+With history windows (`history=K`, load/stream/history.py) a read also reads the samples its windows
 reach back to, marked as context as shardio.read_with_context marks them, and a batch row gets
 the entries of its window's own (last) frame: `batch.fields[<kind>]` holds B entries, one per
 window. With the filter too, it decides on that frame: the plan counts kept samples, and each
@@ -35,17 +35,17 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..codecs import json_loads
-from ..manifest import Manifest, manifest_location, shard_url
-from ..manifest_schema import MAX_MANIFEST_BYTES
-from ..objstore import is_objstore, read_object
-from ..remote import RemoteOptions, is_http, read_url
-from ..schema import SchemaError
-from ..shardread import ShardRef
-from ..tario import ShardError
+from ...codecs import json_loads
+from ...manifest import Manifest, manifest_location, shard_url
+from ...manifest_schema import MAX_MANIFEST_BYTES
+from ...objstore import is_objstore, read_object
+from ...remote import RemoteOptions, is_http, read_url
+from ...schema import SchemaError
+from ...shardread import ShardRef
+from ...tario import ShardError
 from . import overlay_mix, shardio
-from .fields import selectable
-from .plan import context_before, previous_shards
+from ..decode.fields import selectable
+from ..plan.epoch import context_before, previous_shards
 
 OVERLAY_FORMAT = "carla-wds-overlay"   # pack/overlay.py writes it (the wings do not import)
 _FIELD = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -146,7 +146,7 @@ class OverlayJoin:
     base: tuple[ShardRef, ...]       # the base shards with their own sample counts
     keep: tuple[np.ndarray, ...] | None   # overlay_required: per shard, the kept positions
     # frames a sample is decoded as: a history window's K + 1, of which the last is the
-    # sample's own and the one whose entries its batch row gets (load/history.py)
+    # sample's own and the one whose entries its batch row gets (load/stream/history.py)
     steps: int = 1
     # samples a window reaches back (history * history_stride) and, per shard, the shard
     # whose route it continues (plan.previous_shards): with a filter, each read's windows

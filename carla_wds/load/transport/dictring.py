@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import default_collate, get_worker_info
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
-from .transform import ModelBatch, _pinned
+from ..decode.model_batch import ModelBatch, pinned
 
 log = logging.getLogger(__name__)
 SLOT_BYTES = 512 << 20   # a slot's capacity; a larger batch takes torch's way (counted)
@@ -164,7 +164,7 @@ class DictRing:
                              offset=item.slot * self.slot_bytes)
         data = _rebuild(item.parts, view)
         if pin_memory:   # pinned copies are the batch's own: the slot is free at once
-            data = _pinned(data)
+            data = pinned(data)
             self.busy[item.slot] = 0
             return data
         # every view keeps `view` (numpy's base): when the last is gone, the slot is free

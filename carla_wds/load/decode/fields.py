@@ -14,16 +14,16 @@ from typing import Any, Callable
 import cv2
 import numpy as np
 
-from ..datasets import lidar_preset
-from ..extras import Extra
-from ..modalities.calibration import resized_intrinsic
-from ..modalities.lidar_bev import histogram_features
-from ..modalities.measurements import MEASUREMENTS, record_values
-from ..modalities.pose import repack_hint
-from ..schema import SampleSpec, SchemaError, decode_labels, decode_member
-from ..suggest import did_you_mean
-from ..modalities import MODALITIES, Modality, modality, per_camera, row_kinds
-from .adapters import Draw, LoadAdapter, SampleState
+from ...datasets import lidar_preset
+from ...extras import Extra
+from ...modalities.calibration import resized_intrinsic
+from ...modalities.lidar_bev import histogram_features
+from ...modalities.measurements import MEASUREMENTS, record_values
+from ...modalities.pose import repack_hint
+from ...schema import SampleSpec, SchemaError, decode_labels, decode_member
+from ...suggest import did_you_mean
+from ...modalities import MODALITIES, Modality, modality, per_camera, row_kinds
+from ..adapters import Draw, LoadAdapter, SampleState
 from .classes import raw_names, served
 
 # A selectable name that is a value of the measurements record, not a member of its own (a
@@ -44,7 +44,7 @@ class FieldOptions:
     seed: int = 0
     epoch: int = 0
     train: bool = True
-    # JPEG cameras decoded at libjpeg's reduced DCT scale where the output allows (load/jpeg.py)
+    # JPEG cameras decoded at libjpeg's reduced DCT scale where the output allows (load/decode/jpeg.py)
     exact_resize: bool = False
     # batch.intrinsics and batch.cam2ego from the record, intrinsics scaled to the output size;
     # rig: the pack's cameras, in the record's order
@@ -55,7 +55,7 @@ class FieldOptions:
     # each extra image member's (H, W) as the pack recorded it: headers are held to it before
     # anything decodes (a 20000x20000 depth PNG is refused, not allocated)
     extra_sizes: tuple[tuple[str, tuple[int, int]], ...] = ()
-    # fields with a class table (load/classes.py) whose saved ids are served as <name>_raw,
+    # fields with a class table (load/decode/classes.py) whose saved ids are served as <name>_raw,
     # and those selected only that way
     raw_ids: tuple[str, ...] = ()
     raw_only: tuple[str, ...] = ()
@@ -210,7 +210,7 @@ def decode_fields(raw: dict[str, Any], spec: SampleSpec, image_size: tuple[int, 
         elif hasattr(kind, "serve"):   # a kind that serves its member as named fields (pose)
             out.update(kind.serve(value, e, where))
             continue
-        if e.classes:   # the project's classes and/or the saved ids (load/classes.py)
+        if e.classes:   # the project's classes and/or the saved ids (load/decode/classes.py)
             out.update(served(e, value, opts.raw_ids, opts.raw_only, where))
             continue
         out[e.name] = value

@@ -25,8 +25,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from .plan import WorkerPlan, consumed_batches, worker_batches
-from .served import served
+from .epoch import WorkerPlan, consumed_batches, worker_batches
+from ..stream.served import served
 
 
 def rank_quotas(quotas: list[int], world_size: int, batch_size: int) -> np.ndarray:

@@ -14,8 +14,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..extras import Extra
-from ..schema import SampleSpec, SchemaError
+from ...extras import Extra
+from ...schema import SampleSpec, SchemaError
 
 RAW = "_raw"
 

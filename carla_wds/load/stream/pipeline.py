@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from . import shardio, stages
-from .augment import ramp
-from .batch import Alloc, ReusedBlock, private_block, shared_block
-from .fields import FieldOptions
-from .plan import WorkerPlan
+from . import shardio
+from ..decode import stages
+from ..decode.augment import ramp
+from ..decode.batch import Alloc, ReusedBlock, private_block, shared_block
+from ..decode.fields import FieldOptions
+from ..plan.epoch import WorkerPlan
 
 
 class Stage(Protocol):

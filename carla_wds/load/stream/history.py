@@ -26,14 +26,14 @@ import logging
 import math
 from dataclasses import dataclass, replace
 from dataclasses import fields as dc_fields
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from ..manifest import Manifest
-from ..schema import SchemaError
-from ..sequence import chains, has_keys, split_key
-from .batch import CARLABatch
+from ...manifest import Manifest
+from ...schema import SchemaError
+from ...sequence import chains, has_keys, split_key
+from ..decode.batch import CARLABatch
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -68,18 +68,24 @@ def past_frames(recent: dict[int, Raw], frame: int, history: int, every: int, st
 
 
 # stage: raw samples (with "__context__" ones, see shardio.read_with_context) -> windows
-def windows(samples: Iterable[Raw], history: int, every: int, step: int) -> Iterator[Raw]:
+def windows(samples: Iterable[Raw], history: int, every: int, step: int,
+            by_shard: Mapping[str, tuple[int, int, int]] | None = None) -> Iterator[Raw]:
     """`every`: frame numbers between two steps of a window (history_stride * frame_step);
     `step`: the pack's frame step, at which every frame between a window's steps must be
     there too. The worker reads every sample of that span (plan.context_before reads
-    history * history_stride samples back), so a frame missing here is missing in the route."""
+    history * history_stride samples back), so a frame missing here is missing in the route.
+    `by_shard`: a mix, each shard's (pack, every, step): a route is its pack's (two packs
+    may name routes alike), and packs of other sample rates step by their own frames."""
     recent: dict[int, Raw] = {}
-    route = None
+    route: Any = None
     for raw in samples:
         if "__error__" in raw:   # a sample that could not be read stays a marker
             yield raw
             continue
         name, frame = _route_frame(raw)
+        if by_shard is not None:
+            pack, every, step = by_shard[raw["__shard__"]]
+            name = (pack, name)
         if name != route:
             recent, route = {}, name
         if not raw.get("__context__"):
@@ -112,9 +118,19 @@ class Windows:
     history: int
     every: int   # frame numbers between two steps: history_stride * the pack's frame_step
     step: int    # the pack's frame step
+    # a mix: each shard url's (pack, every, step), so that a route is its own pack's and a
+    # window spans one time in every pack (history_settings); empty for one pack
+    by_shard: tuple[tuple[str, tuple[int, int, int]], ...] = ()
 
     def __call__(self, samples: Iterable[Raw], at: Any) -> Iterator[Raw]:
-        return windows(samples, self.history, self.every, self.step)
+        return windows(samples, self.history, self.every, self.step,
+                       dict(self.by_shard) if self.by_shard else None)
+
+    @classmethod
+    def of(cls, history: int, sequence: Mapping[str, Any]) -> "Windows":
+        """The stage for history_settings' record of the packs."""
+        every, step = sequence["windows"][0]
+        return cls(history, every, step, sequence.get("by_shard", ()))
 
 
 @dataclass(frozen=True)
@@ -239,25 +255,48 @@ def _check(history: Any, stride: Any) -> None:
 def history_settings(manifests: list[Manifest], history: int, stride: int | str
                      ) -> tuple[int, int, dict[str, Any]]:
     """Checked history settings, and what the workers need of the packs' sequence records
-    (a mix's packs one after the other: their shards' chains offset by the shards before)."""
-    stride = _stride(manifests[0], stride)
-    _check(history, stride)
+    (a mix's packs one after the other: their shards' chains offset by the shards before).
+    The stride returned is the most samples any pack steps by (the context a worker reads
+    back); `windows` holds each pack's (every, step), `by_shard` (a mix) each shard's
+    (pack, every, step)."""
+    strides = [_stride(m, stride) for m in manifests]   # seconds: each pack's own samples
+    for s in dict.fromkeys(strides):
+        _check(history, s)
     if not history:
-        return 0, stride, {}
-    steps = {int((m.doc.get("sequence") or {}).get("frame_step") or 1) for m in manifests}
-    # seconds a sample: a stride in samples (or seconds, converted with the first pack's)
-    # must mean one time in every pack of a mix
-    rates = {frame_rate(m) for m in manifests} - {None}
-    if len(steps) > 1 or len({s / r for s in steps for r in rates}) > 1:
-        raise ValueError(f"history windows over packs of frame steps {sorted(steps)} at "
-                         f"{sorted(rates)} frame numbers a second: a window's steps would mean "
-                         "other times. Fix: mix packs of one sample rate")
+        return 0, strides[0], {}
+    steps = [int((m.doc.get("sequence") or {}).get("frame_step") or 1) for m in manifests]
+    _one_time(manifests, stride, strides, steps)
     runs: list[tuple[int, ...]] = []
     n_shards = 0
     for manifest in manifests:
         runs += [tuple(n_shards + s for s in c) for c in _chains(manifest)]
         n_shards += len(manifest.doc["shards"])
-    return history, stride, {"frame_step": steps.pop(), "chains": tuple(runs)}
+    per_pack = [(s * st, st) for s, st in zip(strides, steps)]
+    record: dict[str, Any] = {"frame_step": steps[0], "chains": tuple(runs),
+                              "windows": tuple(per_pack)}
+    if len(manifests) > 1:
+        record["by_shard"] = tuple((u, (i, *w)) for i, (m, w) in enumerate(zip(manifests,
+                                                                                per_pack))
+                                   for u in m.shard_urls())
+    return history, max(strides), record
+
+
+def _one_time(manifests: list[Manifest], stride: int | str, strides: list[int],
+              steps: list[int]) -> None:
+    """A window's steps must mean one time in every pack of a mix: the same stride and
+    frame step everywhere, or packs that record their rates and steps of equal seconds."""
+    rates = [frame_rate(m) for m in manifests]
+    if len(set(zip(strides, steps))) == 1 and len(set(rates) - {None}) <= 1:
+        return
+    spans = {round(s * st / r, 9) for s, st, r in zip(strides, steps, rates) if r}
+    if None in rates or len(spans) > 1:
+        seconds = sorted({round(st / r, 9) for st, r in zip(steps, rates) if r})
+        raise ValueError(f"history_stride={stride!r} over packs of frame steps "
+                         f"{sorted(set(steps))} at {sorted({r for r in rates if r})} frame "
+                         f"numbers a second ({seconds} s a sample): a window's steps would "
+                         "mean other times in each pack. Fix: history_stride in seconds, a "
+                         "whole multiple of every pack's sample time (e.g. "
+                         f"'{max(seconds or [0.5]):g}s'), in packs that record their rate")
 
 
 def _chains(manifest: Manifest) -> list[list[int]]:

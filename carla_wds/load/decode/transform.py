@@ -38,41 +38,17 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from ..rng import derive_seed, numpy_rng
-from . import shardio, stages
+from ...rng import derive_seed, numpy_rng
+from ..stream import shardio
+from . import stages
 from .batch import CARLABatch
+from .model_batch import ModelBatch
 
 SampleTransform = Callable[[dict[str, Any], np.random.Generator], dict[str, Any]]
 CORE = ("speed", "target_point", "command", "waypoints", "waypoints_diff")
 ADDED_KEYS = ("valid", "key")   # what every transformed batch carries beside the user's keys
 WINDOW_KEYS = ("frame_valid", "frame_keys")   # and with history windows
 _SKIP = frozenset(("images", "keys", "valid", "errors", "fields", "measurements", *CORE))
-
-
-@dataclass
-class ModelBatch:
-    """A transformed batch on its way from a worker: the dict, and why rows were skipped."""
-    data: dict[str, Any]
-    errors: list[str] = field(default_factory=list)
-
-    def pin_memory(self) -> "ModelBatch":
-        # DataLoader(pin_memory=True) calls this on custom batch types
-        return ModelBatch(_pinned(self.data), self.errors)
-
-
-def _pinned(value: Any) -> Any:
-    """Pinned copies of every tensor, through the containers collate makes (dicts of their
-    type, lists, tuples, namedtuples): the dict ring frees a pinned batch's slot at once."""
-    if isinstance(value, torch.Tensor):
-        return value.pin_memory()
-    if isinstance(value, dict):
-        return type(value)((k, _pinned(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_pinned(v) for v in value]
-    if isinstance(value, tuple):
-        items = [_pinned(v) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    return value
 
 
 def _row(value: Any, i: int) -> Any:

@@ -21,8 +21,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from .. import limits
-from ..datasets.maps import TownArrays, map_recipe
+from ... import limits
+from ...datasets.maps import TownArrays, map_recipe
 
 MANIFEST = "maps.json"                  # as pack-map writes it
 FORMAT = "carla-wds map pack"

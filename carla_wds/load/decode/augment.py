@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..rng import derive_seed
+from ...rng import derive_seed
 
 # The ramp changes the augmenter slowly; rebuilding it at most once per this many images seen
 # keeps construction out of the per-sample path without visibly flattening the ramp.

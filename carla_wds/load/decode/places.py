@@ -8,8 +8,8 @@ lands in `batch.fields`, the one typed mapping, under its field name. docs/batch
 """
 from __future__ import annotations
 
-from ..codecs import CODECS   # the complete table: the datasets' own codecs registered too
-from ..modalities import BATCH_MAPPING, MODALITIES, Modality
+from ...codecs import CODECS   # the complete table: the datasets' own codecs registered too
+from ...modalities import BATCH_MAPPING, MODALITIES, Modality
 
 # CARLABatch attributes that are no kind's: which camera set a sample is (the camera twin's
 # load adapter), and the record's route served apart (see CARLABatch.route)
@@ -63,7 +63,7 @@ def _selected_by(m: Modality) -> str:
 HEAD = """# Where each modality lands in the batch
 
 Generated from the modality table (`carla_wds.modalities.MODALITIES`) by
-`carla_wds.load.places.render()`; `tests/load/test_batch_table.py` fails when the two differ.
+`carla_wds.load.decode.places.render()`; `tests/load/test_batch_table.py` fails when the two differ.
 
 Every field of `CARLABatch`, with its shape, dtype, unit, frame and when it is present, is
 documented once, in the class's docstring: the [`CARLABatch` reference](reference/carla_batch.md)

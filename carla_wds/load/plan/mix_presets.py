@@ -1,7 +1,7 @@
 """Named mix presets (issue 41): a codebase's bucket sampling by name, as a mix spec.
 
-    from carla_wds.load.mix_presets import mix_preset
-    spec = mix_preset(NAME, "shards/train")            # a plain mix mapping (load/mix.py)
+    from carla_wds.load.plan.mix_presets import mix_preset
+    spec = mix_preset(NAME, "shards/train")            # a plain mix mapping (load/plan/mix.py)
     data = CARLAWebData(mix=spec, batch_size=32)
 
 The presets are defined in their datasets' rooms (carla_wds/datasets/*_mix.py, collected by
@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..datasets.mix_base import MixPreset, Where, options_of, presets
-from ..manifest import read_manifest
-from ..suggest import did_you_mean
+from ...datasets.mix_base import MixPreset, Where, options_of, presets
+from ...manifest import read_manifest
+from ...suggest import did_you_mean
 from .mix import MixError, mix_spec
 
 

@@ -14,10 +14,10 @@ import multiprocessing
 from typing import Any, Union
 
 from . import dictring
-from .batch import CARLABatch
+from ..decode.batch import CARLABatch
 from .dictring import DictRing, SlotBatch
 from .ring import BatchRing, RingItem
-from .transform import ModelBatch
+from ..decode.model_batch import ModelBatch
 
 Ring = Union[BatchRing, DictRing]
 

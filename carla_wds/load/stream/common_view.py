@@ -26,12 +26,12 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .. import limits
-from ..codecs import ImageHeaderError, codec_named
-from ..datasets import Frame, canonical_frame, frame
-from ..manifest import Manifest
-from ..schema import LABEL_MEMBERS, SampleSpec, SchemaError
-from .mix import MixError, same_samples
+from ... import limits
+from ...codecs import ImageHeaderError, codec_named
+from ...datasets import Frame, canonical_frame, frame
+from ...manifest import Manifest
+from ...schema import LABEL_MEMBERS, SampleSpec, SchemaError
+from ..plan.mix import MixError, same_samples
 
 # the view's ego frame: point = axes @ (right, forward) + origin = (forward, left)
 COMMON_FRAME = Frame(((0.0, 1.0), (-1.0, 0.0)))
@@ -190,7 +190,7 @@ def of(spec: Any, manifests: list[Manifest], cameras: list[str] | None,
 
 def _frame_name() -> str:
     """The frame table's name of COMMON_FRAME (the dataset rooms name every frame)."""
-    from ..datasets import frames
+    from ...datasets import frames
     return next(n for n, f in sorted(frames().items()) if f == COMMON_FRAME)
 
 
@@ -301,7 +301,7 @@ def _extras(manifests: list[Manifest], fields: list[str] | None) -> tuple:
 
 def _points(m: Manifest) -> tuple[tuple[str, tuple[float, ...]], ...]:
     """Each point label's map into COMMON_FRAME, from the frame the pack names for it."""
-    from ..datasets import DEFAULT_FRAME
+    from ...datasets import DEFAULT_FRAME
     named = dict(m.spec.frames)
     out = []
     for label in POINT_LABELS:

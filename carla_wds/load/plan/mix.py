@@ -36,10 +36,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..rng import derive_seed, numpy_rng
-from ..safeyaml import read_yaml
-from ..suggest import did_you_mean
-from .plan import WorkerPlan, batches_per_rank, shard_order
+from ...rng import derive_seed, numpy_rng
+from ...safeyaml import read_yaml
+from ...suggest import did_you_mean
+from .epoch import WorkerPlan, batches_per_rank, shard_order
 from .reshape import cut_stream, plan_stream
 from .strata import plan_strata
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .mix import MixError, MixPlanner
+from ..plan.mix import MixError, MixPlanner
 
 _FIX = "Fix: run `carla-wds pack-overlay OVERLAY_DIR BASE_PACK OUT --kind ...` against it"
 
