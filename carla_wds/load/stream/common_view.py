@@ -158,7 +158,10 @@ def of(spec: Any, manifests: list[Manifest], cameras: list[str] | None,
        fields: list[str] | None) -> CommonView | None:
     """A mix's common view (spec: mix.MixSpec), or None where its packs hold alike samples
     (served as they are, as before views existed); ViewError where none exists."""
-    if spec is None or alike(manifests):
+    if spec is None:
+        return None
+    if alike(manifests):
+        _unused(spec)
         return None
     sources = spec.sources()
     maps = [_camera_map(spec, s) for s in sources]
@@ -186,6 +189,18 @@ def of(spec: Any, manifests: list[Manifest], cameras: list[str] | None,
                               _points(m), k))
     shard_pack = tuple((u, i) for i, m in enumerate(manifests) for u in m.shard_urls())
     return CommonView(view_spec, tuple(packs), shard_pack, hz, tuple(own_codecs.items()))
+
+
+def _unused(spec: Any) -> None:
+    """A view's options on packs of alike samples would be ignored: refused instead."""
+    renamed = sorted({f"{e.source}: {dict(e.cameras)}" for e in spec.entries
+                      if any(common != own for common, own in e.cameras)})
+    if spec.view or renamed:
+        given = f"view={dict(spec.view)}" if spec.view else f"cameras ({'; '.join(renamed)})"
+        raise ViewError(f"mix: {given} shapes the common view of packs of different layouts, "
+                        "but these packs hold alike samples, served as they are. Fix: drop the "
+                        "mix's view: and its entries' cameras:, and select cameras with "
+                        "cameras=[...]")
 
 
 def _frame_name() -> str:
