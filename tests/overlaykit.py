@@ -11,6 +11,8 @@ from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth.overlays import synth_overlay
 
+from .helpers import all_keys
+
 
 def garage_with_trees(root: Path, trees: dict[str, str], episodes: int, seed: int,
                       coverage: float = 0.6) -> list[Path]:
@@ -33,6 +35,18 @@ def overlay_entries(pack_dir: Path) -> dict[str, object]:
             for m in tar:
                 values[m.name.split(".")[0]] = json.loads(tar.extractfile(m).read())
     return values
+
+
+def entry_tables(roots: Any, kinds: tuple[str, ...]) -> dict[str, str]:
+    """key -> the JSON of its entries, one per kind (None for a kind its pack has no overlay
+    of), for packs at root/shards with overlay packs at root/<kind>."""
+    out = {}
+    for p in roots:
+        have = {k: overlay_entries(p / k) for k in kinds if (p / k).is_dir()}
+        for key in all_keys(p / "shards"):
+            out[key] = json.dumps([have[k][key] if k in have else None for k in kinds],
+                                  sort_keys=True)
+    return out
 
 
 def resumed_epoch(make: Callable[[], Any], head: int, epoch: int = 1

@@ -22,7 +22,7 @@ from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth.overlays import synth_overlay
 
 from ..helpers import all_keys
-from ..overlaykit import overlay_entries, resumed_epoch
+from ..overlaykit import entry_tables, resumed_epoch
 
 KINDS = ("simlingo_commentary", "drivelm")
 SIZE = (16, 24)
@@ -59,13 +59,7 @@ def packs(tmp_path_factory) -> tuple[Path, Path, Path]:
 @pytest.fixture(scope="module")
 def tables(packs) -> dict[str, str]:
     """key -> the JSON of its entries ([kind entries], None for a kind its pack lacks)."""
-    out = {}
-    for p in packs:
-        have = {k: overlay_entries(p / k) for k in KINDS if (p / k).is_dir()}
-        for key in all_keys(p / "shards"):
-            out[key] = json.dumps([have[k][key] if k in have else None for k in KINDS],
-                                  sort_keys=True)
-    return out
+    return entry_tables(packs, KINDS)
 
 
 def _mix(*roots: Path, epoch_size: int = 30) -> dict:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from carla_wds.load import CARLAWebData, History, Overlays
+from carla_wds.load import CARLAWebData, History
 from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.overlay import pack_overlay
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth.overlays import synth_overlay
 
 from ..helpers import all_keys
-from ..overlaykit import overlay_entries, resumed_epoch
+from ..overlaykit import entry_tables, resumed_epoch
 from .test_overlay_mix import KINDS, _pack
 
 SIZE = (16, 24)
@@ -48,13 +48,8 @@ def packs(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def tables(packs) -> dict[str, str]:
-    out = {}
-    for p in packs:
-        have = {k: overlay_entries(p / k) for k in KINDS if (p / k).is_dir()}
-        for key in all_keys(p / "shards"):
-            out[key] = json.dumps([have[k][key] if k in have else None for k in KINDS],
-                                  sort_keys=True)
-    return out
+    """key -> the JSON of its entries ([kind entries], None for a kind its pack lacks)."""
+    return entry_tables(packs, KINDS)
 
 
 def _loader(packs, **kw) -> CARLAWebData:
