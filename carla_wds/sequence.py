@@ -15,10 +15,25 @@ those alone:
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
 KEY_SEP = "__"
+
+
+def key_rate_hz(spec: Mapping[str, Any]) -> float | None:
+    """Frame numbers per second of a pack's keys, from its spec: `source_rate_hz` where the
+    layout keeps every n-th source frame and its keys count source frames (Bench2Drive: every
+    5th of 10 Hz, keys 0, 5, 10, ... at a 2 Hz `rate_hz`), else `rate_hz` (the keys count the
+    saved frames: garage's 4 Hz). None where neither is a positive, finite number. The one
+    rule for the packer's buckets and the loader's history strides."""
+    rate = spec.get("source_rate_hz", spec.get("rate_hz"))
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        return None
+    return rate if math.isfinite(rate) and rate > 0 else None
 
 
 def split_key(key: str) -> tuple[str, int] | None:

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..modalities.boxes import BOX_CLASSES, CORE_COLUMNS
 from ..schema import ROAD_OPTIONS
+from .. import sequence
 from ..sequence import split_key
 
 # (upper edges, names): a value v gets names[bisect_right(edges, v)]
@@ -135,12 +136,10 @@ def crossing(sample: Mapping[str, Any]) -> str:
 
 
 def key_rate_hz(layout: Any) -> float:
-    """Frame numbers per second of a layout's keys: its spec's `source_rate_hz` where it keeps
-    every n-th source frame and its keys count source frames (Bench2Drive: every 5th of 10 Hz,
-    keys 0, 5, 10, ... at a 2 Hz `rate_hz`), else its `rate_hz` (the keys count saved frames).
-    The loader's history.frame_rate reads the same two fields from the manifest."""
+    """Frame numbers per second of a layout's keys (sequence.key_rate_hz, the loader's rule
+    too), its `rate_hz` where the spec records no valid rate."""
     spec = layout.spec_doc() if hasattr(layout, "spec_doc") else {}
-    return float(spec.get("source_rate_hz", layout.rate_hz))
+    return sequence.key_rate_hz({**spec, "rate_hz": layout.rate_hz}) or float(layout.rate_hz)
 
 
 class BucketCounter:

@@ -32,7 +32,7 @@ import torch
 
 from ...manifest import Manifest
 from ...schema import SchemaError
-from ...sequence import chains, has_keys, split_key
+from ...sequence import chains, has_keys, key_rate_hz, split_key
 from ..decode.batch import CARLABatch
 
 log = logging.getLogger(__name__)
@@ -198,17 +198,8 @@ MAX_STRIDE = 1000
 
 
 def frame_rate(manifest: Manifest) -> float | None:
-    """Frame numbers per second of the pack's keys. Where a layout keeps every n-th source
-    frame (Bench2Drive: every 5th of 10 Hz), the keys count source frames: `rate_hz` is then
-    the keyframe rate and `source_rate_hz` the frame numbers' (10); elsewhere the keys
-    count the saved frames, at `rate_hz` (garage's 4 Hz)."""
-    spec = manifest.doc.get("spec") or {}
-    rate = spec.get("source_rate_hz", spec.get("rate_hz"))
-    try:
-        rate = float(rate)
-    except (TypeError, ValueError):
-        return None
-    return rate if math.isfinite(rate) and rate > 0 else None
+    """Frame numbers per second of the pack's keys (sequence.key_rate_hz of its spec)."""
+    return key_rate_hz(manifest.doc.get("spec") or {})
 
 
 def _seconds(stride: str) -> float | None:
