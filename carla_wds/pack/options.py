@@ -119,7 +119,8 @@ class PackOptions:
         # the built-in datasets' options and the layout's own, at their defaults unless given:
         # a manifest's pack_args lists the same keys whatever the built-in layout
         given = self.dataset_options or {}
-        out.update((o.name, given.get(o.name, o.default)) for o in identity_options(self.layout))
+        out.update((o.name, given.get(o.name, o.default)) for o in identity_options(self.layout)
+                   if o.recorded_at_default or given.get(o.name, o.default) != o.default)
         return out
 
     @classmethod

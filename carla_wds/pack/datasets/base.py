@@ -29,6 +29,9 @@ class DatasetOption:
     choices: tuple[str, ...] | None = None
     show_default: bool = False
     parse: Callable[[str], Any] | None = None   # CLI text -> value (e.g. a comma list)
+    # False: left out of a manifest's pack_args while at its default (an option added after
+    # manifests listed every option, so a pack made without it keeps its bytes)
+    recorded_at_default: bool = True
 
 
 @dataclass

@@ -14,6 +14,7 @@ from ..base import Dataset, PackInput
 from .clips import find_clips, split_clips
 from .options import OPTIONS, Bench2DriveOptions
 from .encoder import ClipEncoder
+from .futures import MASKED_SAMPLES
 from .plan import CLIP_LAYOUT_INFO, b2d_settings, b2d_spec, plan_clip
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ class Bench2Drive(Dataset):
         clips = select_part(clips, opts.part, opts.select)
         encoder = ClipEncoder(spec, "jpg", opts.quality, opts.resize, opts.check_images,
                               mirror_y=settings.handedness == "right")
-        return PackInput(CLIP_LAYOUT_INFO(settings), spec, clips,
+        layout = CLIP_LAYOUT_INFO(settings, samples=MASKED_SAMPLES) \
+            if settings.masked_future else CLIP_LAYOUT_INFO(settings)
+        return PackInput(layout, spec, clips,
                          lambda ref: _checked_clip(ref, settings, opts), encoder, None,
                          missing), opts
 

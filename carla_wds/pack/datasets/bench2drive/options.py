@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from ...errors import bad_option, whole_number
 from ..base import DatasetOption
 from .clips import SUBSETS
+from .futures import FUTURE_LABELS
 from .plan import EXPERT_OFFSETS, SENSORS
 
 EXPERT_PAIRINGS = tuple(EXPERT_OFFSETS)
@@ -40,6 +41,12 @@ OPTIONS = (
     DatasetOption("expert_pairing", "--expert-pairing", "bench2drive: the expert file of frame "
                   "t: t-1 (prepare_B2D, VAD) or t (the Bench2DriveZoo TCP port).", "prepare_b2d",
                   choices=EXPERT_PAIRINGS, show_default=True),
+    # new in issue 42: recorded in pack_args only when given, so earlier manifests keep bytes
+    DatasetOption("future_labels", "--future-labels", "bench2drive: full: a sample needs its "
+                  "whole future (frames without one are left out); masked: every frame, the "
+                  "labels past the clip's end zero-filled and masked (record future_valid), "
+                  "with the ego future gt_sdc_fut_traj, as UniAD/VAD (Bench2DriveZoo).", "full",
+                  choices=FUTURE_LABELS, show_default=True, recorded_at_default=False),
 )
 
 
@@ -50,8 +57,9 @@ class Bench2DriveOptions:
     prepare_B2D.py), sensors besides the cameras (None: lidar, boxes, expert), prepare_B2D's
     depth-visibility test of each box (filter: drop the boxes no camera sees, as prepare_B2D
     does by default; flag: keep them, marked in the `visible` column; off: no test, no depth
-    PNGs read), and which expert file goes with frame t (prepare_b2d: t - 1, as prepare_B2D
-    and VAD; tcp_port: t, as the TCP port's gen_tcp_data)."""
+    PNGs read), which expert file goes with frame t (prepare_b2d: t - 1, as prepare_B2D
+    and VAD; tcp_port: t, as the TCP port's gen_tcp_data), and the frames without a full
+    future (full: left out; masked: kept with their future labels masked, futures.py)."""
     stride: int | None = None
     split: str | None = None
     subset: str = "train"
@@ -60,6 +68,7 @@ class Bench2DriveOptions:
     sensors: tuple[str, ...] | None = None
     box_visibility: str = "filter"
     expert_pairing: str = "prepare_b2d"
+    future_labels: str = "full"
 
     @classmethod
     def of(cls, given: Mapping[str, Any] | None) -> "Bench2DriveOptions":
@@ -78,7 +87,9 @@ class Bench2DriveOptions:
                 ("--box-visibility", self.box_visibility, ("filter", "flag", "off"), "pass "
                  "--box-visibility off to keep every box without reading depth"),
                 ("--expert-pairing", self.expert_pairing, EXPERT_PAIRINGS, "pass "
-                 "--expert-pairing tcp_port for the TCP port's file t at frame t")):
+                 "--expert-pairing tcp_port for the TCP port's file t at frame t"),
+                ("--future-labels", self.future_labels, FUTURE_LABELS, "pass --future-labels "
+                 "masked for UniAD/VAD's every frame, or leave it out")):
             if value not in valid:
                 raise bad_option(flag, value, _one_of(flag, valid), fix)
         if self.box_radius is not None and not (isinstance(self.box_radius, (int, float))

@@ -26,7 +26,7 @@ from ....schema import SampleSpec, make_key
 from .vocab import B2D_BOX_COLUMNS
 from . import anno as anno_of
 from . import boxes as b2d_boxes
-from . import temporal
+from . import futures, temporal
 from .raw import npz_array, radar_array  # noqa: F401 - radar_array: read from here too
 from .clips import ClipError, ClipRef, open_clip
 from ..routes.layout_parts import SampleRule
@@ -63,6 +63,7 @@ class B2DSettings:
     box_visibility: str = "filter"   # prepare_B2D's FILTER_INVISINLE (visible.py)
     expert_offset: int = -1     # expert file of frame t: t - 1 (prepare_B2D) or t (TCP port)
     all_frames: bool = False    # every keyframe with a full future, not the port's range
+    masked_future: bool = False   # --future-labels masked: every keyframe (futures.py)
     # (past, future) steps of tracks.npy: UniAD's, which hold VAD's 2 past and 6 future
     track_steps: tuple[int, int] = temporal.TRACK_STEPS
 
@@ -99,7 +100,8 @@ def b2d_settings(opts, own) -> B2DSettings:
                        sensors=d.sensors if own.sensors is None else tuple(own.sensors),
                        spool_bytes=opts.spool_bytes, box_visibility=own.box_visibility,
                        expert_offset=EXPERT_OFFSETS[own.expert_pairing],
-                       all_frames=opts.all_frames)
+                       all_frames=opts.all_frames or own.future_labels == "masked",
+                       masked_future=own.future_labels == "masked")
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class CLIP_LAYOUT_INFO:   # noqa: N801 - stands where a Layout stands, for the m
                 "box_radius_m": self.settings.box_radius, "radar_columns": list(RADAR_COLUMNS),
                 # future_expert_*: the expert files the pairing gives frames t + these
                 "future_expert_frames": _future_frames(self.settings),
-                **b2d_boxes.spec_doc(self.settings)}
+                **b2d_boxes.spec_doc(self.settings),
+                **futures.spec_doc(self.settings.masked_future)}
 
 
 def _future_frames(s: B2DSettings) -> list[int]:
@@ -155,9 +158,12 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
                          (None,)),
                    Extra("future_expert_feature", "future_expert_feature.npy", "npy", "expert",
                          "float32", (s.pred_len, None))]
+    masked = futures.record_fields(s.pred_len) if s.masked_future else ()
     extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
-                        (), fields=anno_of.record_fields("expert" in s.sensors, s.pred_len)))
+                        (), fields=anno_of.record_fields("expert" in s.sensors, s.pred_len)
+                        + masked))
     extras += temporal.temporal_extras(s, frame)   # ego2world, can_bus, tracks (issue 27)
+    extras += futures.masked_extras() if s.masked_future else []
     frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": frame,
               "calibration": "b2d" if s.handedness == "right" else "carla_ue4"}
     return SampleSpec(CAMERAS, s.pred_len, image_format, extras=tuple(extras),
@@ -270,21 +276,27 @@ class _ClipPlanner:
         experts = self.files.get("expert_assessment") if "expert" in self.s.sensors else None
         # the future expert labels need file t + offset + 5 pred_len: past the clip's last
         # one (--all-frames --expert-pairing tcp_port's last frame), no full future either
-        if future[-1] > last or experts and future[-1] + self.s.expert_offset > max(experts):
+        real = futures.real_steps(future, last, max(experts) if experts else None,
+                                  self.s.expert_offset)
+        if not all(real) and not self.s.masked_future:
             return None
         if not self.s.all_frames and future[-1] + SAMPLES.tail > last:
             return "loader_tail"
-        for f in future:
+        for f in future[:sum(real)]:   # --future-labels masked: the real ones
             got = self.anno(f) if f in self.files["anno"] else "missing"
             if isinstance(got, str):
                 return self._skip(t, f"anno/{f:05d}.json.gz", f"future frame {f:05d} is "
                                   f"{got if got == 'missing' else f'unusable ({got})'}; "
                                   f"waypoints need frames {future}", derived=True)
-        return self._task(t, now, [self.annos[f] for f in future])
+        return self._task(t, now, [self.annos[f] if ok else now for f, ok in zip(future, real)],
+                          real)
 
-    def _task(self, t: int, now: dict, future: list[dict]) -> ClipTask | Skip:
+    def _task(self, t: int, now: dict, future: list[dict], real: list[bool]) -> ClipTask | Skip:
         files: dict[str, tuple[str, bytes]] = {}
+        masked = {f"expert{STEP * (k + 1)}" for k, ok in enumerate(real) if not ok}
         for member, folder, what, offset in _wanted(self.s):
+            if member in masked:   # a future expert file past the clip's end: masked
+                continue
             name = self.files.get(folder, {}).get(t + offset)
             if name is None:
                 return self._skip(t, f"{folder}/{t + offset:05d}", f"missing {what} file; "
@@ -297,6 +309,11 @@ class _ClipPlanner:
             labels, record = self._values(t, now, future, files, expert)
         except ValueError as exc:
             return self._skip(t, f"anno/{t:05d}.json.gz", str(exc))
+        if self.s.masked_future:
+            futures.mask_labels(labels, real)
+            record[futures.FUTURE_VALID] = np.asarray(real, bool)
+            files[f"{futures.SDC_FUT}.npy"] = ("", codec_named("npy").encode(
+                futures.sdc_fut_traj(t, now, self._anno_or_none)))
         return ClipTask(self.ref.name, t, make_key(self.ref.name, t, self.dots), labels, record,
                         files)
 
@@ -308,6 +325,9 @@ class _ClipPlanner:
         arrays, names = [], []
         try:   # frame t's own values are checked with its record (record_values)
             for k in [0, *_future_frames(self.s)]:
+                if f"expert{k}" not in files:   # masked (--future-labels masked): zeros
+                    arrays.append(futures.no_expert(len(arrays[0]) - 2))
+                    continue
                 name, data = files.pop(f"expert{k}")
                 names.append(name)
                 arrays.append(npz_array(data))
