@@ -67,8 +67,8 @@ def angle_class(angle: float, bins: int = NUM_DIR_BINS) -> tuple[int, float]:
     return int(cls), shifted - (cls * width + width / 2)
 
 
-def _empty(feat_h: int, feat_w: int) -> dict[str, np.ndarray]:
-    return {"center_heatmap": np.zeros((NUM_CLASSES, feat_h, feat_w), np.float32),
+def _empty(feat_h: int, feat_w: int, num_classes: int) -> dict[str, np.ndarray]:
+    return {"center_heatmap": np.zeros((num_classes, feat_h, feat_w), np.float32),
             "wh": np.zeros((2, feat_h, feat_w), np.float32),
             "yaw_class": np.zeros((feat_h, feat_w), np.int32),
             "yaw_res": np.zeros((1, feat_h, feat_w), np.float32),
@@ -78,17 +78,22 @@ def _empty(feat_h: int, feat_w: int) -> dict[str, np.ndarray]:
             "pixel_weight": np.zeros((2, feat_h, feat_w), np.float32)}
 
 
-def centernet_targets(boxes: np.ndarray, feat_h: int, feat_w: int, img_h: int, img_w: int
+def centernet_targets(boxes: np.ndarray, feat_h: int, feat_w: int, img_h: int, img_w: int,
+                      num_classes: int = NUM_CLASSES, skip_outside: bool = False
                       ) -> tuple[dict[str, np.ndarray], int]:
     """The targets (module docstring) of (N, 8) pixel-frame boxes, and avg_factor. Keys are
-    those carla_garage's loader returns them under; yaw_class and brake_target (H, W) int32."""
-    t = _empty(feat_h, feat_w)
+    those carla_garage's loader returns them under; yaw_class and brake_target (H, W) int32.
+    num_classes: the heatmap's planes (LEAD: 8); skip_outside: a box whose cell is off the
+    map is left out (LEAD's get_centernet_labels; garage's filter keeps none there)."""
+    t = _empty(feat_h, feat_w, num_classes)
     if len(boxes) == 0:
         return t, 1
     rw, rh = float(feat_w / img_w), float(feat_h / img_h)
     for box in np.asarray(boxes, np.float64):
         cx, cy = box[0] * rw, box[1] * rh
         ix, iy = int(cx), int(cy)
+        if skip_outside and not (0 <= ix < feat_w and 0 <= iy < feat_h):
+            continue
         ex, ey = box[2] * rw, box[3] * rh
         radius = max(2, int(gaussian_radius(ey, ex)))
         draw_gaussian(t["center_heatmap"][int(box[7])], ix, iy, radius)

@@ -2,9 +2,10 @@
 TFv6 planner trains on it (kesai-labs/lead@44891760 lead/data_loader/carla_dataset.py
 CARLAData.__getitem__, lead/training/mixed_training_utils.py mixed_data_collate_fn, with
 lead/training/config_training.py TrainingConfig for Leaderboard 2.0 routes, 3 cameras, the
-planning decoder and the semantic target on, the other perception targets off: CONFIG
-below). Written from their formulas; checked against their loader's output in
-tests/load/adapters/test_lead_model.py (golden: tools/golden/lead_batches.py).
+planning decoder, the semantic target and the box targets (detect_boxes, their default) on,
+the other perception targets off: CONFIG below). Written from their formulas; checked
+against their loader's output in tests/load/adapters/test_lead_model.py (golden:
+tools/golden/lead_batches.py).
 
 What each key is (their config values in brackets):
 - rgb: the three cameras side by side, as their strip, uint8 (3, 384, 1152) (never resized;
@@ -23,14 +24,15 @@ What each key is (their config values in brackets):
 - speed, brake, throttle, perturbate_sensor, perturbation_translation / _rotation (the metas'
   values in every sample: their numeric list overwrites the 0 set for an own-sensor sample),
   source_dataset (1: SourceDataset.CARLA), route_number, frame_number, scenario_type(_id)
-  and the metas' attributes of their two lists (META_TEXT, META_NUMBERS), with their types.
+  and the metas' attributes of their two lists (META_TEXT, META_NUMBERS), with their types;
+- center_net_*: their box labels and CenterNet targets (lead_boxes.py), from the frame's
+  boxes moved by the twin's perturbation as theirs are.
 With augment: the perturbated twin at their use_sensor_perburtation_prob [0.5] (the camera
 twin load adapter: sensors swapped, labels and LiDAR moved) and their colour augmentation
 (image_augmenter(prob=0.2), six imgaug steps).
-Not served (docs/adapters/lead.md): their box and CenterNet targets (detect_boxes), depth
-(the loader resizes LEAD's quarter-size depth to the camera size; theirs resizes the strip),
-BEV semantic and radar inputs, and their bookkeeping (index, global_index,
-bucket_identity, loading_*time).
+Not served (docs/adapters/lead.md): depth (the loader resizes LEAD's quarter-size depth to
+the camera size; theirs resizes the strip), BEV semantic and radar inputs, and their
+bookkeeping (index, global_index, bucket_identity, loading_*time).
 """
 from __future__ import annotations
 
@@ -44,11 +46,13 @@ from ...datasets.lead import SCENARIO_TYPES
 from ...manifest import Manifest
 from .garage import NAME as TWIN
 from .garage_model import command_one_hot
+from .lead_boxes import lead_box_targets
 from .model import ModelAdapter, _pack_arg
 
 SOURCE = "kesai-labs/lead@44891760 lead/data_loader/carla_dataset.py"
 # their TrainingConfig fields the adapter serves (everything else at its default)
-CONFIG = {"use_planning_decoder": True, "use_semantic": True, "use_depth": False,
+CONFIG = {"use_planning_decoder": True, "use_semantic": True, "detect_boxes": True,
+          "use_depth": False,
           "use_bev_semantic": False, "use_radars": False, "radar_detection": False,
           "use_radar_detection": False}
 CAMERAS = ("front_left", "front", "front_right")
@@ -173,9 +177,10 @@ def lead_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dic
                          meta["previous_active_scenario_type"])
     command = command_one_hot(int(m["command"]))
     lidar = s["lidar"][: int(s.get("lidar_len", len(s["lidar"])))]
+    shift = float(m["augmentation_translation"]) if twin else 0.0
+    turn = float(m["augmentation_rotation"]) if twin else 0.0
     out = {"source_dataset": CARLA_SOURCE, "perturbate_sensor": twin,
-           "perturbation_translation": float(m["augmentation_translation"]) if twin else 0.0,
-           "perturbation_rotation": float(m["augmentation_rotation"]) if twin else 0.0,
+           "perturbation_translation": shift, "perturbation_rotation": turn,
            "route_number": route_id.rpartition("__")[2], "frame_number": f"{int(frame):04d}",
            **meta, "scenario_type": kind, "scenario_type_id": SCENARIO_TYPES.index(kind),
            "future_waypoints": _f64(s["waypoints"]), "future_yaws": _f64(m["future_yaws"]),
@@ -189,7 +194,8 @@ def lead_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dic
            "previous_command": command.copy(),
            "semantic": np.ascontiguousarray(np.concatenate(list(s["semantics"]), axis=1)),
            "rasterized_lidar": rasterize(lidar),
-           "rgb": strip(s["images"], bool(s.get("augment")), rng)}
+           "rgb": strip(s["images"], bool(s.get("augment")), rng),
+           **lead_box_targets(s["fields"]["bboxes"], shift, turn, kind, metas)}
     return out
 
 
@@ -228,7 +234,8 @@ class LeadAdapter(ModelAdapter):
 
 LEAD = LeadAdapter(
     name="lead", source=SOURCE, layouts=("lead",), image_size=(384, 384),
-    transform=lead_sample, cameras=CAMERAS, fields=("measurements", "metas", "lidar", "semantic"),
+    transform=lead_sample, cameras=CAMERAS,
+    fields=("measurements", "metas", "bboxes", "lidar", "semantic"),
     needs=NEEDS, pred_len=8,
     pack="carla-wds pack RAW OUT --layout lead --allow-pickle-input --image-format png "
          "(LEAD's routes, every planner frame: leave --stride, --all-frames and --resize out)",

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import world as base
 from .garage import bev_semantics, cars, simulate, to_ego, write_routes
-from .sensors import encode, lidar_points, semantics_of
+from .sensors import SEM_ROAD, SEM_ROADLINE, encode, lidar_points, semantics_of
 
 STEPS = 5                   # CARLA steps per saved frame (config_base.py data_save_freq)
 FUTURE = 60                 # ego_num_temporal_data_points_saved
@@ -56,6 +56,12 @@ STATIC_METAS = {
     "over_head_traffic_light": False, "europe_traffic_light": False, "stop_sign_close": False,
     "num_dangerous_adversarial": 0, "num_safe_adversarial": 0, "num_ignored_adversarial": 0,
     "rear_adversarial_id": -1}
+# LEAD saves semantics grouped (config_base.py save_grouped_semantic = True): the synth's
+# CARLA ids -> constants.py TransfuserSemanticSegmentationClass by SEMANTIC_SEGMENTATION_
+# CONVERTER's meaning (road 2, road line 5, everything else the render holds unlabeled 0)
+GROUPED_SEMANTICS = np.zeros(256, np.uint8)
+GROUPED_SEMANTICS[SEM_ROAD], GROUPED_SEMANTICS[SEM_ROADLINE] = 2, 5
+SEM_VEHICLE, SEM_UNLABELED = 1, 0    # TransfuserSemanticSegmentationClass of the boxes
 
 
 def lead_pickle(value: object) -> bytes:
@@ -143,7 +149,7 @@ class _LeadRoute:
             folder = self.route / f"rgb{suffix}"
             (folder / f"{name}.jpg").write_bytes(encode(".jpg", strip, "rgb"))
             (self.route / f"semantics{suffix}" / f"{name}.png").write_bytes(
-                encode(".png", semantics_of(strip), "semantics"))
+                encode(".png", GROUPED_SEMANTICS[semantics_of(strip)], "semantics"))
             (self.route / f"depth{suffix}" / f"{name}.png").write_bytes(
                 encode(".png", self.depth, "depth"))
             (self.route / f"hdmap{suffix}" / f"{name}.png").write_bytes(
@@ -216,20 +222,32 @@ class _LeadRoute:
         return points, commands
 
     def boxes(self, step: int) -> list:
-        """bboxes list: the ego, then each car with its future in the ego frame (float16)."""
+        """bboxes list: the ego, then each car with its future in the ego frame (float16),
+        with the fields LEAD's get_bbox_labels reads (expert_data.py l.1353-1367 and
+        l.1537-1570): brake (the control's float; a car slowing down brakes 1.0),
+        transfuser_semantics_id, visible_pixels, num_radar_points, role_name, type_id."""
         x, y, theta = self.pose(step)
-        out: list = [{"class": "ego_car", "extent": [2.45, 1.08, 0.76], "position": [0, 0, 0],
+        out: list = [{"class": "ego_car", "transfuser_semantics_id": SEM_UNLABELED,
+                      "extent": [2.45, 1.08, 0.76], "position": [0, 0, 0],
                       "yaw": 0.0, "num_points": -1, "distance": 0, "id": 100 + self.episode,
-                      "speed": float(self.sim["speed"][step]), "brake": False,
+                      "speed": float(self.sim["speed"][step]),
+                      "brake": float(self.sim["controls"][step][2]),
                       "matrix": ego_matrix(x, y, theta), "visible_pixels": -1}]
         for c in self.vehicles:
             fx, ry = to_ego(c["x"][step], c["y"][step], x, y, theta)
             fut = [to_ego(c["x"][k], c["y"][k], x, y, theta) for k in self._future(step)[:41]]
-            out.append({"class": "car", "extent": list(c["extent"]), "id": c["id"],
+            speed = c["speed"]
+            slowing = step + 1 < len(speed) and speed[step + 1] < speed[step]
+            out.append({"class": "car", "transfuser_semantics_id": SEM_VEHICLE,
+                        "extent": list(c["extent"]), "id": c["id"],
                         "position": [float(fx), float(ry), 0.0],
-                        "yaw": float(c["heading"][step]) - theta, "speed": float(c["speed"][step]),
-                        "num_points": 20, "matrix": ego_matrix(c["x"][step], c["y"][step],
-                                                               c["heading"][step]),
+                        "yaw": float(c["heading"][step]) - theta, "speed": float(speed[step]),
+                        "brake": 1.0 if slowing else 0.0, "steer": 0.0,
+                        "throttle": 0.0 if slowing else 0.5, "num_points": 20,
+                        "num_radar_points": 2, "visible_pixels": 100,
+                        "distance": float(math.hypot(fx, ry)), "role_name": "autopilot",
+                        "type_id": "vehicle.lincoln.mkz_2020", "lane_type_str": "Driving",
+                        "matrix": ego_matrix(c["x"][step], c["y"][step], c["heading"][step]),
                         "future_positions": np.array(fut, np.float16),
                         "future_yaws": np.zeros(len(fut), np.float16)})
         return out

@@ -27,6 +27,10 @@ ATOL = 1e-4      # the pack's labels are float32 (theirs float64, recorded float
 NOT_SERVED = {"index", "global_index", "bucket_identity", "loading_meta_time", "loading_time",
               "loading_sensor_time"}
 OURS_ONLY = {"valid", "key"}
+DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap")
+SPARSE = ("center_net_bounding_boxes", "center_net_wh", "center_net_yaw_class",
+          "center_net_yaw_res", "center_net_offset", "center_net_velocity",
+          "center_net_brake", "center_net_pixel_weight")
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +99,14 @@ def twin_lidar(ours: np.ndarray, digest: str, raw: tuple) -> None:
     assert (diff > 0).sum() <= max(4, 0.001 * (theirs > 0).sum()), (diff > 0).sum()
 
 
+def dense(w: dict) -> np.ndarray:
+    """A sparse-recorded key (tools/golden/lead_batches.py SPARSE) as its full array."""
+    _, dtype, shape = w["kind"]
+    out = np.zeros(shape, np.dtype(dtype))
+    out[tuple(np.asarray(i, np.int64) for i in w["value"]["nonzero"])] = w["value"]["values"]
+    return out
+
+
 def kind(v) -> list:
     if isinstance(v, torch.Tensor):
         return ["Tensor", str(v.dtype).replace("torch.", ""), list(v.shape)]
@@ -114,7 +126,10 @@ def compare(ours: dict, theirs: list[dict], which: str, root: Path) -> None:
             v = s[name]
             if name == "rasterized_lidar" and which == "twin":
                 twin_lidar(v[0].numpy(), w["value"], raw_lidar(root, t["route"], t["frame"]))
-            elif name in ("rgb", "rasterized_lidar", "semantic"):
+            elif name in SPARSE:
+                np.testing.assert_allclose(v.numpy(), dense(w), atol=ATOL, rtol=0,
+                                           err_msg=f"{where} {name}")
+            elif name in DIGESTS:
                 assert hashlib.sha256(v.numpy().tobytes()).hexdigest() == w["value"], \
                     (where, name)
             elif isinstance(v, torch.Tensor) and v.dtype.is_floating_point:

@@ -41,6 +41,16 @@ def test_the_cli_writes_leads_route_structure_byte_identically(tmp_path):
     with lzma.open(route / "bboxes" / "0001.pkl") as f:
         boxes = pickle.load(f)
     assert boxes[0]["class"] == "ego_car" and boxes[1]["future_positions"].dtype == np.float16
+    # what LEAD's get_bbox_labels reads of each box (carla_dataset_utils.py, expert_data.py
+    # l.1353-1570): brake a float, the grouped semantic id, the occlusion counts
+    for box in boxes:
+        assert isinstance(box["brake"], float) and 0.0 <= box["brake"] <= 1.0, box
+        assert box["transfuser_semantics_id"] == (0 if box["class"] == "ego_car" else 1)
+        assert {"num_points", "visible_pixels", "speed", "extent", "yaw", "position"} <= set(box)
+    # semantics saved grouped (save_grouped_semantic): TransFuser's ids, road 2, lines 5
+    for folder in ("semantics", "semantics_perturbated"):
+        ids = set(np.unique(cv2.imread(str(route / folder / "0002.png"), -1)).tolist())
+        assert ids <= set(range(10)) and 2 in ids, (folder, ids)
     assert json.loads((route / "results.json").read_text())["status"] == "Perfect"
     zips = write_route_zips([route], tmp_path / "zips")
     with zipfile.ZipFile(zips[0]) as z:
