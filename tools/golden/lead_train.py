@@ -16,9 +16,9 @@ Run-time shims, each because the step cannot run on this machine without it:
 - timm.create_model with pretrained=False (random init; the image backbone would download
   ImageNet weights);
 - their Logger (wandb, tensorboard and their visualisation code) is a no-op log_train;
-- the config: TrainingConfig with the adapter's CONFIG plus detect_boxes False (the adapter
-  does not serve the box targets; with --no-semantic also use_semantic False), compile
-  False, mixed precision off (CPU: their autocast and GradScaler are CUDA-only and turn
+- the config: TrainingConfig with the adapter's CONFIG (box and semantic heads on; with
+  --no-semantic use_semantic False, with --no-boxes detect_boxes False), compile False,
+  mixed precision off (CPU: their autocast and GradScaler are CUDA-only and turn
   themselves off), use_persistent_cache False.
 Writes (--out) the losses of each step, and whether every parameter that has a gradient moved.
 """
@@ -40,6 +40,7 @@ TRAIN_BLOBS = {  # the training step's files at COMMIT (git blob ids), beside th
     "lead/training/training_utils.py": "879669e9b0d4151df5201561bd2ab84ada51bf24",
     "lead/tfv6/tfv6.py": "039197527671e6f0b159b7aa31e5594036e8e51c",
     "lead/tfv6/planning_decoder.py": "fde27da08baf0733f16d87a8c805441d5871a999",
+    "lead/tfv6/center_net_decoder.py": "a4953c3906641556bc1e4f082f6e85ac2a37d4c3",
     "lead/tfv6/transfuser_backbone.py": "ff117e2cc6d6d3e169114d4a158e756af469687a"}
 
 
@@ -65,7 +66,7 @@ def _shim_imports() -> None:
     sys.modules["lead.training.logger"] = logger
 
 
-def trainer(shards: str, steps: int, batch_size: int, semantic: bool):
+def trainer(shards: str, steps: int, batch_size: int, semantic: bool, boxes: bool):
     """Their Trainer with our dataloader and their model/optimizer, ready for .train()."""
     import torch
     from lead.tfv6.tfv6 import TFv6
@@ -75,7 +76,7 @@ def trainer(shards: str, steps: int, batch_size: int, semantic: bool):
 
     from carla_wds.load import CARLAWebData
     config = TrainingConfig({"carla_root": "data/carla_leaderboard2", **CONFIG,
-                             "detect_boxes": False, "use_mixed_precision_training": False,
+                             "detect_boxes": boxes, "use_mixed_precision_training": False,
                              "use_semantic": semantic})
     type(config).compile = property(lambda self: False)      # no torch.compile on CPU
     torch.manual_seed(0)
@@ -93,12 +94,13 @@ def trainer(shards: str, steps: int, batch_size: int, semantic: bool):
     return t
 
 
-def run(repo_dir: Path, shards: str, steps: int, batch_size: int, semantic: bool) -> dict:
+def run(repo_dir: Path, shards: str, steps: int, batch_size: int, semantic: bool,
+        boxes: bool = True) -> dict:
     sys.path.insert(0, str(repo_dir))
     _stubs()
     _shim_imports()
     import torch
-    t = trainer(shards, steps, batch_size, semantic)
+    t = trainer(shards, steps, batch_size, semantic, boxes)
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
     losses: list[dict] = []
     compute = t.model.compute_loss
@@ -126,12 +128,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--no-semantic", action="store_true",
-                        help="their model without the semantic head (for carla-wds's synth "
-                             "routes, whose semantics hold CARLA ids outside LEAD's 10 classes)")
+                        help="their model without the semantic head")
+    parser.add_argument("--no-boxes", action="store_true",
+                        help="their model without the CenterNet box head (detect_boxes off)")
     args = parser.parse_args()
     from . import common
     common.check_pinned(args.repo_dir, TRAIN_BLOBS, COMMIT)
-    result = run(args.repo_dir, args.shards, args.steps, args.batch_size, not args.no_semantic)
+    result = run(args.repo_dir, args.shards, args.steps, args.batch_size, not args.no_semantic,
+                 not args.no_boxes)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

@@ -1,5 +1,6 @@
 """LEAD's own TFv6 training step (Trainer.train at kesai-labs/lead@44891760, unchanged) runs
-3 steps on CPU with random init on CARLAWebData(adapter="lead") batches of the golden's routes
+3 steps on CPU with random init, its planning, semantic and CenterNet box heads on, on
+CARLAWebData(adapter="lead") batches of the golden's routes
 (tools/golden/lead_train.py, in the golden venv with their files exported as
 tools/golden/README.md says). Skipped without that checkout or venv."""
 from __future__ import annotations
@@ -19,10 +20,13 @@ ROOT = Path(__file__).resolve().parents[3]
 CHECKOUT = Path(os.environ.get("CARLA_WDS_LEAD_CHECKOUT", "/tmp/golden_src/lead"))
 PYTHON = Path(os.environ.get("CARLA_WDS_GOLDEN_PYTHON", "/tmp/golden_venv/bin/python"))
 GOLDEN = ROOT / "tests" / "golden" / "lead_batches.json"
-# their planning losses (tfv6/planning_decoder.py). Their semantic head is off here: the
-# synth's semantics hold CARLA's raw ids (6..22), outside LEAD's 10 grouped classes, so their
-# cross entropy cannot take them (the adapter serves the strip as their loader does)
-LOSSES = {"loss_spatio_temporal_waypoints", "loss_target_speed", "loss_spatial_route"}
+# their losses with the planning, semantic and CenterNet box heads on (tfv6/tfv6.py
+# compute_loss: planning_decoder.py, the semantic cross entropy over LEAD's 10 grouped
+# classes, center_net_decoder.py on the adapter's center_net_* targets)
+LOSSES = {"loss_spatio_temporal_waypoints", "loss_target_speed", "loss_spatial_route",
+          "loss_semantic", "loss_center_net_heatmap", "loss_center_net_wh",
+          "loss_center_net_offset", "loss_center_net_yaw_class", "loss_center_net_yaw_res",
+          "loss_center_net_velocity"}
 
 
 def _ready() -> bool:
@@ -46,7 +50,7 @@ def test_their_tfv6_training_step_runs_on_our_batches(tmp_path):
     proc = subprocess.run(
         [str(PYTHON), "-m", "tools.golden.lead_train", "--repo-dir", str(CHECKOUT),
          "--shards", str(tmp_path / "shards"), "--steps", "3", "--batch-size", "2",
-         "--out", str(out), "--no-semantic"],
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
@@ -54,5 +58,5 @@ def test_their_tfv6_training_step_runs_on_our_batches(tmp_path):
     for step in result["losses"]:
         assert set(step) == LOSSES and all(math.isfinite(v) for v in step.values()), step
     assert result["moved"] > 0.9 * result["parameters"], result
-    assert {"rgb", "rasterized_lidar", "semantic", "future_waypoints", "route"} <= \
-        set(result["batch_keys"])
+    assert {"rgb", "rasterized_lidar", "semantic", "future_waypoints", "route",
+            "center_net_heatmap", "center_net_avg_factor"} <= set(result["batch_keys"])
