@@ -188,7 +188,9 @@ def lead_box_targets(boxes: list[dict], trans: float, rot_deg: float, scenario: 
     padded = np.zeros((MAX_NUM_BBS, 9), np.float32)
     if rows:
         padded[:min(len(rows), MAX_NUM_BBS)] = np.stack(rows)[:MAX_NUM_BBS]
-    t, avg = centernet_targets(padded[:, :8], FEAT_H, FEAT_W, HEIGHT_PX, WIDTH_PX,
+    # the zero rows are alike and each draws the same cell: one of them draws what all do
+    drawn = padded[:min(len(rows) + 1, MAX_NUM_BBS), :8]
+    t, avg = centernet_targets(drawn, FEAT_H, FEAT_W, HEIGHT_PX, WIDTH_PX,
                                num_classes=NUM_CLASSES, skip_outside=True)
     return {"center_net_bounding_boxes": padded, "center_net_heatmap": t["center_heatmap"],
             "center_net_wh": t["wh"], "center_net_yaw_class": t["yaw_class"],
