@@ -4,8 +4,10 @@ with the labels that need frames past its end masked, and their ego future `gt_s
 Sources (Thinklab-SJTU/Bench2DriveZoo@uniad/vad 10a2e5d; docs/datasets/bench2drive.md has the
 full account):
 - Sample set: B2D_E2E_Dataset and B2D_VAD_Dataset index every info of prepare_B2D.py, one per
-  10 Hz anno frame (prepare_B2D.py l.205), the last ones of a clip included; their future
-  lookups stop at the clip's end (`if adj_idx >= len(self.data_infos): break`, `if
+  10 Hz anno frame (prepare_B2D.py l.205) where it keeps a box (l.336: `if len(gt_boxes) ==
+  0: continue`), the last ones of a clip included. Here too: with boxes packed, a frame
+  where no box besides the ego's is kept (by --box-visibility's rule) is no sample, counted
+  in loader_tail_frames (Infos). Their future lookups stop at the clip's end (`if adj_idx >= len(self.data_infos): break`, `if
   adj_frame['folder'] != cur_frame['folder']: break`, B2D_e2e_dataset.py l.554-558,
   B2D_vad_dataset.py l.376-380) and leave zeros with mask 0 there (l.549-550, l.371-372).
 - Here: a step k of the pack's pred_len future labels (waypoints, waypoints_diff,
@@ -17,7 +19,9 @@ full account):
   t's LiDAR frame, adj2cur = world2lidar_t @ inv(world2lidar_adj) (l.560), x, y =
   adj2cur[0:2, 3] (l.561), yaw = -atan2(adj2cur[1, 0], adj2cur[0, 0]) - pi wrapped into
   [-pi, pi] (l.562-567), valid 1; from the first frame past the clip's end on, 0 (their
-  break). world2lidar = lefthand_ego_to_lidar @ anno world2lidar @ left2right (prepare_B2D.py
+  break). Their t + 5j counts infos, not frames (index + 5 * sample_interval into the info
+  list): where a frame without boxes was dropped, step j is the 5j-th info after t, as here
+  (Infos.ahead); waypoints and future_valid keep frames t + 5k (the TCP port's labels). world2lidar = lefthand_ego_to_lidar @ anno world2lidar @ left2right (prepare_B2D.py
   l.252). Their gt_sdc_fut_traj is [..., :2] with mask [..., 3] (l.429-430); UniAD's
   sdc_planning is its first 6 steps with yaw (planning_frames 6, l.278). Stored in the tracks
   kind, so served as `gt_sdc_fut_traj` (B, 1, 12, 3) and `gt_sdc_fut_traj_valid` (B, 1, 12).
@@ -34,6 +38,7 @@ from ....modalities.measurements import MeasField
 from ....modalities.tracks import TRACKS, track_array
 from ..routes.layout_parts import SampleRule
 from .anno import _matrix
+from .vocab import B2D_BOX_COLUMNS
 
 FUTURE_LABELS = ("full", "masked")
 SDC_FUT = "gt_sdc_fut_traj"
@@ -45,8 +50,9 @@ LEFTHAND_EGO_TO_LIDAR = np.array([[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 
                                  np.float64)
 LEFT2RIGHT = np.diag([1.0, -1.0, 1.0, 1.0])
 MASKED_SAMPLES = SampleRule(head=0, tail=0, loader="Bench2DriveZoo@uniad/vad 10a2e5d "
-                            "B2D_e2e_dataset.py / B2D_vad_dataset.py: every info frame, "
-                            "futures masked at the clip's end (--future-labels masked)")
+                            "B2D_e2e_dataset.py / B2D_vad_dataset.py: every info frame "
+                            "(prepare_B2D.py l.336: frames without boxes are none), futures "
+                            "masked at the clip's end (--future-labels masked)")
 
 
 def real_steps(future: list[int], last: int, expert_last: int | None,
@@ -83,14 +89,63 @@ def world2lidar(anno: dict) -> np.ndarray:
     return LEFTHAND_EGO_TO_LIDAR @ raw @ LEFT2RIGHT
 
 
-def sdc_fut_traj(t: int, now: dict, anno_at: Callable[[int], dict | None],
-                 steps: int = SDC_STEPS) -> np.ndarray:
-    """(1, steps, 4) float32 x, y, yaw, valid: get_ego_future_xy (see the module docstring);
-    a frame without a usable anno ends it, as their clip's end does."""
+def kept_boxes(table: np.ndarray, visibility: str) -> int:
+    """How many boxes besides the ego's (row 0) prepare_B2D keeps in a frame's box table:
+    with --box-visibility flag, those its visibility filter would keep."""
+    rows = table[1:]
+    if visibility == "flag":
+        rows = rows[rows[:, B2D_BOX_COLUMNS.index("visible")] > 0]
+    return len(rows)
+
+
+class Infos:
+    """prepare_B2D's infos of one clip: its anno frames less those where it keeps no box
+    (prepare_B2D.py l.336, `if len(gt_boxes) == 0: continue`), which their dataset classes'
+    index arithmetic steps over. `kept_boxes(t, anno)`: how many boxes besides the ego's frame
+    t keeps (None: boxes not packed, every frame counts)."""
+
+    def __init__(self, anno_at: Callable[[int], dict | None],
+                 kept_boxes: Callable[[int, dict], int] | None) -> None:
+        self.anno_at, self.kept_boxes = anno_at, kept_boxes
+        self._boxless: dict[int, bool] = {}
+        self._at: dict[int, int] | None = None    # info frame -> its position
+        self._frames: list[int] = []
+
+    def boxless(self, t: int) -> bool:
+        """Frame t has a usable anno but no box is kept there (a table that cannot be made
+        is not boxless here: the frame's own skip says why)."""
+        if self.kept_boxes is None:
+            return False
+        if t not in self._boxless:
+            anno = self.anno_at(t)
+            try:
+                self._boxless[t] = anno is not None and self.kept_boxes(t, anno) == 0
+            except ValueError:
+                self._boxless[t] = False
+        return self._boxless[t]
+
+    def ahead(self, t: int, frames: list[int], steps: int = SDC_STEPS) -> list[dict | None]:
+        """The annos their index arithmetic reaches from frame t (`frames`: the clip's anno
+        frames): info position + 5j, j = 1..steps; None past the clip's last info."""
+        if self._at is None:
+            self._frames = [f for f in frames if self.anno_at(f) is not None
+                            and not self.boxless(f)]
+            self._at = {f: i for i, f in enumerate(self._frames)}
+        if t not in self._at:   # not an info itself (no sample either): frame arithmetic
+            return [self.anno_at(t + SDC_STEP * j) for j in range(1, steps + 1)]
+        i = self._at[t]
+        return [self.anno_at(self._frames[i + SDC_STEP * j])
+                if i + SDC_STEP * j < len(self._frames) else None for j in range(1, steps + 1)]
+
+
+def sdc_fut_traj(now: dict, ahead: list[dict | None]) -> np.ndarray:
+    """(1, len(ahead), 4) float32 x, y, yaw, valid: get_ego_future_xy (see the module
+    docstring) over the annos their index arithmetic reaches (Infos.ahead); the first None
+    (past the clip's end) or unusable one ends it, as their clip's end does."""
     cur = world2lidar(now)
+    steps = len(ahead)
     xyyaw, valid = np.zeros((1, steps, 3)), np.zeros((1, steps), bool)
-    for j in range(steps):
-        adj = anno_at(t + SDC_STEP * (j + 1))
+    for j, adj in enumerate(ahead):
         try:
             adj2cur = cur @ np.linalg.inv(world2lidar(adj)) if adj is not None else None
         except (ValueError, np.linalg.LinAlgError):
@@ -126,6 +181,6 @@ def spec_doc(masked: bool) -> dict[str, Any]:
     return {"future_labels": "masked", "sdc_fut_steps": SDC_STEPS} if masked else {}
 
 
-__all__ = ["FUTURE_LABELS", "FUTURE_VALID", "MASKED_SAMPLES", "SDC_FUT", "SDC_STEPS",
+__all__ = ["FUTURE_LABELS", "FUTURE_VALID", "Infos", "kept_boxes", "MASKED_SAMPLES", "SDC_FUT", "SDC_STEPS",
            "mask_labels", "masked_extras", "no_expert", "real_steps", "record_fields", "sdc_fut_traj",
            "spec_doc", "world2lidar"]

@@ -219,6 +219,9 @@ class _ClipPlanner:
         self.annos: dict[int, dict | str] = {}   # frame -> anno, or why it is unusable
         self.null_speed = self.ego_as_vehicle = 0
         self.tracks = temporal.TrackIndex(self._anno_or_none, s.box_radius)
+        self.tables: dict[int, np.ndarray] = {}   # frame -> box table (computed once)
+        self.infos = futures.Infos(self._anno_or_none, (lambda f, a: futures.kept_boxes(
+            self._boxes(f, a), s.box_visibility)) if "boxes" in s.sensors else None)
 
     def _anno_or_none(self, t: int) -> dict | None:
         got = self.anno(t) if t in self.files.get("anno", {}) else None
@@ -272,6 +275,8 @@ class _ClipPlanner:
         now = self.anno(t)
         if isinstance(now, str):
             return self._skip(t, f"anno/{t:05d}.json.gz", now)
+        if self.s.masked_future and self.infos.boxless(t):   # no info of prepare_B2D's
+            return "loader_tail"
         future = [t + STEP * k for k in range(1, self.s.pred_len + 1)]
         experts = self.files.get("expert_assessment") if "expert" in self.s.sensors else None
         # the future expert labels need file t + offset + 5 pred_len: past the clip's last
@@ -313,7 +318,7 @@ class _ClipPlanner:
             futures.mask_labels(labels, real)
             record[futures.FUTURE_VALID] = np.asarray(real, bool)
             files[f"{futures.SDC_FUT}.npy"] = ("", codec_named("npy").encode(
-                futures.sdc_fut_traj(t, now, self._anno_or_none)))
+                futures.sdc_fut_traj(now, self.infos.ahead(t, sorted(self.files["anno"])))))
         return ClipTask(self.ref.name, t, make_key(self.ref.name, t, self.dots), labels, record,
                         files)
 
@@ -366,6 +371,11 @@ class _ClipPlanner:
     def _boxes(self, t: int, now: dict) -> np.ndarray:
         """The box table as prepare_B2D keeps it (boxes.py): frame t - 1 for walker
         speeds, the depth PNGs for the visibility test."""
+        if t not in self.tables:
+            self.tables[t] = self._new_boxes(t, now)
+        return self.tables[t]
+
+    def _new_boxes(self, t: int, now: dict) -> np.ndarray:
         prev = self.anno(t - 1) if t - 1 in self.files["anno"] else None
         rules = b2d_boxes.BoxRules(self.s.box_radius, self.s.handedness, self.s.box_visibility)
         depth = None if rules.visibility == "off" else b2d_boxes.depth_maps(

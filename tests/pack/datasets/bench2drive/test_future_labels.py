@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,8 @@ import pytest
 
 from carla_wds.load import CARLAWebData
 from carla_wds.pack import PackOptions
+from carla_wds.pack.datasets.bench2drive.futures import kept_boxes
+from carla_wds.pack.datasets.bench2drive.vocab import B2D_BOX_COLUMNS
 from carla_wds.pack.errors import PackError
 from tests.conftest import read_pack, run_pack
 from tests.helpers import shared_raw
@@ -103,10 +106,11 @@ def test_future_labels_are_masked_past_the_clips_end(packs, raw):
                 assert sample[member] == full[key][member], (key, member)
 
 
-def expected_sdc(raw: Path, clip: str, t: int) -> tuple[np.ndarray, np.ndarray]:
+def expected_sdc(raw: Path, clip: str, t: int, infos: list[int] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(12, 3) x, y, yaw and (12,) valid of frame t's ego future as UniAD's, derived from the
-    ego box's world2ego and the LiDAR's location: the LiDAR origin of frame t + 5j in frame
-    t's LiDAR axes (left-handed x forward, y right -> theirs: x right, y forward), yaw the
+    ego box's world2ego and the LiDAR's location: the LiDAR origin of the info 5j after t
+    (`infos`: the clip's frames with a box; None: every frame) in frame t's LiDAR axes (left-handed x forward, y right -> theirs: x right, y forward), yaw the
     heading change (CARLA's yaw turns right; theirs -phi - pi with phi the right-handed one)."""
     def pose(a: dict) -> tuple[np.ndarray, float]:
         ego2world = np.linalg.inv(np.array(a["bounding_boxes"][0]["world2ego"]))
@@ -118,10 +122,11 @@ def expected_sdc(raw: Path, clip: str, t: int) -> tuple[np.ndarray, np.ndarray]:
     # the LiDAR is mounted unrotated: its axes are the ego's
     lidar_rot = np.linalg.inv(np.array(now["bounding_boxes"][0]["world2ego"]))[:3, :3]
     out, valid = np.zeros((SDC_STEPS, 3)), np.zeros(SDC_STEPS, bool)
+    infos = list(range(FRAMES)) if infos is None else infos
     for j in range(1, SDC_STEPS + 1):
-        a = anno(raw, clip, t + STEP * j)
-        if a is None:
+        if infos.index(t) + STEP * j >= len(infos):
             break
+        a = anno(raw, clip, infos[infos.index(t) + STEP * j])
         p, yaw = pose(a)
         fwd, right, _ = lidar_rot.T @ (p - p0)
         phi = -(yaw - yaw0)
@@ -154,6 +159,39 @@ def test_gt_sdc_fut_traj_is_their_lidar_origins_path(packs, raw):
             assert np.abs(yaw_err[valid]).max(initial=0) < 1e-5 and not got[i, 0][~valid].any()
             seen += 1
     assert seen == EPISODES * FRAMES
+
+
+def test_frames_without_boxes_are_no_infos_and_their_steps_skip_them(raw, tmp_path):
+    """prepare_B2D keeps no info for a frame without boxes (l.336), and their index arithmetic
+    counts infos: with frames 7 and 12 emptied to the ego alone, those two are no samples
+    (counted as frames their loader leaves out) and frame 0's path steps over them."""
+    clip = sorted(p.name for p in raw.iterdir())[0]
+    shutil.copytree(raw / clip, tmp_path / "v1" / clip)
+    for t in (7, 12):
+        path = tmp_path / "v1" / clip / "anno" / f"{t:05d}.json.gz"
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc["bounding_boxes"] = doc["bounding_boxes"][:1]
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    manifest = run_pack(tmp_path / "v1", tmp_path / "p", **KW, future_labels="masked")
+    infos = [t for t in range(FRAMES) if t not in (7, 12)]
+    assert packed_frames(tmp_path / "p") == {clip: infos}
+    assert manifest["counts"]["loader_tail_frames"] == 2
+    for key, sample in read_pack(tmp_path / "p").items():
+        t = int(key.rpartition("__")[2])
+        got = np.load(_io(sample["gt_sdc_fut_traj.npy"]))[0]
+        want, valid = expected_sdc(tmp_path / "v1", clip, t, infos)
+        np.testing.assert_array_equal(got[:, 3] > 0, valid)
+        np.testing.assert_allclose(got[:, :2], want[:, :2], atol=2e-5)
+    assert valid.sum() == 0 and expected_sdc(tmp_path / "v1", clip, 0, infos)[1].sum() == 5
+
+
+def test_kept_boxes_counts_the_visible_ones_with_flag():
+    """--box-visibility flag keeps every box, marked: an info needs one prepare_B2D would keep
+    (FILTER_INVISINLE, l.301-326), i.e. one whose `visible` column is 1; the ego row is none."""
+    table = np.zeros((3, len(B2D_BOX_COLUMNS)), np.float32)
+    table[:, B2D_BOX_COLUMNS.index("visible")] = (1, 0, 0)   # the ego, two unseen boxes
+    assert kept_boxes(table, "flag") == 0 and kept_boxes(table, "off") == 2
+    assert kept_boxes(table[:1], "filter") == 0
 
 
 def test_a_bad_future_labels_value_is_refused_in_one_line():
