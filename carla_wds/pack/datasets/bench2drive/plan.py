@@ -283,7 +283,8 @@ class _ClipPlanner:
         # one (--all-frames --expert-pairing tcp_port's last frame), no full future either
         real = futures.real_steps(future, last, max(experts) if experts else None,
                                   self.s.expert_offset)
-        if not all(real) and not self.s.masked_future:
+        if not all(real) and not self.s.masked_future or experts and \
+                t + self.s.expert_offset > max(experts):   # (tcp_port: the last frame's own)
             return None
         if not self.s.all_frames and future[-1] + SAMPLES.tail > last:
             return "loader_tail"

@@ -185,6 +185,21 @@ def test_frames_without_boxes_are_no_infos_and_their_steps_skip_them(raw, tmp_pa
     assert valid.sum() == 0 and expected_sdc(tmp_path / "v1", clip, 0, infos)[1].sum() == 5
 
 
+def test_tcp_port_pairing_leaves_the_last_frame_out(raw, tmp_path):
+    """--expert-pairing tcp_port reads frame t's own expert file t, which the last frame lacks
+    (data_collect.py names frame t's file t - 1): with the option that frame is a route tail,
+    the other 29 samples, their future steps masked where the file t + 5k is past the end."""
+    manifest = run_pack(raw, tmp_path / "p", layout="bench2drive", stride=1,
+                        sensors=("expert",), expert_pairing="tcp_port", future_labels="masked")
+    assert manifest["total_samples"] == EPISODES * (FRAMES - 1)
+    assert manifest["counts"]["tail_frames"] == EPISODES
+    for key, sample in read_pack(tmp_path / "p").items():
+        t = int(key.rpartition("__")[2])
+        record = np.load(_io(sample["measurements.npy"]), allow_pickle=False)
+        want = [t + STEP * k <= FRAMES - 2 for k in range(1, PRED_LEN + 1)]
+        np.testing.assert_array_equal(record["future_valid"], want)
+
+
 def test_kept_boxes_counts_the_visible_ones_with_flag():
     """--box-visibility flag keeps every box, marked: an info needs one prepare_B2D would keep
     (FILTER_INVISINLE, l.301-326), i.e. one whose `visible` column is 1; the ego row is none."""
