@@ -166,9 +166,8 @@ def lead_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
     """LEAD lead/data_loader/carla_dataset.py CARLAData at 44891760, built as tools/golden/
     lead_batches.py builds it: TrainingConfig over a carla_leaderboard2 root (their target
     dataset is read from that name) with adapter="lead"'s CONFIG, its run-time shims (carla and
-    RoadOption stubbed, np.string_; get_bbox_labels and get_centernet_labels return empty
-    targets: the synth's boxes lack a field their box code needs, and the adapter serves no box
-    targets, so theirs skips that work). random=True (their training order). Without augment
+    RoadOption stubbed, np.string_); their box code runs as it is (detect_boxes on: both
+    halves build the box and CenterNet targets). random=True (their training order). Without augment
     their sensor perturbation is off (use_sensor_perburtation) and their colour augmenter the
     identity; with it, both on at their probabilities."""
     import tempfile
@@ -181,7 +180,6 @@ def lead_loader(repo_dir: Path) -> Callable[[Path, bool], Any]:
         np.string_ = np.bytes_
     from lead.data_loader.carla_dataset import CARLAData  # noqa: E402 - theirs (untimed)
     from lead.training.config_training import TrainingConfig  # noqa: E402
-    lead_batches._shims(np)
 
     def build(raw: Path, augment: bool) -> Any:
         root = Path(tempfile.mkdtemp(prefix="bench_lead_")) / "carla_leaderboard2"
