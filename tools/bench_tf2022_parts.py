@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from carla_wds import CARLAWebData  # noqa: E402
-from carla_wds.load import fields  # noqa: E402
+from carla_wds.load.decode import fields  # noqa: E402
 from carla_wds.load.adapters.transfuser2022 import TRANSFUSER2022  # noqa: E402
 from carla_wds.modalities import bev, depth  # noqa: E402
 
@@ -41,7 +41,7 @@ SWAPS: tuple[tuple[str, str, Any, str, Callable[[types.ModuleType], Any]], ...] 
      lambda m: m.BitPlanesCodec),
     ("carla_wds/modalities/depth.py", "carla_wds.modalities", depth.DepthCarla24Codec, "decode",
      lambda m: m.DepthCarla24Codec),
-    ("carla_wds/load/decode/classes.py", "carla_wds.load", fields, "served", lambda m: m),
+    ("carla_wds/load/classes.py", "carla_wds.load", fields, "served", lambda m: m),   # at REF
     ("carla_wds/load/adapters/transfuser2022.py", "carla_wds.load.adapters", TRANSFUSER2022,
      "transform", lambda m: m.TRANSFUSER2022),
 )

@@ -113,97 +113,156 @@ def _to_lidar(points: np.ndarray, w2l: np.ndarray) -> np.ndarray:
     return points @ w2l[:3, :3].T + w2l[:3, 3]
 
 
-def _near_lanes(town: TownArrays, ego_xy: np.ndarray, max_distance: float) -> list[int]:
-    """Lanes with a sample point strictly within max_distance of ego_xy (l.264-268), in
-    order."""
+def _near_lanes(town: TownArrays, ego_xy: np.ndarray, distances: tuple[float, ...]
+                ) -> list[np.ndarray]:
+    """Per distance, the lanes with a sample point strictly within it of ego_xy (l.264-268),
+    in order; the sample points' distances computed once."""
     samples, owner = town.lane_samples
-    near = np.linalg.norm(samples - ego_xy, axis=-1) < max_distance
-    return np.unique(owner[near]).tolist()
+    d = np.linalg.norm(samples - ego_xy, axis=-1)
+    return [np.unique(owner[d < m]) for m in distances]
+
+
+def _gather(points: np.ndarray, offsets: np.ndarray, which: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The points of polylines `which`, concatenated, and where each starts and ends."""
+    lengths = offsets[which + 1] - offsets[which]
+    cut = np.concatenate([[0], np.cumsum(lengths)])
+    idx = np.repeat(offsets[which] - cut[:-1], lengths) + np.arange(cut[-1])
+    return points[idx], cut
+
+
+Found = list[tuple[np.ndarray, int, bool]]
 
 
 def resample(line: np.ndarray, num: int = VAD_FIXED_NUM) -> np.ndarray:
     """(n, 2) polyline -> (num, 2) points at equal arc length from its start to its end."""
-    seg = np.linalg.norm(np.diff(line, axis=0), axis=1)
-    along = np.concatenate([[0.0], np.cumsum(seg)])
-    at = np.linspace(0.0, along[-1], num)
-    return np.stack([np.interp(at, along, line[:, k]) for k in range(2)], axis=1)
+    return resample_all([line], num)[0]
 
 
-def instances(town: TownArrays, w2l: np.ndarray, pc_range: tuple[float, ...],
-              max_distance: float) -> list[tuple[np.ndarray, int, bool]]:
-    """(points in the LiDAR frame (n, 2), class, is a trigger volume) of one frame, as both
-    get_map_info select them (VAD l.245-297; UniAD B2D_e2e_dataset.py l.290-356)."""
+def resample_all(lines: list[np.ndarray], num: int = VAD_FIXED_NUM) -> np.ndarray:
+    """resample of every line at once, (N, num, 2): one np.interp per axis over all the
+    lines laid end to end along one arc-length axis, each line's start moved past the
+    previous line's end by 1 (no query falls in those gaps)."""
+    if not lines:
+        return np.zeros((0, num, 2))
+    lengths = np.array([len(line) for line in lines])
+    pts = np.concatenate(lines)
+    first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    seg = np.linalg.norm(np.diff(pts, axis=0), axis=1)
+    seg[first[1:] - 1] = 0.0                       # the joins between lines are not arcs
+    arc = np.concatenate([[0.0], np.cumsum(seg)])
+    along = arc - np.repeat(arc[first], lengths)   # each line's arc length from its start
+    total = along[first + lengths - 1]
+    base = np.concatenate([[0.0], np.cumsum(total + 1.0)[:-1]])
+    xp = along + np.repeat(base, lengths)
+    at = total[:, None] * np.linspace(0.0, 1.0, num)[None] + base[:, None]
+    return np.stack([np.interp(at, xp, pts[:, k]) for k in range(2)], axis=-1)
+
+
+def frame_instances(town: TownArrays, w2l: np.ndarray,
+                    ranges: tuple[tuple[tuple[float, ...], float], ...]) -> list[Found]:
+    """Per (pc_range, max_distance), the (points in the LiDAR frame (n, 2), class, is a
+    trigger volume) of one frame, as both get_map_info select them (VAD l.245-297; UniAD
+    B2D_e2e_dataset.py l.290-356). Every lane near enough for any range and every trigger
+    volume is moved into the LiDAR frame once, for all the ranges."""
     ego_xy = np.linalg.inv(w2l)[0:2, 3]
     classes = {name: i for i, name in enumerate(VAD_CLASSES)}
-    out = []
-    for i in _near_lanes(town, ego_xy, max_distance):
-        if town.lane_types[i] not in classes:
-            continue
-        pts = _to_lidar(town.lane_points[town.lane_offsets[i]:town.lane_offsets[i + 1]], w2l)
-        kept = pts[_in_range(pts, pc_range), :2]
-        if len(kept) > 1:
-            out.append((kept, classes[town.lane_types[i]], False))
+    near = _near_lanes(town, ego_xy, tuple(m for _, m in ranges))
+    union = np.unique(np.concatenate(near)) if near else np.zeros(0, np.int64)
+    lanes, cut = _gather(town.lane_points, town.lane_offsets, union)
+    lanes = _to_lidar(lanes, w2l)
+    slot = {int(lane): j for j, lane in enumerate(union)}
     off = town.trigger_offsets
-    for i, kind in enumerate(town.trigger_types):
-        if kind not in classes:
-            continue
-        pts = _to_lidar(town.trigger_points[off[i]:off[i + 1]], w2l)
-        if _in_range(pts, pc_range).all():
-            out.append((pts[:, :2], classes[kind], True))
+    volumes = _to_lidar(town.trigger_points, w2l)
+    out = []
+    for (pc_range, _), these in zip(ranges, near):
+        inside = _in_range(lanes, pc_range)
+        # each lane's points in range, kept in one pass and cut by their counts
+        counts = np.add.reduceat(inside.astype(np.int64), cut[:-1]) if len(union) else inside
+        kept, ends = lanes[inside, :2], np.concatenate([[0], np.cumsum(counts)])
+        found: Found = []
+        for lane in these.tolist():
+            j = slot[lane]
+            if counts[j] > 1 and town.lane_types[lane] in classes:
+                found.append((kept[ends[j]:ends[j + 1]], classes[town.lane_types[lane]], False))
+        inside = _in_range(volumes, pc_range)
+        for i, kind in enumerate(town.trigger_types):
+            if kind in classes and inside[off[i]:off[i + 1]].all():
+                found.append((volumes[off[i]:off[i + 1], :2], classes[kind], True))
+        out.append(found)
     return out
 
 
-def vad_polylines(town: TownArrays, ego2world: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+def instances(town: TownArrays, w2l: np.ndarray, pc_range: tuple[float, ...],
+              max_distance: float) -> Found:
+    """frame_instances for one range."""
+    return frame_instances(town, w2l, ((pc_range, max_distance),))[0]
+
+
+def vad_polylines(town: TownArrays, ego2world: np.ndarray,
+                  found: Found | None = None) -> tuple[list[np.ndarray], list[int]]:
     """(polylines in VAD's LiDAR frame, their class labels) of one frame, before resampling;
     a trigger volume closed by its first point (l.296)."""
-    found = instances(town, world2lidar(ego2world), VAD_RANGE, VAD_MAX_DISTANCE)
+    if found is None:
+        found = instances(town, world2lidar(ego2world), VAD_RANGE, VAD_MAX_DISTANCE)
     lines = [np.concatenate([p, p[:1]]) if volume else p for p, _, volume in found]
     return lines, [label for _, label, _ in found]
 
 
-def vad_vectors(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
+def vad_vectors(town: TownArrays, ego2world: np.ndarray,
+                found: Found | None = None) -> dict[str, np.ndarray]:
     """One frame's VAD map GT: `map_pts` (N, 20, 2) float32 in VAD's LiDAR frame and
     `map_labels` (N,) int64 (VAD_CLASSES' index)."""
-    lines, labels = vad_polylines(town, ego2world)
-    pts = np.zeros((len(lines), VAD_FIXED_NUM, 2), np.float32)
-    for j, line in enumerate(lines):
-        pts[j] = resample(line).astype(np.float32)
+    lines, labels = vad_polylines(town, ego2world, found)
+    pts = resample_all(lines).astype(np.float32)
     half_x, half_y = (VAD_RANGE[3] - VAD_RANGE[0]) / 2, (VAD_RANGE[4] - VAD_RANGE[1]) / 2
     np.clip(pts[..., 0], -half_x, half_x, out=pts[..., 0])
     np.clip(pts[..., 1], -half_y, half_y, out=pts[..., 1])
     return {"map_pts": pts, "map_labels": np.array(labels, np.int64)}
 
 
-def uniad_lanes(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
+def uniad_lanes(town: TownArrays, ego2world: np.ndarray,
+                found: Found | None = None) -> dict[str, np.ndarray]:
     """One frame's UniAD lane GT (B2D_e2e_dataset.py get_map_info l.290-366):
     `gt_lane_labels` (N,) int64, `gt_lane_bboxes` (N, 4) int64 (x0, y0, x1, y1 pixels),
     `gt_lane_masks` (N, 200, 200) uint8; one empty mask labelled -1 when there is none."""
-    found = instances(town, world2lidar(ego2world), UNIAD_RANGE, UNIAD_MAX_DISTANCE)
-    masks, labels, boxes = [], [], []
-    for pts, label, volume in found:
-        mask = np.zeros(UNIAD_BEV, np.uint8)
-        pixels = ((pts + np.array(UNIAD_PATCH) / 2) *
-                  (np.array(UNIAD_BEV) / np.array(UNIAD_PATCH))).astype(np.int32)
+    if found is None:
+        found = instances(town, world2lidar(ego2world), UNIAD_RANGE, UNIAD_MAX_DISTANCE)
+    if not found:
+        return {"gt_lane_labels": np.array([-1], np.int64),
+                "gt_lane_bboxes": np.zeros((1, 4), np.int64),
+                "gt_lane_masks": np.zeros((1, *UNIAD_BEV), np.uint8)}
+    # drawn in place into one (N, H, W) array; each box from cv2.boundingRect of the 0/1
+    # mask, which equals their (xs.min(), ys.min(), xs.max(), ys.max()) of np.where(mask == 1)
+    masks = np.zeros((len(found), *UNIAD_BEV), np.uint8)
+    boxes = np.zeros((len(found), 4), np.int64)
+    scale = np.array(UNIAD_BEV) / np.array(UNIAD_PATCH)
+    # every instance's pixels in one pass (the same elementwise operations), then cut
+    cut = np.cumsum([0] + [len(pts) for pts, _, _ in found])
+    every = ((np.concatenate([pts for pts, _, _ in found]) + np.array(UNIAD_PATCH) / 2)
+             * scale).astype(np.int32)
+    for j, (_, _, volume) in enumerate(found):
+        pixels = every[cut[j]:cut[j + 1]]
         if volume:
-            cv2.fillConvexPoly(mask, pixels, color=1)
+            cv2.fillConvexPoly(masks[j], pixels, color=1)
         else:
-            cv2.polylines(mask, [pixels], False, color=1, thickness=2)
-        ys, xs = np.where(mask == 1)
-        masks.append(mask)
-        labels.append(label)
-        boxes.append([xs.min(), ys.min(), xs.max(), ys.max()])
-    if not masks:
-        masks, labels, boxes = [np.zeros(UNIAD_BEV, np.uint8)], [-1], [[0, 0, 0, 0]]
-    return {"gt_lane_labels": np.array(labels, np.int64),
-            "gt_lane_bboxes": np.array(boxes, np.int64).reshape(-1, 4),
-            "gt_lane_masks": np.stack(masks)}
+            cv2.polylines(masks[j], [pixels], False, color=1, thickness=2)
+        x, y, w, h = cv2.boundingRect(masks[j])
+        if not w:   # nothing drawn: their xs.min() raises here too
+            raise ValueError(f"map: a lane drew no pixel on UniAD's {UNIAD_BEV} BEV")
+        boxes[j] = (x, y, x + w - 1, y + h - 1)
+    return {"gt_lane_labels": np.array([label for _, label, _ in found], np.int64),
+            "gt_lane_bboxes": boxes, "gt_lane_masks": masks}
 
 
 def map_gt(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
-    """VAD's map GT and UniAD's lane GT of one frame (the map recipe's arrays)."""
-    return {**vad_vectors(town, ego2world), **uniad_lanes(town, ego2world)}
+    """VAD's map GT and UniAD's lane GT of one frame (the map recipe's arrays), from one
+    move of the frame's map into the LiDAR frame."""
+    ranges = ((VAD_RANGE, VAD_MAX_DISTANCE), (UNIAD_RANGE, UNIAD_MAX_DISTANCE))
+    vad, uniad = frame_instances(town, world2lidar(ego2world), ranges)
+    return {**vad_vectors(town, ego2world, vad), **uniad_lanes(town, ego2world, uniad)}
 
 
 __all__ = ["TownArrays", "UNIAD_BEV", "UNIAD_RANGE", "VAD_CLASSES", "VAD_FIXED_NUM",
-           "VAD_RANGE", "instances", "map_gt", "sample_point_index", "town_of_key",
+           "VAD_RANGE", "frame_instances", "instances", "map_gt", "resample", "resample_all", "sample_point_index", "town_of_key",
            "uniad_lanes", "vad_vectors", "world2lidar"]

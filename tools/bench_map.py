@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""Map vectors at load time (`Overlays(map=MAP_PACK)`), side by side in one run
+(docs/benchmarks.md has the figures):
+
+  cost    one eval epoch of CARLAWebData over a Bench2Drive pack at 0 workers, with the map
+          pack and without; both sides select fields=["ego2world"] (the pose the map stage
+          reads), so the difference is the map stage alone: VAD's and UniAD's map GT of every
+          sample. Each cell a fresh process, the two sides alternated (ABBA), medians.
+  memory  peak RSS of a process that opens the loader with the map pack (2 workers) over a
+          manifest of N clips' shard entries (each a hard link of one real shard) and reads 4
+          batches, for each N of --memory-clips (1k against 10k), beside the same loader
+          without the map.
+
+    .venv/bin/python tools/bench_map.py --workdir /tmp/bench_map [--clips 3 --frames 60]
+        [--repeats 5] [--memory-clips 1000,10000] [--image-size HxW]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from proc_stats import PeakRSS
+
+OUT_HW, BATCH = (224, 400), 8
+
+
+def make_data(work: Path, clips: int, frames: int, size: tuple[int, int] | None
+              ) -> tuple[Path, Path]:
+    """Synthetic clips (with their towns' HD maps), packed at every frame, and the map pack."""
+    from carla_wds.pack.datasets.bench2drive.hdmap_pack import pack_maps
+    from carla_wds.pack.packer import PackOptions, pack
+    from carla_wds.pack.synth import synth_dataset
+    raw, shards, maps = work / "raw", work / "shards", work / "maps"
+    if not (raw / "archives").is_dir():
+        synth_dataset(raw, "bench2drive", episodes=clips, frames=frames, seed=0,
+                      image_size=size, progress=False)
+    if not (shards / "manifest.json").exists():
+        pack(raw / "archives", shards, PackOptions.of(layout="bench2drive", stride=1,
+                                                   max_samples=16, overwrite=True,
+                                                   all_frames=True, progress=False))
+    if not (maps / "maps.json").exists():
+        pack_maps(raw / "maps", maps, allow_pickle=True, progress=False)
+    return shards, maps
+
+
+def loader(shards: Path, maps: Path | None, workers: int):
+    from carla_wds.load import CARLAWebData, Overlays
+    return CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=OUT_HW,
+                        mode="eval", fields=["ego2world"],
+                        overlays=Overlays(map=str(maps)) if maps else None)
+
+
+def _cost_child(shards: Path, maps: Path | None) -> str:
+    """One cell: a warm-up epoch (page cache, the towns read once), then one timed epoch."""
+    data = loader(shards, maps, 0)
+    list(data)
+    t0, n = time.perf_counter(), 0
+    for batch in data:
+        n += int(batch.valid.sum())
+    return json.dumps({"seconds": time.perf_counter() - t0, "samples": n})
+
+
+def _memory_child(shards: Path, maps: Path | None, work: Path, clips: int) -> float:
+    """Peak RSS (MB) of a loader (with the map pack or without) over `clips` shard entries,
+    4 batches read."""
+    base = json.loads((shards / "manifest.json").read_text())
+    folder = work / f"manifest_{clips}"
+    if not folder.is_dir():
+        folder.mkdir()
+        first = base["shards"][0]
+        entries = []
+        for i in range(clips):   # one shard per clip, each a hard link of one real shard
+            name = f"shard-{i:06d}.tar"
+            os.link(shards / first["name"], folder / name)
+            entries.append({**first, "name": name})
+        doc = {**base, "shards": entries, "total_samples": first["samples"] * clips}
+        doc["counts"] = {**base["counts"], "samples": doc["total_samples"]}
+        (folder / "manifest.json").write_text(json.dumps(doc))
+    with PeakRSS() as peak:
+        data = loader(folder, maps, 2)
+        for i, _ in enumerate(data):
+            if i == 3:
+                break
+        data.close()
+    return peak.peak
+
+
+def _child(work: Path, args: list[str]) -> str:
+    out = subprocess.run([sys.executable, __file__, "--workdir", str(work), *args], check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def bench_cost(work: Path, repeats: int) -> list[str]:
+    runs: dict[str, list[dict]] = {"without": [], "with": []}
+    for i in range(repeats):
+        for side in (("without", "with") if i % 2 == 0 else ("with", "without")):
+            runs[side].append(json.loads(_child(work, ["--child-cost", side])))
+    ms = {s: statistics.median(r["seconds"] / r["samples"] * 1e3 for r in rs)
+          for s, rs in runs.items()}
+    lo_hi = {s: (min(r["seconds"] / r["samples"] * 1e3 for r in rs),
+                 max(r["seconds"] / r["samples"] * 1e3 for r in rs)) for s, rs in runs.items()}
+    share = (ms["with"] - ms["without"]) / ms["with"]
+    n = runs["with"][0]["samples"]
+    return [f"{n} samples an epoch, 0 workers, median of {repeats} (range)",
+            "| loader | ms a sample | map stage's share of a sample's load time |",
+            "|---|---|---|",
+            f"| without the map | {ms['without']:.2f} ({lo_hi['without'][0]:.2f}-"
+            f"{lo_hi['without'][1]:.2f}) | |",
+            f"| Overlays(map=...) | {ms['with']:.2f} ({lo_hi['with'][0]:.2f}-"
+            f"{lo_hi['with'][1]:.2f}) | {share:.1%} |"]
+
+
+def bench_memory(work: Path, clip_counts: list[int]) -> list[str]:
+    rows = ["| clips (shard entries) | loader, 2 workers, peak RSS MB: without the map | "
+            "with Overlays(map=...) |", "|---|---|---|"]
+    for clips in clip_counts:
+        mb = [float(_child(work, ["--child-memory", str(clips), "--side", side]))
+              for side in ("without", "with")]
+        rows.append(f"| {clips} | {mb[0]:.0f} | {mb[1]:.0f} |")
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workdir", required=True)
+    p.add_argument("--clips", type=int, default=3)
+    p.add_argument("--frames", type=int, default=60)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--parts", default="cost,memory")
+    p.add_argument("--image-size", default=None, help="HxW of the synthetic cameras (smoke "
+                   "tests); default B2D's 900x1600")
+    p.add_argument("--memory-clips", default="1000,10000")
+    p.add_argument("--child-cost", choices=("with", "without"), help=argparse.SUPPRESS)
+    p.add_argument("--child-memory", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=("with", "without"), default="with",
+                   help=argparse.SUPPRESS)
+    args = p.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
+    shards, maps = make_data(work, args.clips, args.frames, size)
+    if args.child_cost:
+        print(_cost_child(shards, maps if args.child_cost == "with" else None))
+        return
+    if args.child_memory is not None:
+        print(_memory_child(shards, maps if args.side == "with" else None, work,
+                            args.child_memory))
+        return
+    parts = args.parts.split(",")
+    if "cost" in parts:
+        print("\n## map vectors: load time with and without the map pack\n")
+        print("\n".join(bench_cost(work, args.repeats)))
+    if "memory" in parts:
+        print("\n## memory with the map pack\n")
+        print("\n".join(bench_memory(work, [int(c) for c in args.memory_clips.split(",")])))
+
+
+if __name__ == "__main__":
+    main()
