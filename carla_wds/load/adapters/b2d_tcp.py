@@ -136,6 +136,9 @@ class B2DTCPAdapter(ModelAdapter):
                 ("handedness", "left", "--handedness"),
                 ("future_expert_frames", FUTURE_FRAMES, "future expert frames"))
                 if spec.get(key) != want]
+            if spec.get("future_labels") == "masked":   # zero-filled futures: not the port's
+                wrong.append("--future-labels 'masked' (its waypoints past a clip's end are "
+                             "zeros; needs full futures: leave the option out)")
             if wrong:
                 self._refuse(manifest.where, "were packed with " + ", ".join(wrong))
         super().check(manifest)

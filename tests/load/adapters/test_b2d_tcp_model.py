@@ -129,7 +129,8 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
     ({}, "--stride 5 (needs 1), expert file offset -1 (needs 0)"),
     ({"stride": 1}, "expert file offset -1 (needs 0)"),
     ({**PORT, "sensors": ("lidar",)}, "lack the record fields ['expert_value'"),
-    ({**PORT, "handedness": "right"}, "--handedness 'right' (needs 'left')")])
+    ({**PORT, "handedness": "right"}, "--handedness 'right' (needs 'left')"),
+    ({**PORT, "future_labels": "masked"}, "--future-labels 'masked' (its waypoints past")])
 def test_refuses_shards_packed_otherwise(tmp_path, small, options, says):
     # small's clips (synthesised once for the module), packed here with these options
     pack(small.parent / "raw" / "v1", tmp_path / "shards",
