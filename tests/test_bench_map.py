@@ -19,4 +19,7 @@ def test_bench_map_prints_cost_and_memory(bench_runs) -> None:
     with_map = re.search(rf"^\| Overlays\(map=\.\.\.\) \| {NUMBER} \({NUMBER}-{NUMBER}\) \| "
                          rf"(-?{NUMBER})%", out, re.M)
     assert without and with_map and float(with_map.group(1)) > 0, out
+    for part in ("vad", "uniad"):   # each model's map GT alone: Overlays(map_gt=(PART,))
+        assert re.search(rf"^\| Overlays\(map=\.\.\., map_gt=\('{part}',\)\) \| {NUMBER} "
+                         rf"\({NUMBER}-{NUMBER}\) \| (-?{NUMBER})%", out, re.M), out
     assert re.search(rf"^\| 20 \| {NUMBER} \| {NUMBER} \|$", out, re.M), out

@@ -2,10 +2,11 @@
 """Map vectors at load time (`Overlays(map=MAP_PACK)`), side by side in one run
 (docs/benchmarks.md has the figures):
 
-  cost    one eval epoch of CARLAWebData over a Bench2Drive pack at 0 workers, with the map
-          pack and without; both sides select fields=["ego2world"] (the pose the map stage
-          reads), so the difference is the map stage alone: VAD's and UniAD's map GT of every
-          sample. Each cell a fresh process, the two sides alternated (ABBA), medians.
+  cost    one eval epoch of CARLAWebData over a Bench2Drive pack at 0 workers, without the
+          map pack, with it (VAD's and UniAD's map GT of every sample), and with each model's
+          alone (Overlays(map_gt=...)); every side selects fields=["ego2world"] (the pose the
+          map stage reads), so the differences are the map stage's. Each cell a fresh
+          process, the sides in turn, the order reversed every other repeat; medians.
   memory  peak RSS of a process that opens the loader with the map pack (2 workers) over a
           manifest of N clips' shard entries (each a hard link of one real shard) and reads 4
           batches, for each N of --memory-clips (1k against 10k), beside the same loader
@@ -49,16 +50,24 @@ def make_data(work: Path, clips: int, frames: int, size: tuple[int, int] | None
     return shards, maps
 
 
-def loader(shards: Path, maps: Path | None, workers: int):
+# a cost cell's side -> Overlays(map_gt=) (None: both models' map GT)
+SIDES = {"without": None, "with": None, "vad": ("vad",), "uniad": ("uniad",)}
+ROWS = {"without": "without the map", "with": "Overlays(map=...)",
+        "vad": "Overlays(map=..., map_gt=('vad',))",
+        "uniad": "Overlays(map=..., map_gt=('uniad',))"}
+
+
+def loader(shards: Path, maps: Path | None, workers: int,
+           map_gt: tuple[str, ...] | None = None):
     from carla_wds.load import CARLAWebData, Overlays
     return CARLAWebData(str(shards), batch_size=BATCH, num_workers=workers, image_size=OUT_HW,
                         mode="eval", fields=["ego2world"],
-                        overlays=Overlays(map=str(maps)) if maps else None)
+                        overlays=Overlays(map=str(maps), map_gt=map_gt) if maps else None)
 
 
-def _cost_child(shards: Path, maps: Path | None) -> str:
+def _cost_child(shards: Path, maps: Path | None, map_gt: tuple[str, ...] | None) -> str:
     """One cell: a warm-up epoch (page cache, the towns read once), then one timed epoch."""
-    data = loader(shards, maps, 0)
+    data = loader(shards, maps, 0, map_gt)
     list(data)
     t0, n = time.perf_counter(), 0
     for batch in data:
@@ -98,23 +107,22 @@ def _child(work: Path, args: list[str]) -> str:
 
 
 def bench_cost(work: Path, repeats: int) -> list[str]:
-    runs: dict[str, list[dict]] = {"without": [], "with": []}
-    for i in range(repeats):
-        for side in (("without", "with") if i % 2 == 0 else ("with", "without")):
-            runs[side].append(json.loads(_child(work, ["--child-cost", side])))
-    ms = {s: statistics.median(r["seconds"] / r["samples"] * 1e3 for r in rs)
-          for s, rs in runs.items()}
-    lo_hi = {s: (min(r["seconds"] / r["samples"] * 1e3 for r in rs),
-                 max(r["seconds"] / r["samples"] * 1e3 for r in rs)) for s, rs in runs.items()}
-    share = (ms["with"] - ms["without"]) / ms["with"]
-    n = runs["with"][0]["samples"]
-    return [f"{n} samples an epoch, 0 workers, median of {repeats} (range)",
+    runs: dict[str, list[float]] = {side: [] for side in SIDES}
+    n = 0
+    for i in range(repeats):   # the sides in turn, the order reversed every other repeat
+        for side in (list(SIDES) if i % 2 == 0 else list(SIDES)[::-1]):
+            cell = json.loads(_child(work, ["--child-cost", side]))
+            runs[side].append(cell["seconds"] / cell["samples"] * 1e3)
+            n = cell["samples"]
+    rows = [f"{n} samples an epoch, 0 workers, median of {repeats} (range)",
             "| loader | ms a sample | map stage's share of a sample's load time |",
-            "|---|---|---|",
-            f"| without the map | {ms['without']:.2f} ({lo_hi['without'][0]:.2f}-"
-            f"{lo_hi['without'][1]:.2f}) | |",
-            f"| Overlays(map=...) | {ms['with']:.2f} ({lo_hi['with'][0]:.2f}-"
-            f"{lo_hi['with'][1]:.2f}) | {share:.1%} |"]
+            "|---|---|---|"]
+    base = statistics.median(runs["without"])
+    for side, ms in runs.items():
+        m = statistics.median(ms)
+        share = " " if side == "without" else f" {(m - base) / m:.1%} "
+        rows.append(f"| {ROWS[side]} | {m:.2f} ({min(ms):.2f}-{max(ms):.2f}) |{share}|")
+    return rows
 
 
 def bench_memory(work: Path, clip_counts: list[int]) -> list[str]:
@@ -138,7 +146,7 @@ def main() -> None:
     p.add_argument("--image-size", default=None, help="HxW of the synthetic cameras (smoke "
                    "tests); default B2D's 900x1600")
     p.add_argument("--memory-clips", default="1000,10000")
-    p.add_argument("--child-cost", choices=("with", "without"), help=argparse.SUPPRESS)
+    p.add_argument("--child-cost", choices=tuple(SIDES), help=argparse.SUPPRESS)
     p.add_argument("--child-memory", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--side", choices=("with", "without"), default="with",
                    help=argparse.SUPPRESS)
@@ -148,7 +156,8 @@ def main() -> None:
     size = tuple(int(v) for v in args.image_size.split("x")) if args.image_size else None
     shards, maps = make_data(work, args.clips, args.frames, size)
     if args.child_cost:
-        print(_cost_child(shards, maps if args.child_cost == "with" else None))
+        print(_cost_child(shards, None if args.child_cost == "without" else maps,
+                          SIDES[args.child_cost]))
         return
     if args.child_memory is not None:
         print(_memory_child(shards, maps if args.side == "with" else None, work,

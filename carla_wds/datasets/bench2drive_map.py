@@ -255,12 +255,19 @@ def uniad_lanes(town: TownArrays, ego2world: np.ndarray,
             "gt_lane_bboxes": boxes, "gt_lane_masks": masks}
 
 
-def map_gt(town: TownArrays, ego2world: np.ndarray) -> dict[str, np.ndarray]:
-    """VAD's map GT and UniAD's lane GT of one frame (the map recipe's arrays), from one
-    move of the frame's map into the LiDAR frame."""
-    ranges = ((VAD_RANGE, VAD_MAX_DISTANCE), (UNIAD_RANGE, UNIAD_MAX_DISTANCE))
-    vad, uniad = frame_instances(town, world2lidar(ego2world), ranges)
-    return {**vad_vectors(town, ego2world, vad), **uniad_lanes(town, ego2world, uniad)}
+def map_gt(town: TownArrays, ego2world: np.ndarray,
+           parts: tuple[str, ...] = ("vad", "uniad")) -> dict[str, np.ndarray]:
+    """VAD's map GT and UniAD's lane GT of one frame (the map recipe's arrays; `parts`: which
+    of the two), from one move of the frame's map into the LiDAR frame."""
+    ranges = {"vad": (VAD_RANGE, VAD_MAX_DISTANCE), "uniad": (UNIAD_RANGE, UNIAD_MAX_DISTANCE)}
+    found = dict(zip(parts, frame_instances(town, world2lidar(ego2world),
+                                            tuple(ranges[p] for p in parts))))
+    out: dict[str, np.ndarray] = {}
+    if "vad" in found:
+        out.update(vad_vectors(town, ego2world, found["vad"]))
+    if "uniad" in found:
+        out.update(uniad_lanes(town, ego2world, found["uniad"]))
+    return out
 
 
 __all__ = ["TownArrays", "UNIAD_BEV", "UNIAD_RANGE", "VAD_CLASSES", "VAD_FIXED_NUM",

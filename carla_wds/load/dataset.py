@@ -100,13 +100,14 @@ class CARLAWebData:
     def _map_stage(self, r: front.Request) -> mappack.MapVectors | None:
         """Overlays(map=): the map stage, checked against the shards' dataset and towns."""
         if r.overlays.map is None:
-            return None
+            return mappack.attach_map(None, "", (), r.overlays.map_gt)
         if self._view is not None:
             raise ValueError("Overlays(map=...) with a mix of layouts is not served yet. Fix: "
                              "load one layout's shards with it")
         keys = [s[k] for s in self.manifest.doc["shards"] for k in ("first_key", "last_key")
                 if s.get(k)]
-        return mappack.attach_map(r.overlays.map, self.manifest.doc.get("layout", ""), keys)
+        return mappack.attach_map(r.overlays.map, self.manifest.doc.get("layout", ""), keys,
+                                  r.overlays.map_gt)
 
     def _decoding(self, r: front.Request) -> None:
         """What a sample decodes to: the model adapter's settings or the caller's, the

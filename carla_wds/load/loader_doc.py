@@ -67,7 +67,8 @@ Args:
         dataset's map GT in `fields` (Bench2Drive: VAD's `map_pts` (N, 20, 2) float32 in
         VAD's LiDAR frame and `map_labels` (N,) int64; UniAD's `gt_lane_labels`,
         `gt_lane_bboxes`, `gt_lane_masks` (N, 200, 200); lists per row; docs/packing.md), and
-        `ego2world` is selected. A town without a map is refused in one line.
+        `ego2world` is selected; `Overlays(map=..., map_gt=("vad",))` computes one model's
+        alone. A town without a map is refused in one line.
     label_options: {load adapter: option}, e.g. TCP's brake override; default: the
         manifest's. Their older keywords (`brake_override=`, `twin_p=`) are accepted too.
     adapter: a per-sample transform with settings, run in the workers before collation: a

@@ -105,10 +105,13 @@ class Overlays:
         required: serve only the samples with an entry in every overlay; `len()` stays exact.
         map: a map pack's folder (`carla-wds pack-map`): each frame gets its dataset's map
             ground truth in `batch.fields` (load/stream/mappack.py, docs/packing.md).
+        map_gt: whose map ground truth to compute, e.g. ("vad",) or ("uniad",) on
+            Bench2Drive; None: every model's the dataset's recipe has.
     """
     packs: Sequence[str] = ()
     required: bool = False
     map: str | None = None
+    map_gt: Sequence[str] | None = None
 
 
 # old flat keyword -> (the keyword of its group now, the group's field)

@@ -156,10 +156,11 @@ def their_world2lidar(raw: Path, key: str) -> np.ndarray:
         @ LEFT2RIGHT
 
 
-def served_rows(shards: Path, maps: Path, **kw) -> dict[str, dict[str, np.ndarray]]:
+def served_rows(shards: Path, maps: Path, map_gt=None, **kw
+                ) -> dict[str, dict[str, np.ndarray]]:
     out = {}
     for batch in CARLAWebData(str(shards), batch_size=4, mode="eval",
-                              overlays=Overlays(map=str(maps)), **kw):
+                              overlays=Overlays(map=str(maps), map_gt=map_gt), **kw):
         names = [n for n in batch.fields if n.startswith(("map_", "gt_lane_"))]
         for i, (key, ok) in enumerate(zip(batch.keys, batch.valid.tolist())):
             if ok:
@@ -210,6 +211,35 @@ def test_uniad_lane_labels_equal_their_get_map_info(raw, shards, maps):
         np.testing.assert_array_equal(row["gt_lane_masks"], masks, err_msg=key)
         seen |= set(labels.tolist())
     assert {0, 1, 3} <= seen and seen & {4, 5}, seen
+
+
+VAD_KEYS, UNIAD_KEYS = {"map_pts", "map_labels"}, {"gt_lane_labels", "gt_lane_bboxes",
+                                                   "gt_lane_masks"}
+
+
+def test_map_gt_computes_only_the_named_models_arrays(shards, maps):
+    """Overlays(map_gt=("vad",)) serves VAD's arrays alone, ("uniad",) UniAD's, each equal to
+    the same arrays served with both."""
+    both = served_rows(shards, maps)
+    for parts, keys in ((("vad",), VAD_KEYS), (("uniad",), UNIAD_KEYS), ("vad", VAD_KEYS)):
+        got = served_rows(shards, maps, map_gt=parts)
+        assert sorted(got) == sorted(both)
+        for key, row in got.items():
+            assert set(row) == keys, (parts, key)
+            for name in keys:
+                np.testing.assert_array_equal(row[name], both[key][name], err_msg=key)
+    assert all(set(row) == VAD_KEYS | UNIAD_KEYS for row in both.values())
+
+
+@pytest.mark.parametrize("overlays, says", [
+    ({"map_gt": ("vad", "occ")}, "expected some of ['vad', 'uniad']"),
+    ({"map_gt": ()}, "expected some of ['vad', 'uniad']"),
+    ({"map_gt": ("vad",), "map": None}, "without map=")])
+def test_a_wrong_map_gt_is_refused_in_one_line(shards, maps, overlays, says):
+    with pytest.raises(ValueError) as exc:
+        CARLAWebData(str(shards), batch_size=4,
+                     overlays=Overlays(**{"map": str(maps), **overlays}))
+    assert says in str(exc.value) and "\n" not in str(exc.value), exc.value
 
 
 def test_history_windows_get_each_frames_own_map(shards, maps):

@@ -118,14 +118,19 @@ def _polylines(arrays: dict[str, np.ndarray], part: str, vocab: tuple[str, ...]
     return points, offsets, tuple(vocab[c] for c in codes.tolist())
 
 
-def attach_map(path: str | Path | None, dataset: str, first_keys: Iterable[str]
-               ) -> "MapVectors | None":
-    """CARLAWebData's Overlays(map=): the stage, after the map pack's dataset and the towns of
-    `first_keys` (each shard's first and last sample) are checked; None without."""
+def attach_map(path: str | Path | None, dataset: str, first_keys: Iterable[str],
+               parts: Any = None) -> "MapVectors | None":
+    """CARLAWebData's Overlays(map=, map_gt=): the stage, after the map pack's dataset, the
+    parts named (map_gt) and the towns of `first_keys` (each shard's first and last sample)
+    are checked; None without."""
     if path is None:
+        if parts is not None:
+            raise ValueError(f"Overlays(map_gt={parts!r}) without map=: it chooses what a map "
+                             f"pack gives. {FIX}, and give it as map=")
         return None
     pack = open_map_pack(path)
     recipe = map_recipe(pack.dataset)
+    chosen = recipe.chosen(parts)
     if map_recipe(dataset) is not recipe:
         raise ValueError(f"map: {pack.root} is a map pack of {pack.dataset!r}; the shards are "
                          f"{dataset!r}. Fix: pass the map pack of the shards' dataset")
@@ -133,7 +138,7 @@ def attach_map(path: str | Path | None, dataset: str, first_keys: Iterable[str]
         town = recipe.town_of(key)
         if town not in pack.names():
             raise ValueError(missing_town(key, town, pack))
-    return MapVectors(pack)
+    return MapVectors(pack, chosen)
 
 
 @dataclass(frozen=True)
@@ -143,15 +148,16 @@ class MapVectors:
     batch's ego2world. With history the batch is still flat here (B * (K + 1) frames): every
     frame of a window gets its own map, and history.windowed makes them B lists of K + 1."""
     pack: MapPack
+    parts: tuple[str, ...]   # the recipe's parts to compute (Overlays(map_gt=))
 
     def __call__(self, batches: Iterable[Any], at: Any) -> Iterator[Any]:
         recipe = map_recipe(self.pack.dataset)
         for batch in batches:
             poses = batch.fields[POSE]
-            rows = [recipe.vectors(self.pack.town(recipe.town_of(k), k), poses[i].numpy())
-                    if ok else None for i, (k, ok) in enumerate(zip(batch.keys,
-                                                                    batch.valid.tolist()))]
-            for name in recipe.keys:
+            rows = [recipe.vectors(self.pack.town(recipe.town_of(k), k), poses[i].numpy(),
+                                   self.parts) if ok else None
+                    for i, (k, ok) in enumerate(zip(batch.keys, batch.valid.tolist()))]
+            for name in recipe.keys(self.parts):
                 batch.fields[name] = [None if r is None else torch.from_numpy(r[name])
                                       for r in rows]
             yield batch
