@@ -221,3 +221,15 @@ def split_clips(clips: list[ClipRef], split_file: str | Path, subset: str,
         return clips, []
     wanted = names[subset] if subset in names else have - names["val"]
     return [c for c in clips if c.name in wanted], sorted(wanted - have)
+
+
+def by_folder(names: list[str]) -> dict[str, dict[int, str]]:
+    """'camera/rgb_front/00042.jpg' -> {'camera/rgb_front': {42: name}}; the expert files'
+    '-0001' is frame -1."""
+    out: dict[str, dict[int, str]] = {}
+    for name in names:
+        folder, _, base = name.rpartition("/")
+        stem = base.split(".", 1)[0]
+        if stem.lstrip("-").isdigit():
+            out.setdefault(folder, {})[int(stem)] = name
+    return out

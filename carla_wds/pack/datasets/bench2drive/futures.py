@@ -127,15 +127,22 @@ class Infos:
     def ahead(self, t: int, frames: list[int], steps: int = SDC_STEPS) -> list[dict | None]:
         """The annos their index arithmetic reaches from frame t (`frames`: the clip's anno
         frames): info position + 5j, j = 1..steps; None past the clip's last info."""
+        return [None if f is None else self.anno_at(f)
+                for f in self.frames_ahead(t, frames, steps, SDC_STEP)]
+
+    def frames_ahead(self, t: int, frames: list[int], steps: int, step: int) -> list[int | None]:
+        """The anno frames of info position + step * j, j = 1..steps, from frame t (None past
+        the clip's last info); frame arithmetic where t is no info itself (no sample either)."""
         if self._at is None:
             self._frames = [f for f in frames if self.anno_at(f) is not None
                             and not self.boxless(f)]
             self._at = {f: i for i, f in enumerate(self._frames)}
-        if t not in self._at:   # not an info itself (no sample either): frame arithmetic
-            return [self.anno_at(t + SDC_STEP * j) for j in range(1, steps + 1)]
+        if t not in self._at:
+            return [t + step * j if self.anno_at(t + step * j) is not None else None
+                    for j in range(1, steps + 1)]
         i = self._at[t]
-        return [self.anno_at(self._frames[i + SDC_STEP * j])
-                if i + SDC_STEP * j < len(self._frames) else None for j in range(1, steps + 1)]
+        return [self._frames[i + step * j] if i + step * j < len(self._frames) else None
+                for j in range(1, steps + 1)]
 
 
 def sdc_fut_traj(now: dict, ahead: list[dict | None]) -> np.ndarray:

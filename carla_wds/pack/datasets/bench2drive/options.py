@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from ...errors import bad_option, whole_number
 from ..base import DatasetOption
 from .clips import SUBSETS
+from .future_boxes import MAX_STEPS, UNIAD_STEPS
 from .futures import FUTURE_LABELS
 from .plan import EXPERT_OFFSETS, SENSORS
 
@@ -47,6 +48,10 @@ OPTIONS = (
                   "labels past the clip's end zero-filled and masked (record future_valid), "
                   "with the ego future gt_sdc_fut_traj, as UniAD/VAD (Bench2DriveZoo).", "full",
                   choices=FUTURE_LABELS, show_default=True, recorded_at_default=False),
+    DatasetOption("future_boxes", "--future-boxes", "bench2drive: store the box sets of the "
+                  f"next F infos (UniAD's occupancy labels: F = {UNIAD_STEPS}), each in its own "
+                  "frame, with their poses (future_boxes.npy and record future_boxes_*); 0: "
+                  "none.", 0, int, recorded_at_default=False),
 )
 
 
@@ -59,7 +64,8 @@ class Bench2DriveOptions:
     does by default; flag: keep them, marked in the `visible` column; off: no test, no depth
     PNGs read), which expert file goes with frame t (prepare_b2d: t - 1, as prepare_B2D
     and VAD; tcp_port: t, as the TCP port's gen_tcp_data), and the frames without a full
-    future (full: left out; masked: kept with their future labels masked, futures.py)."""
+    future (full: left out; masked: kept with their future labels masked, futures.py), and
+    how many infos ahead the future box sets reach (0: none; future_boxes.py)."""
     stride: int | None = None
     split: str | None = None
     subset: str = "train"
@@ -69,6 +75,7 @@ class Bench2DriveOptions:
     box_visibility: str = "filter"
     expert_pairing: str = "prepare_b2d"
     future_labels: str = "full"
+    future_boxes: int = 0
 
     @classmethod
     def of(cls, given: Mapping[str, Any] | None) -> "Bench2DriveOptions":
@@ -97,6 +104,14 @@ class Bench2DriveOptions:
             raise bad_option("--box-radius", self.box_radius, "metres > 0",
                              "pass e.g. --box-radius 75")
         self._check_sensors()
+        self._check_future_boxes()
+
+    def _check_future_boxes(self) -> None:
+        whole_number("--future-boxes", self.future_boxes, 0, MAX_STEPS, f"pass --future-boxes "
+                     f"{UNIAD_STEPS} (UniAD's occ_n_future), or leave it out")
+        if self.future_boxes and self.sensors is not None and "boxes" not in self.sensors:
+            raise bad_option("--future-boxes", self.future_boxes, "boxes in --sensors",
+                             "add boxes to --sensors, or leave --future-boxes out")
 
     def _check_sensors(self) -> None:
         bad = [s for s in self.sensors or () if s not in SENSORS]

@@ -26,9 +26,9 @@ from ....schema import SampleSpec, make_key
 from .vocab import B2D_BOX_COLUMNS
 from . import anno as anno_of
 from . import boxes as b2d_boxes
-from . import futures, temporal
+from . import future_boxes, futures, temporal
 from .raw import npz_array, radar_array  # noqa: F401 - radar_array: read from here too
-from .clips import ClipError, ClipRef, open_clip
+from .clips import ClipError, ClipRef, by_folder, open_clip
 from ..routes.layout_parts import SampleRule
 from ...routes import RoutePlan, Skip
 from ...sources import decode_json
@@ -64,6 +64,7 @@ class B2DSettings:
     expert_offset: int = -1     # expert file of frame t: t - 1 (prepare_B2D) or t (TCP port)
     all_frames: bool = False    # every keyframe with a full future, not the port's range
     masked_future: bool = False   # --future-labels masked: every keyframe (futures.py)
+    future_boxes: int = 0       # --future-boxes F: the box sets of infos t+1..t+F (0: none)
     # (past, future) steps of tracks.npy: UniAD's, which hold VAD's 2 past and 6 future
     track_steps: tuple[int, int] = temporal.TRACK_STEPS
 
@@ -101,7 +102,8 @@ def b2d_settings(opts, own) -> B2DSettings:
                        spool_bytes=opts.spool_bytes, box_visibility=own.box_visibility,
                        expert_offset=EXPERT_OFFSETS[own.expert_pairing],
                        all_frames=opts.all_frames or own.future_labels == "masked",
-                       masked_future=own.future_labels == "masked")
+                       masked_future=own.future_labels == "masked",
+                       future_boxes=own.future_boxes)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ class CLIP_LAYOUT_INFO:   # noqa: N801 - stands where a Layout stands, for the m
                 # future_expert_*: the expert files the pairing gives frames t + these
                 "future_expert_frames": _future_frames(self.settings),
                 **b2d_boxes.spec_doc(self.settings),
-                **futures.spec_doc(self.settings.masked_future)}
+                **futures.spec_doc(self.settings.masked_future),
+                **future_boxes.spec_doc(self.settings.future_boxes)}
 
 
 def _future_frames(s: B2DSettings) -> list[int]:
@@ -159,27 +162,17 @@ def b2d_spec(s: B2DSettings, image_format: str = "jpg") -> SampleSpec:
                    Extra("future_expert_feature", "future_expert_feature.npy", "npy", "expert",
                          "float32", (s.pred_len, None))]
     masked = futures.record_fields(s.pred_len) if s.masked_future else ()
+    masked += future_boxes.record_fields(s.future_boxes, frame) if s.future_boxes else ()
     extras.append(Extra(MEASUREMENTS, f"{MEASUREMENTS}.npy", "record", "measurements", "record",
                         (), fields=anno_of.record_fields("expert" in s.sensors, s.pred_len)
                         + masked))
     extras += temporal.temporal_extras(s, frame)   # ego2world, can_bus, tracks (issue 27)
     extras += futures.masked_extras() if s.masked_future else []
+    extras += future_boxes.extras(frame) if s.future_boxes else []
     frames = {"waypoints": frame, "target_point": frame, "boxes": frame, "lidar": frame,
               "calibration": "b2d" if s.handedness == "right" else "carla_ue4"}
     return SampleSpec(CAMERAS, s.pred_len, image_format, extras=tuple(extras),
                       frames=tuple(sorted(frames.items())))
-
-
-def _by_folder(names: list[str]) -> dict[str, dict[int, str]]:
-    """'camera/rgb_front/00042.jpg' -> {'camera/rgb_front': {42: name}}; the expert files'
-    '-0001' is frame -1."""
-    out: dict[str, dict[int, str]] = {}
-    for name in names:
-        folder, _, base = name.rpartition("/")
-        stem = base.split(".", 1)[0]
-        if stem.lstrip("-").isdigit():
-            out.setdefault(folder, {})[int(stem)] = name
-    return out
 
 
 def _wanted(s: B2DSettings) -> list[tuple[str, str, str, int]]:
@@ -215,7 +208,7 @@ def plan_clip(ref: ClipRef, s: B2DSettings, dot_replacement: str | None = None) 
 class _ClipPlanner:
     def __init__(self, clip, ref: ClipRef, s: B2DSettings, dot_replacement: str | None) -> None:
         self.clip, self.ref, self.s, self.dots = clip, ref, s, dot_replacement
-        self.files = _by_folder(clip.names())
+        self.files = by_folder(clip.names())
         self.annos: dict[int, dict | str] = {}   # frame -> anno, or why it is unusable
         self.null_speed = self.ego_as_vehicle = 0
         self.tracks = temporal.TrackIndex(self._anno_or_none, s.box_radius)
@@ -320,6 +313,15 @@ class _ClipPlanner:
             record[futures.FUTURE_VALID] = np.asarray(real, bool)
             files[f"{futures.SDC_FUT}.npy"] = ("", codec_named("npy").encode(
                 futures.sdc_fut_traj(now, self.infos.ahead(t, sorted(self.files["anno"])))))
+        if self.s.future_boxes:   # the box sets of infos t+1..t+F and their poses
+            try:
+                table, values = future_boxes.members(t, now, self.infos.frames_ahead(
+                    t, sorted(self.files["anno"]), self.s.future_boxes, 1), self._anno_or_none,
+                    self._boxes, self.s.handedness == "right")
+            except future_boxes.FutureFrameError as exc:
+                return self._skip(t, f"anno/{exc.frame:05d}.json.gz", str(exc), derived=True)
+            files[f"{future_boxes.FUTURE_BOXES}.npy"] = ("", codec_named("npy").encode(table))
+            record.update(values)
         return ClipTask(self.ref.name, t, make_key(self.ref.name, t, self.dots), labels, record,
                         files)
 

@@ -161,17 +161,24 @@ def test_gt_sdc_fut_traj_is_their_lidar_origins_path(packs, raw):
     assert seen == EPISODES * FRAMES
 
 
+def clip_without_boxes(raw: Path, dest: Path, frames: tuple[int, ...]) -> str:
+    """A copy of the first clip of `raw` under `dest` with `frames` emptied to the ego box
+    alone (no info of prepare_B2D's, l.336); returns the clip's name."""
+    clip = sorted(p.name for p in raw.iterdir())[0]
+    shutil.copytree(raw / clip, dest / clip)
+    for t in frames:
+        path = dest / clip / "anno" / f"{t:05d}.json.gz"
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc["bounding_boxes"] = doc["bounding_boxes"][:1]
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return clip
+
+
 def test_frames_without_boxes_are_no_infos_and_their_steps_skip_them(raw, tmp_path):
     """prepare_B2D keeps no info for a frame without boxes (l.336), and their index arithmetic
     counts infos: with frames 7 and 12 emptied to the ego alone, those two are no samples
     (counted as frames their loader leaves out) and frame 0's path steps over them."""
-    clip = sorted(p.name for p in raw.iterdir())[0]
-    shutil.copytree(raw / clip, tmp_path / "v1" / clip)
-    for t in (7, 12):
-        path = tmp_path / "v1" / clip / "anno" / f"{t:05d}.json.gz"
-        doc = json.loads(gzip.decompress(path.read_bytes()))
-        doc["bounding_boxes"] = doc["bounding_boxes"][:1]
-        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    clip = clip_without_boxes(raw, tmp_path / "v1", (7, 12))
     manifest = run_pack(tmp_path / "v1", tmp_path / "p", **KW, future_labels="masked")
     infos = [t for t in range(FRAMES) if t not in (7, 12)]
     assert packed_frames(tmp_path / "p") == {clip: infos}
