@@ -10,7 +10,9 @@ Run-time shims (never edits of their files), each because the data path cannot r
 - lead.py's stubs of `carla` and the leaderboard's RoadOption, and numpy 2's np.string_;
 - none on the box code: get_bbox_labels and get_centernet_labels run as they are
   (detect_boxes is on, their default), on the synth's boxes (which carry the fields their
-  expert writes: brake, transfuser_semantics_id, visible_pixels, ...);
+  expert writes: brake, transfuser_semantics_id, visible_pixels, ...); nor on the BEV
+  semantic target (use_bev_semantic on): their hdmap converter, cut and build_bev_occupancy
+  run on the synth's hdmap/ maps (ChauffeurNet ids at 2 px/m, as their expert saves them);
 - the colour augmenter is the identity (use_color_aug is always on in training; the adapter
   draws it only with augment=True);
 - np.random.random is 1.0 in the first pass (own sensors) and 0.0 in the second (the
@@ -18,7 +20,9 @@ Run-time shims (never edits of their files), each because the data path cannot r
 
 Writes tests/golden/lead_batches.json: per sample (route, frame) and pass, every key of their
 collated batch with its kind (type, dtype, shape) and value (numbers float32-rounded, rgb and
-rasterized_lidar and semantic as sha256 of their bytes; the timing keys kind only).
+rasterized_lidar, semantic and bev_semantic as the first 32 hex digits of the sha256 of
+their bytes, hdmap as {"same_as": "bev_semantic"} where it is that array; the timing keys
+kind only).
 """
 from __future__ import annotations
 
@@ -42,7 +46,10 @@ BLOBS = {**LABEL_BLOBS,
          "lead/common/constants.py": "f756831e9d788bf5c061dbf23db2fe0ebe109749"}
 SYNTH = {"layout": "lead", "episodes": 3, "frames": 20, "seed": 3, "image_size": [384, 384]}
 CONFIG = {**ADAPTER_CONFIG, "use_persistent_cache": False, "force_rebuild_bucket": True}
-DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap")
+DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap", "bev_semantic")
+DIGEST_CHARS = 32   # a sha256's first 128 bits: the file stays under 200 KB
+# their hdmap key is the bev_semantic array itself (one array under both keys)
+SAME = {"hdmap": "bev_semantic"}
 # CenterNet target maps, mostly zeros: recorded sparse (nonzero indices and their values)
 SPARSE = ("center_net_bounding_boxes", "center_net_wh", "center_net_yaw_class",
           "center_net_yaw_res", "center_net_offset", "center_net_velocity", "center_net_brake",
@@ -63,7 +70,7 @@ def kind(value: Any) -> list:
 def value(name: str, v: Any) -> Any:
     """The recorded value of one collated key."""
     if name in DIGESTS:
-        return hashlib.sha256(v.numpy().tobytes()).hexdigest()
+        return hashlib.sha256(v.numpy().tobytes()).hexdigest()[:DIGEST_CHARS]
     if name in SPARSE:
         a = v.numpy()
         where = np.nonzero(a)
@@ -73,6 +80,17 @@ def value(name: str, v: Any) -> Any:
         a = v.numpy()
         return a.tolist() if a.dtype.kind in "biu" else common.f32(a)
     return v
+
+
+def recorded(name: str, v: Any, batch: dict) -> dict:
+    """{"value": ...}, nothing for a timing key, {"same_as": key} for a key whose array is
+    another key's, bit for bit."""
+    if name in KIND_ONLY:
+        return {}
+    other = SAME.get(name)
+    if other is not None and bool((v == batch[other]).all()):
+        return {"same_as": other}
+    return {"value": value(name, v)}
 
 
 def run(repo_dir: Path, data: Path) -> list[dict]:
@@ -98,8 +116,7 @@ def run(repo_dir: Path, data: Path) -> list[dict]:
                 if name == "own":
                     out.append({"route": batch["route_number"][0],
                                 "frame": batch["frame_number"][0]})
-                out[i][name] = {k: {"kind": kind(v), **({} if k in KIND_ONLY else
-                                                        {"value": value(k, v)})}
+                out[i][name] = {k: {"kind": kind(v), **recorded(k, v, batch)}
                                 for k, v in sorted(batch.items())}
     finally:
         np.random.random = draw

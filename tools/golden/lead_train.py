@@ -1,5 +1,6 @@
 """LEAD's own TFv6 training step (kesai-labs/lead@44891760 lead/training/train.py Trainer.train,
-unchanged) on batches of CARLAWebData(adapter="lead"), on CPU with random init, for 3 steps.
+unchanged) on batches of CARLAWebData(adapter="lead"), on CPU with random init, for 3 steps,
+with the planning, semantic, CenterNet box and BEV semantic heads on.
 
     /tmp/golden_venv/bin/pip install timm     # TFv6's backbones; beside tools/golden/lead.py's
     /tmp/golden_venv/bin/python -m tools.golden.lead_train --repo-dir /tmp/golden_src/lead \\
@@ -16,8 +17,9 @@ Run-time shims, each because the step cannot run on this machine without it:
 - timm.create_model with pretrained=False (random init; the image backbone would download
   ImageNet weights);
 - their Logger (wandb, tensorboard and their visualisation code) is a no-op log_train;
-- the config: TrainingConfig with the adapter's CONFIG (box and semantic heads on; with
-  --no-semantic use_semantic False, with --no-boxes detect_boxes False), compile False,
+- the config: TrainingConfig with the adapter's CONFIG (box, semantic and BEV semantic heads
+  on; with --no-semantic use_semantic False, with --no-boxes detect_boxes False and
+  use_bev_semantic False, which their loader draws from the boxes), compile False,
   mixed precision off (CPU: their autocast and GradScaler are CUDA-only and turn
   themselves off), use_persistent_cache False.
 Writes (--out) the losses of each step, and whether every parameter that has a gradient moved.
@@ -41,6 +43,7 @@ TRAIN_BLOBS = {  # the training step's files at COMMIT (git blob ids), beside th
     "lead/tfv6/tfv6.py": "039197527671e6f0b159b7aa31e5594036e8e51c",
     "lead/tfv6/planning_decoder.py": "fde27da08baf0733f16d87a8c805441d5871a999",
     "lead/tfv6/center_net_decoder.py": "a4953c3906641556bc1e4f082f6e85ac2a37d4c3",
+    "lead/tfv6/bev_decoder.py": "b534aa9914aa1a65257ee11c44ff1ecb3d53c3f5",
     "lead/tfv6/transfuser_backbone.py": "ff117e2cc6d6d3e169114d4a158e756af469687a"}
 
 
@@ -76,7 +79,8 @@ def trainer(shards: str, steps: int, batch_size: int, semantic: bool, boxes: boo
 
     from carla_wds.load import CARLAWebData
     config = TrainingConfig({"carla_root": "data/carla_leaderboard2", **CONFIG,
-                             "detect_boxes": boxes, "use_mixed_precision_training": False,
+                             "detect_boxes": boxes, "use_bev_semantic": boxes,
+                             "use_mixed_precision_training": False,
                              "use_semantic": semantic})
     type(config).compile = property(lambda self: False)      # no torch.compile on CPU
     torch.manual_seed(0)

@@ -128,7 +128,7 @@ class _LeadRoute:
         rot = float(self.rng.uniform(5.0, 12.5) * self.rng.choice([-1, 1]))
         boxes = [(*(float(v) for v in to_ego(c["x"][step], c["y"][step], x, y, theta)),
                   float(c["heading"][step]) - theta, *c["extent"]) for c in self.vehicles]
-        self._images(name, step, trans, rot, boxes)
+        self._images(name, step, trans, rot)
         pts, _ = lidar_points(self.rng, boxes)
         (self.route / "lidar" / f"{name}.laz").write_bytes(lidar_laz(pts, self.rng))
         for folder in ("radar", "radar_perturbated"):
@@ -136,7 +136,7 @@ class _LeadRoute:
         (self.route / "metas" / f"{name}.pkl").write_bytes(lead_pickle(self.meta(t, trans, rot)))
         (self.route / "bboxes" / f"{name}.pkl").write_bytes(lead_pickle(self.boxes(step)))
 
-    def _images(self, name: str, step: int, trans: float, rot: float, boxes: list) -> None:
+    def _images(self, name: str, step: int, trans: float, rot: float) -> None:
         """rgb, semantics, depth and hdmap from the cameras, and from the perturbated ones
         (shifted `trans` m sideways, turned `rot` deg) into the *_perturbated folders."""
         x, y, theta = self.pose(step)
@@ -153,7 +153,7 @@ class _LeadRoute:
             (self.route / f"depth{suffix}" / f"{name}.png").write_bytes(
                 encode(".png", self.depth, "depth"))
             (self.route / f"hdmap{suffix}" / f"{name}.png").write_bytes(
-                encode(".png", bev_semantics(self.sim["road"], pose, boxes), "hdmap"))
+                encode(".png", lead_hdmap(self.sim["road"], pose), "hdmap"))
 
     def _future(self, step: int) -> list[int]:
         return [step + k for k in range(FUTURE + 1) if step + k < self.n]
@@ -262,6 +262,15 @@ def _road_option(road, s: float) -> int:
         return base.RIGHT if road.curv[road.index(max(s - 30.0, 0.0)) + turns[0]] > 0 \
             else base.LEFT
     return base.STRAIGHT if (kinds == base._JUNCTION).any() else base.LANEFOLLOW
+
+
+def lead_hdmap(road, pose: tuple[float, float, float]) -> np.ndarray:
+    """hdmap/NNNN.png as LEAD's expert saves it (lead/expert/hdmap/chauffeurnet.py
+    get_observation, expert_data.py obs_config): 256 x 256 at pixels_per_meter_collection = 2,
+    the ego at the centre, ChauffeurNet ids (1 road, 2 sidewalk, 3 lane marking, 4 broken
+    lane marking; no actors: LEAD's loader draws the boxes in), turned by np.rot90(k=-1) so
+    forward is +column and right +row, as their LiDAR grid."""
+    return np.ascontiguousarray(np.rot90(bev_semantics(road, pose, [], 256, 2.0), k=-1))
 
 
 def ego_matrix(x: float, y: float, yaw: float) -> list[list[float]]:

@@ -1,5 +1,6 @@
 """LEAD's own TFv6 training step (Trainer.train at kesai-labs/lead@44891760, unchanged) runs
-3 steps on CPU with random init, its planning, semantic and CenterNet box heads on, on
+3 steps on CPU with random init, its planning, semantic, CenterNet box and BEV semantic
+heads on, on
 CARLAWebData(adapter="lead") batches of the golden's routes
 (tools/golden/lead_train.py, in the golden venv with their files exported as
 tools/golden/README.md says). Skipped without that checkout or venv."""
@@ -20,13 +21,14 @@ ROOT = Path(__file__).resolve().parents[3]
 CHECKOUT = Path(os.environ.get("CARLA_WDS_LEAD_CHECKOUT", "/tmp/golden_src/lead"))
 PYTHON = Path(os.environ.get("CARLA_WDS_GOLDEN_PYTHON", "/tmp/golden_venv/bin/python"))
 GOLDEN = ROOT / "tests" / "golden" / "lead_batches.json"
-# their losses with the planning, semantic and CenterNet box heads on (tfv6/tfv6.py
-# compute_loss: planning_decoder.py, the semantic cross entropy over LEAD's 10 grouped
-# classes, center_net_decoder.py on the adapter's center_net_* targets)
+# their losses with the planning, semantic, CenterNet box and BEV semantic heads on
+# (tfv6/tfv6.py compute_loss: planning_decoder.py, the semantic cross entropy over LEAD's 10
+# grouped classes, center_net_decoder.py on the adapter's center_net_* targets,
+# bev_decoder.py's cross entropy over the 13 BEV classes of bev_semantic)
 LOSSES = {"loss_spatio_temporal_waypoints", "loss_target_speed", "loss_spatial_route",
           "loss_semantic", "loss_center_net_heatmap", "loss_center_net_wh",
           "loss_center_net_offset", "loss_center_net_yaw_class", "loss_center_net_yaw_res",
-          "loss_center_net_velocity"}
+          "loss_center_net_velocity", "loss_bev_semantic"}
 
 
 def _ready() -> bool:
@@ -59,4 +61,5 @@ def test_their_tfv6_training_step_runs_on_our_batches(tmp_path):
         assert set(step) == LOSSES and all(math.isfinite(v) for v in step.values()), step
     assert result["moved"] > 0.9 * result["parameters"], result
     assert {"rgb", "rasterized_lidar", "semantic", "future_waypoints", "route",
-            "center_net_heatmap", "center_net_avg_factor"} <= set(result["batch_keys"])
+            "center_net_heatmap", "center_net_avg_factor", "bev_semantic"} \
+        <= set(result["batch_keys"])
