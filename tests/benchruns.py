@@ -6,6 +6,11 @@ second asker gets the first run's output and work folder. Two commands are the s
 they name the same tool with the same options in any order (`--workdir` aside: each run gets
 its own). So a block that documents several sizes of one tool, shrunk by its `replace`
 directives to the same small size, runs once too.
+
+Every run here (and each tests/test_bench_*.py that starts a tool itself, with `env()`) forks
+the tool's cells from one interpreter that imported carla_wds.load once, instead of starting
+each cell's interpreter afresh (tools/cells.py): the tiny cells of a smoke run were mostly
+torch's import. The commands and what they print are as documented.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LINKED = (".venv", "tools", "configs", "carla_wds")   # a checkout's root, read-only
+FORK_CELLS = "CARLA_WDS_BENCH_FORK_CELLS"   # tools/cells.py
 # one documented command: `.venv/bin/python tools/bench_X.py ARGS` (a trailing comment aside)
 COMMAND = re.compile(r"^\.venv/bin/python tools/(bench_\w+\.py)((?:[ \t]+[^\s#]\S*)*)"
                      r"[ \t]*(?:#.*)?$")
@@ -47,10 +53,13 @@ def key(tool: str, args: list[str]) -> tuple:
 
 
 def env() -> dict[str, str]:
-    """The documented commands' environment: the venv first on PATH, the installed package."""
+    """The documented commands' environment: the venv first on PATH, the installed package,
+    and a tool's cells forked after its imports (tools/cells.py: a smoke run's tiny cells are
+    otherwise mostly imports; CARLA_WDS_BENCH_FORK_CELLS=0 outside runs them as documented)."""
     out = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
            f"{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
     out.pop("PYTHONPATH", None)
+    out.setdefault(FORK_CELLS, "1")
     return out
 
 
@@ -101,4 +110,4 @@ class BenchRuns:
         return "\n".join(lines) + "\n", runs
 
 
-__all__ = ["BenchRuns", "COMMAND", "Run", "key"]
+__all__ = ["BenchRuns", "COMMAND", "FORK_CELLS", "Run", "env", "key"]

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchruns import env
+
 BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_adapters.py"
 # their TCP at 73cc1dd, exported as tools/golden/README.md says
 TCP_CHECKOUT = Path(os.environ.get("CARLA_WDS_TCP_CHECKOUT", "/tmp/golden_src/TCP"))
@@ -34,7 +36,7 @@ def _bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
          "--frames", "8", "--batch-size", "2", "--workers-list", "0,1", "--repeats", "1",
          "--adapters", "tcp,not_an_adapter", "--profile", "ours:0", "--torch-threads", "1",
          "--out", str(out), *extra],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900, env=env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() in out.read_text()   # --out appends what it prints
     return proc

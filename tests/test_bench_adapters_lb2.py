@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchruns import FORK_CELLS, env
+
 BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_adapters.py"
 GOLDEN_PYTHON = Path(os.environ.get("CARLA_WDS_GOLDEN_PYTHON", "/tmp/golden_venv/bin/python"))
 CHECKOUTS = {"simlingo": Path(os.environ.get("CARLA_WDS_SIMLINGO_CHECKOUT",
@@ -28,7 +30,10 @@ def _bench(tmp_path: Path, python: str, name: str, *extra: str) -> dict[str, str
         [python, str(BENCH), "--python", python, "--workdir", str(tmp_path / "work"),
          "--episodes", "1", "--frames", frames, "--batch-size", "1", "--workers-list", "0,1",
          "--repeats", "1", "--adapters", name, "--torch-threads", "1", *extra],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900,
+        # our half's cells forked after the imports (tests/benchruns.py); theirs, under their
+        # venv's interpreter, each a fresh process
+        env={**env(), FORK_CELLS: "1" if python == sys.executable else "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = dict(re.findall(rf"^\| {name} \| ([01]) \| \[{n}\]/(\S+) \| [0-9.]+ ", proc.stdout,
                            re.M))

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.benchruns import env
+
 BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench_history.py"
 NUM = r"[0-9.]+ \([0-9.]+-[0-9.]+\)"
 RATIO = r"[0-9.]+x \([0-9.]+-[0-9.]+\)"
@@ -20,7 +22,7 @@ def test_bench_history_prints_windows_and_clips(tmp_path: Path) -> None:
         [sys.executable, str(BENCH), "--workdir", str(tmp_path), "--episodes", "1",
          "--frames", "40", "--raw-size", "48", "64", "--size", "32", "64", "--batch", "4",
          "--clip-batch", "2", "--shard-samples", "8", "--workers-list", "0,1",
-         "--repeats", "1"], capture_output=True, text=True, timeout=600)
+         "--repeats", "1"], capture_output=True, text=True, timeout=600, env=env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     # workers | h0 | h3 | h3 frames | per frame | after the first batch | per sample | RSS x 2
     rows = re.findall(rf"^\| ([01]) \| {NUM} \| {NUM} \| ({NUM}) \| {RATIO} \| {RATIO} \| "

@@ -15,7 +15,6 @@ adding a skip means adding it here, with its reason, so they stay a small, known
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -23,11 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchruns import BenchRuns
+from tests.benchruns import BenchRuns, env as bench_env
 from tests.docblocks import Block, DirectiveError, doc_pages, page_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent
 LINKED = (".venv", "tools", "configs", "carla_wds")   # read-only parts of a checkout
 
 # page:first line of the block -> why it cannot run here. Keep it short: shrink sizes instead.
@@ -93,10 +91,7 @@ def _folder(folders: dict[str, dict], page: str, factory) -> dict:
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
-    env.pop("PYTHONPATH", None)   # the blocks see the installed package, as a user does
-    return env
+    return bench_env()   # the blocks see the installed package, as a user does
 
 
 def _run(block: Block, work: Path, benches: BenchRuns) -> None:

@@ -52,6 +52,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tools")]   # tools.golden, proc_stats, carla_wds
 
+import cells  # noqa: E402
 from proc_stats import cpu_seconds  # noqa: E402
 
 
@@ -162,8 +163,7 @@ def run_cell(cell: dict, prof: Any = None) -> dict:
 
 def fresh(cell: dict, python: str) -> dict:
     """run_cell in a fresh process (its own imports, page cache shared)."""
-    out = subprocess.run([python, __file__, "--cell", json.dumps(cell)], capture_output=True,
-                         text=True, cwd=ROOT, timeout=3600)
+    out = cells.run([python, __file__, "--cell", json.dumps(cell)], cwd=ROOT, timeout=3600)
     if out.returncode:
         raise SystemExit(f"cell {cell['side']} {cell['adapter']} W={cell['workers']} failed:\n"
                          f"{out.stderr[-3000:]}")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+import cells
 from proc_stats import PeakRSS
 
 CAMS = ("front", "front_left", "front_right", "back", "back_left", "back_right")
@@ -190,8 +191,8 @@ def _pickle_child(work: Path, frames: int) -> float:
 
 def bench_memory(shards: Path, work: Path, clip_counts: list[int]) -> list[str]:
     def child(args: list[str]) -> float:
-        out = subprocess.run([sys.executable, __file__, "--workdir", str(work), *args],
-                             check=True, capture_output=True, text=True).stdout
+        out = cells.run([sys.executable, __file__, "--workdir", str(work), *args],
+                        check=True).stdout
         return float(out.strip().splitlines()[-1])
     rows = ["| clips | carla-wds loader, 2 workers, peak RSS MB | pickled infos (per worker) |",
             "|---|---|---|"]

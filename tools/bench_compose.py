@@ -32,10 +32,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+import cells
 
 KINDS = ("plain", "history", "mix", "hist_mix", "adapter", "adp_hist")
 # pair -> its two parts
@@ -103,7 +104,7 @@ def measure(args: argparse.Namespace, kind: str, workers: int) -> float:
     cmd = [sys.executable, __file__, "--child", kind, "--workers", str(workers),
            "--workdir", args.workdir, "--batch", str(args.batch), "--history",
            str(args.history), "--epochs", str(args.epochs)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = cells.run(cmd)
     if out.returncode != 0:
         raise SystemExit(f"{kind} at {workers} workers failed:\n{out.stderr[-3000:]}")
     run = json.loads(out.stdout.strip().splitlines()[-1])

@@ -30,11 +30,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import cells
 from proc_stats import PeakRSS
 
 KINDS = {"h0": 0, "h3": 3, "clip": 31}
@@ -86,7 +86,7 @@ def measure(args: argparse.Namespace, kind: str, workers: int) -> dict:
            "--workdir", args.workdir, "--fmt", args.fmt, "--batch", str(args.batch),
            "--clip-batch", str(args.clip_batch), "--shuffle", str(args.shuffle),
            "--size", *map(str, args.size)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = cells.run(cmd, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     result["rate"] = result["samples"] / result["seconds"]
     result["frame_rate"] = result["decoded"] / result["seconds"]

@@ -36,13 +36,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
 
 from bench_layouts_decode import FIELDS, PerFileGarage, breakdown, check_same, collate, lidar_codecs
+import cells
 from proc_stats import children_cpu, cpu_seconds, steal_seconds
 
 # --------------------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def measure(workdir: Path, kind: str, workers: int, batch: int, epochs: int,
     cmd = [sys.executable, __file__, "--child", kind, "--workers", str(workers),
            "--batch", str(batch), "--epochs", str(epochs), "--workdir", str(workdir),
            "--shards", shards, "--fields", fields]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = cells.run(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} workers={workers} failed:\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])

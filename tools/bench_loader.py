@@ -34,11 +34,11 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import cells
 from proc_stats import PeakRSS, children_cpu, cpu_seconds, steal_seconds
 
 BATCH, SIZE = 32, (256, 512)
@@ -183,7 +183,7 @@ def prepare(workdir: Path, episodes: int, frames: int) -> None:
 def measure(workdir: Path, kind: str, fmt: str, workers: int, shuffle: int) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--fmt", fmt, "--workers", str(workers),
            "--shuffle", str(shuffle), "--workdir", str(workdir)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = cells.run(cmd, check=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     result["rate"] = result["samples"] / result["seconds"]
     result["procs"] = 2 if kind == "floor2" else workers

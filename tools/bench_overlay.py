@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+import cells
 
 KINDS = ("base", "overlay", "required")
 
@@ -69,11 +70,10 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(args: argparse.Namespace, kind: str, workers: int) -> float:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--workers", str(workers),
-                          "--workdir", args.workdir, "--batch-size", str(args.batch_size),
-                          "--epochs", str(args.epochs),
-                          "--image-size", *map(str, args.image_size)],
-                         capture_output=True, text=True, check=True)
+    out = cells.run([sys.executable, __file__, "--child", kind, "--workers", str(workers),
+                     "--workdir", args.workdir, "--batch-size", str(args.batch_size),
+                     "--epochs", str(args.epochs), "--image-size", *map(str, args.image_size)],
+                    check=True)
     run = json.loads(out.stdout.strip().splitlines()[-1])
     return run["samples"] / run["seconds"]
 

@@ -35,11 +35,11 @@ import logging
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import cells
 from bench_s3_pieces import _copy, _http_blocks, _mid, _timed
 from proc_stats import children_cpu, cpu_seconds, steal_seconds
 
@@ -142,7 +142,7 @@ def measure(args: argparse.Namespace, source: str, workers: int, cache: Path | N
     if cache is not None:
         cmd += ["--cache-dir", str(cache)]
     cpu0 = cpu_seconds(resource.RUSAGE_SELF)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = cells.run(cmd)
     if proc.returncode:
         raise SystemExit(f"cell {source} workers={workers} cache={cache} failed:\n"
                          f"{proc.stderr[-3000:]}")
@@ -273,7 +273,7 @@ def profile(args: argparse.Namespace, sources: dict[str, str]) -> list[str]:
         cmd = [sys.executable, __file__, "--child", "--profile-out", str(out), "--workdir",
                args.workdir, "--source", source, "--workers", "0", "--endpoint", args.endpoint,
                "--out-size", args.out_size]
-        subprocess.run(cmd, check=True, capture_output=True)
+        cells.run(cmd, check=True)
         stats = pstats.Stats(str(out)).stats
         total = sum(own for _, _, own, _, _ in stats.values())
         got = groups.setdefault(name, {})
