@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from carla_wds.load import CARLAWebData
-from tests.conftest import make_raw, read_pack, run_pack
+from tests.conftest import read_pack, run_pack
 
 OFFSETS = [*range(-4, 0), *range(1, 13)]
 
@@ -25,9 +25,9 @@ def _json(path: Path):
 
 
 @pytest.fixture(scope="module")
-def garage(tmp_path_factory):
-    raw = make_raw(tmp_path_factory.mktemp("raw_garage_tracks"), "garage", episodes=2,
-                   frames=40, seed=9)
+def garage(tmp_path_factory, zoo):
+    # the raw routes of the zoo's 2 x 40-frame garage pack (also test_buckets'), read only
+    raw = zoo(layout="garage", episodes=2, frames=40, max_samples=50).parent / "raw"
     out = tmp_path_factory.mktemp("garage_tracks") / "shards"
     run_pack(raw, out, layout="garage", all_frames=True)
     samples = [(json.loads(s["meta.json"]), s) for s in read_pack(out).values()]
