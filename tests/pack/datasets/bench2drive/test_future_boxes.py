@@ -17,6 +17,7 @@ import gzip
 import io
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -188,3 +189,28 @@ def test_bad_future_boxes_are_refused_in_one_line(given, expected):
     with pytest.raises(PackError) as info:
         PackOptions(layout="bench2drive", dataset_options=given).validate()
     assert str(info.value).startswith(expected) and "\n" not in str(info.value)
+
+
+def test_right_handed_boxes_get_the_mirrored_transform(raw, tmp_path):
+    """--handedness right: the rows are in prepare_B2D's right-handed ego frame (y and yaw
+    negated), and future_boxes_to_t moves them to frame t's, i.e. the mirrored world2ego_t
+    @ centre of the raw anno (y negated)."""
+    clip = sorted(p.name for p in raw.iterdir())[1]
+    shutil.copytree(raw / clip, tmp_path / "v1" / clip)
+    run_pack(tmp_path / "v1", tmp_path / "p", **KW, future_boxes=F, handedness="right")
+    checked = 0
+    for key, sample in read_pack(tmp_path / "p").items():
+        t = int(key.rpartition("__")[2])
+        record, table = _npy(sample["measurements.npy"]), _npy(sample["future_boxes.npy"])
+        world2ego_t = np.array(anno(raw, clip, t)["bounding_boxes"][0]["world2ego"])
+        for k in range(1, F + 1):
+            if t + k >= FRAMES:
+                continue
+            kept = _kept(anno(raw, clip, t + k)["bounding_boxes"])
+            rows = table[table[:, -1] == k]
+            moved = np.column_stack([rows[:, COL["x"]:COL["z"] + 1], np.ones(len(rows))])
+            want = np.array([b["center"] + [1.0] for b in kept]) @ world2ego_t.T
+            np.testing.assert_allclose(moved @ record["future_boxes_to_t"][k].T,
+                                       want * [1, -1, 1, 1], atol=2e-4)
+            checked += len(rows)
+    assert checked > 0
