@@ -21,8 +21,9 @@ Run-time shims (never edits of their files), each because the data path cannot r
 Writes tests/golden/lead_batches.json: per sample (route, frame) and pass, every key of their
 collated batch with its kind (type, dtype, shape) and value (numbers float32-rounded, rgb and
 rasterized_lidar, semantic and bev_semantic as the first 32 hex digits of the sha256 of
-their bytes, hdmap as {"same_as": "bev_semantic"} where it is that array; the timing keys
-kind only).
+their bytes, hdmap as {"same_as": "bev_semantic"} where it is that array, radar1..radar4 as
+{"rows_of": ["radar", start, stop]} where they are its rows, radar as a digest; the timing
+keys kind only; a key's kind in `kinds` (per pass) where every sample's is the same).
 """
 from __future__ import annotations
 
@@ -46,14 +47,17 @@ BLOBS = {**LABEL_BLOBS,
          "lead/common/constants.py": "f756831e9d788bf5c061dbf23db2fe0ebe109749"}
 SYNTH = {"layout": "lead", "episodes": 3, "frames": 20, "seed": 3, "image_size": [384, 384]}
 CONFIG = {**ADAPTER_CONFIG, "use_persistent_cache": False, "force_rebuild_bucket": True}
-DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap", "bev_semantic")
+DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap", "bev_semantic",
+           "radar")
 DIGEST_CHARS = 32   # a sha256's first 128 bits: the file stays under 200 KB
 # their hdmap key is the bev_semantic array itself (one array under both keys)
 SAME = {"hdmap": "bev_semantic"}
+# their radar1..radar4 are the radar array's rows, 75 a sensor
+ROWS_OF = {f"radar{k}": ("radar", 75 * (k - 1), 75 * k) for k in range(1, 5)}
 # CenterNet target maps, mostly zeros: recorded sparse (nonzero indices and their values)
 SPARSE = ("center_net_bounding_boxes", "center_net_wh", "center_net_yaw_class",
           "center_net_yaw_res", "center_net_offset", "center_net_velocity", "center_net_brake",
-          "center_net_pixel_weight")
+          "center_net_pixel_weight", "radar_detections")
 KIND_ONLY = ("loading_meta_time", "loading_time", "loading_sensor_time", "index",
              "global_index", "bucket_identity")
 OUT = Path(__file__).resolve().parents[2] / "tests" / "golden" / "lead_batches.json"
@@ -90,7 +94,26 @@ def recorded(name: str, v: Any, batch: dict) -> dict:
     other = SAME.get(name)
     if other is not None and bool((v == batch[other]).all()):
         return {"same_as": other}
+    if name in ROWS_OF:
+        whole, start, stop = ROWS_OF[name]
+        if bool((v == batch[whole][:, start:stop]).all()):
+            return {"rows_of": [whole, start, stop]}
     return {"value": value(name, v)}
+
+
+def hoist_kinds(samples: list[dict]) -> dict:
+    """Each pass's kinds, where every sample's is the same, moved out of the samples:
+    {pass: {key: kind}} (the file stays under 200 KB)."""
+    kinds: dict = {}
+    for which in ("own", "twin"):
+        keys = set.intersection(*(set(t[which]) for t in samples))
+        common = {k: samples[0][which][k]["kind"] for k in sorted(keys)
+                  if all(t[which][k]["kind"] == samples[0][which][k]["kind"] for t in samples)}
+        for t in samples:
+            for k in common:
+                del t[which][k]["kind"]
+        kinds[which] = common
+    return kinds
 
 
 def run(repo_dir: Path, data: Path) -> list[dict]:
@@ -138,7 +161,8 @@ def main() -> None:
         "schema": common.SCHEMA, "project": "kesai-labs/lead", "commit": COMMIT,
         "loader": "lead/data_loader/carla_dataset.py CARLAData(random=False) through "
                   "mixed_data_collate_fn, batches of one", "config": CONFIG, "files": BLOBS,
-        "synth": SYNTH, "raw_sha256": raw_sha, "samples": samples,
+        "synth": SYNTH, "raw_sha256": raw_sha, "kinds": hoist_kinds(samples),
+        "samples": samples,
         "regenerate": "/tmp/golden_venv/bin/python -m tools.golden.lead_batches "
                       "--repo-dir /tmp/golden_src/lead"})
     print(f"wrote {OUT}: {len(samples)} samples")

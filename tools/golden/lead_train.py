@@ -1,6 +1,7 @@
 """LEAD's own TFv6 training step (kesai-labs/lead@44891760 lead/training/train.py Trainer.train,
 unchanged) on batches of CARLAWebData(adapter="lead"), on CPU with random init, for 3 steps,
-with the planning, semantic, CenterNet box and BEV semantic heads on.
+with the planning, semantic, CenterNet box, BEV semantic and radar detection heads on (their
+radar tokens feeding the planner: use_radar_detection).
 
     /tmp/golden_venv/bin/pip install timm     # TFv6's backbones; beside tools/golden/lead.py's
     /tmp/golden_venv/bin/python -m tools.golden.lead_train --repo-dir /tmp/golden_src/lead \\
@@ -17,9 +18,10 @@ Run-time shims, each because the step cannot run on this machine without it:
 - timm.create_model with pretrained=False (random init; the image backbone would download
   ImageNet weights);
 - their Logger (wandb, tensorboard and their visualisation code) is a no-op log_train;
-- the config: TrainingConfig with the adapter's CONFIG (box, semantic and BEV semantic heads
-  on; with --no-semantic use_semantic False, with --no-boxes detect_boxes False and
-  use_bev_semantic False, which their loader draws from the boxes), compile False,
+- the config: TrainingConfig with the adapter's CONFIG (box, semantic, BEV semantic and radar
+  heads on; with --no-semantic use_semantic False, with --no-boxes detect_boxes False and
+  use_bev_semantic False, which their loader draws from the boxes, with --no-radar the
+  three radar switches False), compile False,
   mixed precision off (CPU: their autocast and GradScaler are CUDA-only and turn
   themselves off), use_persistent_cache False.
 Writes (--out) the losses of each step, and whether every parameter that has a gradient moved.
@@ -44,6 +46,7 @@ TRAIN_BLOBS = {  # the training step's files at COMMIT (git blob ids), beside th
     "lead/tfv6/planning_decoder.py": "fde27da08baf0733f16d87a8c805441d5871a999",
     "lead/tfv6/center_net_decoder.py": "a4953c3906641556bc1e4f082f6e85ac2a37d4c3",
     "lead/tfv6/bev_decoder.py": "b534aa9914aa1a65257ee11c44ff1ecb3d53c3f5",
+    "lead/tfv6/radar_detector.py": "6a1ab6ba25ca9f03c9627fa2fbd567f34137867c",
     "lead/tfv6/transfuser_backbone.py": "ff117e2cc6d6d3e169114d4a158e756af469687a"}
 
 
@@ -69,7 +72,8 @@ def _shim_imports() -> None:
     sys.modules["lead.training.logger"] = logger
 
 
-def trainer(shards: str, steps: int, batch_size: int, semantic: bool, boxes: bool):
+def trainer(shards: str, steps: int, batch_size: int, semantic: bool, boxes: bool,
+            radar: bool = True):
     """Their Trainer with our dataloader and their model/optimizer, ready for .train()."""
     import torch
     from lead.tfv6.tfv6 import TFv6
@@ -80,6 +84,8 @@ def trainer(shards: str, steps: int, batch_size: int, semantic: bool, boxes: boo
     from carla_wds.load import CARLAWebData
     config = TrainingConfig({"carla_root": "data/carla_leaderboard2", **CONFIG,
                              "detect_boxes": boxes, "use_bev_semantic": boxes,
+                             "use_radars": radar, "radar_detection": radar,
+                             "use_radar_detection": radar,
                              "use_mixed_precision_training": False,
                              "use_semantic": semantic})
     type(config).compile = property(lambda self: False)      # no torch.compile on CPU
@@ -99,12 +105,12 @@ def trainer(shards: str, steps: int, batch_size: int, semantic: bool, boxes: boo
 
 
 def run(repo_dir: Path, shards: str, steps: int, batch_size: int, semantic: bool,
-        boxes: bool = True) -> dict:
+        boxes: bool = True, radar: bool = True) -> dict:
     sys.path.insert(0, str(repo_dir))
     _stubs()
     _shim_imports()
     import torch
-    t = trainer(shards, steps, batch_size, semantic, boxes)
+    t = trainer(shards, steps, batch_size, semantic, boxes, radar)
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
     losses: list[dict] = []
     compute = t.model.compute_loss
@@ -135,11 +141,13 @@ def main() -> None:
                         help="their model without the semantic head")
     parser.add_argument("--no-boxes", action="store_true",
                         help="their model without the CenterNet box head (detect_boxes off)")
+    parser.add_argument("--no-radar", action="store_true",
+                        help="their model without the radar input and detection head")
     args = parser.parse_args()
     from . import common
     common.check_pinned(args.repo_dir, TRAIN_BLOBS, COMMIT)
     result = run(args.repo_dir, args.shards, args.steps, args.batch_size, not args.no_semantic,
-                 not args.no_boxes)
+                 not args.no_boxes, not args.no_radar)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

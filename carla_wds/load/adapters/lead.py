@@ -2,8 +2,9 @@
 TFv6 planner trains on it (kesai-labs/lead@44891760 lead/data_loader/carla_dataset.py
 CARLAData.__getitem__, lead/training/mixed_training_utils.py mixed_data_collate_fn, with
 lead/training/config_training.py TrainingConfig for Leaderboard 2.0 routes, 3 cameras, the
-planning decoder, the semantic, box (detect_boxes) and BEV semantic (use_bev_semantic)
-targets on as by their default, the other perception targets off: CONFIG below). Written
+planning decoder, the semantic, box (detect_boxes), BEV semantic (use_bev_semantic) and
+radar (use_radars, radar_detection, use_radar_detection) parts on as by their Leaderboard
+defaults, depth off: CONFIG below). Written
 from their formulas; checked against their loader's output in
 tests/load/adapters/test_lead_model.py (golden: tools/golden/lead_batches.py).
 
@@ -29,12 +30,14 @@ What each key is (their config values in brackets):
   boxes moved by the twin's perturbation as theirs are;
 - bev_semantic and hdmap (one array, as theirs): the saved BEV map (the twin's own for the
   twin) cut and upscaled, with the frame's boxes, moved by the perturbation, drawn in
-  (lead_bev.py), uint8 (320, 384).
+  (lead_bev.py), uint8 (320, 384);
+- radar1..radar4, radar and radar_detections: the sensors' rows in their grid, 75 each with the
+  sensor's index, and the boxes with radar points, fastest first (lead_radar.py).
 With augment: the perturbated twin at their use_sensor_perburtation_prob [0.5] (the camera
 twin load adapter: sensors swapped, labels and LiDAR moved) and their colour augmentation
 (image_augmenter(prob=0.2), six imgaug steps).
 Not served (docs/adapters/lead.md): depth (the loader resizes LEAD's quarter-size depth to
-the camera size; theirs resizes the strip), radar inputs and labels, and their
+the camera size; theirs resizes the strip) and their
 bookkeeping (index, global_index, bucket_identity, loading_*time).
 """
 from __future__ import annotations
@@ -51,13 +54,14 @@ from .garage import NAME as TWIN
 from .garage_model import command_one_hot
 from .lead_bev import lead_bev_semantic
 from .lead_boxes import lead_box_targets
+from .lead_radar import lead_radar
 from .model import ModelAdapter, _pack_arg
 
 SOURCE = "kesai-labs/lead@44891760 lead/data_loader/carla_dataset.py"
 # their TrainingConfig fields the adapter serves (everything else at its default)
 CONFIG = {"use_planning_decoder": True, "use_semantic": True, "detect_boxes": True,
-          "use_depth": False, "use_bev_semantic": True, "use_radars": False,
-          "radar_detection": False, "use_radar_detection": False}
+          "use_depth": False, "use_bev_semantic": True, "use_radars": True,
+          "radar_detection": True, "use_radar_detection": True}
 CAMERAS = ("front_left", "front", "front_right")
 MIN_X, MAX_X, MIN_Y, MAX_Y, PIXELS_PER_METER = -32, 64, -40, 40, 4   # Leaderboard mode
 MIN_Z, MAX_Z, LIDAR_STEPS, HIST_MAX = -4.0, 10.0, 10, 5
@@ -182,6 +186,7 @@ def lead_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dic
     lidar = s["lidar"][: int(s.get("lidar_len", len(s["lidar"])))]
     shift = float(m["augmentation_translation"]) if twin else 0.0
     turn = float(m["augmentation_rotation"]) if twin else 0.0
+    boxes = lead_box_targets(s["fields"]["bboxes"], shift, turn, kind, metas)
     out = {"source_dataset": CARLA_SOURCE, "perturbate_sensor": twin,
            "perturbation_translation": shift, "perturbation_rotation": turn,
            "route_number": route_id.rpartition("__")[2], "frame_number": f"{int(frame):04d}",
@@ -198,7 +203,7 @@ def lead_sample(adapter: ModelAdapter, s: dict, rng: np.random.Generator) -> dic
            "semantic": np.ascontiguousarray(np.concatenate(list(s["semantics"]), axis=1)),
            "rasterized_lidar": rasterize(lidar),
            "rgb": strip(s["images"], bool(s.get("augment")), rng),
-           **lead_box_targets(s["fields"]["bboxes"], shift, turn, kind, metas),
+           **boxes, **lead_radar(s["fields"]["radar"], boxes["center_net_bounding_boxes"]),
            **lead_bev_semantic(s["fields"]["hdmap"], s["fields"]["bboxes"], shift, turn, kind,
                                metas)}
     return out
@@ -240,7 +245,7 @@ class LeadAdapter(ModelAdapter):
 LEAD = LeadAdapter(
     name="lead", source=SOURCE, layouts=("lead",), image_size=(384, 384),
     transform=lead_sample, cameras=CAMERAS,
-    fields=("measurements", "metas", "bboxes", "lidar", "semantic", "hdmap"),
+    fields=("measurements", "metas", "bboxes", "lidar", "semantic", "hdmap", "radar"),
     needs=NEEDS, pred_len=8,
     pack="carla-wds pack RAW OUT --layout lead --allow-pickle-input --image-format png "
          "(LEAD's routes, every planner frame: leave --stride, --all-frames and --resize out)",

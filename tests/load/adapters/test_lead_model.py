@@ -27,10 +27,11 @@ ATOL = 1e-4      # the pack's labels are float32 (theirs float64, recorded float
 NOT_SERVED = {"index", "global_index", "bucket_identity", "loading_meta_time", "loading_time",
               "loading_sensor_time"}
 OURS_ONLY = {"valid", "key"}
-DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap", "bev_semantic")
+DIGESTS = ("rgb", "rasterized_lidar", "semantic", "center_net_heatmap", "bev_semantic",
+           "radar")
 SPARSE = ("center_net_bounding_boxes", "center_net_wh", "center_net_yaw_class",
           "center_net_yaw_res", "center_net_offset", "center_net_velocity",
-          "center_net_brake", "center_net_pixel_weight")
+          "center_net_brake", "center_net_pixel_weight", "radar_detections")
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +100,9 @@ def twin_lidar(ours: np.ndarray, digest: str, raw: tuple) -> None:
     assert (diff > 0).sum() <= max(4, 0.001 * (theirs > 0).sum()), (diff > 0).sum()
 
 
-def dense(w: dict) -> np.ndarray:
+def dense(w: dict, kind_: list) -> np.ndarray:
     """A sparse-recorded key (tools/golden/lead_batches.py SPARSE) as its full array."""
-    _, dtype, shape = w["kind"]
+    _, dtype, shape = kind_
     out = np.zeros(shape, np.dtype(dtype))
     out[tuple(np.asarray(i, np.int64) for i in w["value"]["nonzero"])] = w["value"]["values"]
     return out
@@ -113,8 +114,10 @@ def kind(v) -> list:
     return [type(v).__name__]
 
 
-def compare(ours: dict, theirs: list[dict], which: str, root: Path) -> None:
-    """Each of their samples against ours, key by key, all of theirs served."""
+def compare(ours: dict, golden: dict, which: str, root: Path) -> None:
+    """Each of their samples against ours, key by key, all of theirs served (a key's kind in
+    the golden's per-pass `kinds` where every sample's is the same)."""
+    theirs, kinds = golden["samples"], golden["kinds"][which]
     assert sorted(ours) == sorted((t["route"], t["frame"]) for t in theirs)
     for t in theirs:
         s, want, where = ours[(t["route"], t["frame"])], t[which], (t["route"], t["frame"])
@@ -122,14 +125,18 @@ def compare(ours: dict, theirs: list[dict], which: str, root: Path) -> None:
         for name, w in want.items():
             if name in NOT_SERVED:
                 continue
-            assert kind(s[name]) == w["kind"], (where, name)
+            want_kind = w.get("kind", kinds.get(name))
+            assert kind(s[name]) == want_kind, (where, name)
             v = s[name]
             if "same_as" in w:          # their hdmap: the bev_semantic array itself
                 assert torch.equal(v, s[w["same_as"]]), (where, name)
+            elif "rows_of" in w:        # their radar1..radar4: the radar array's rows
+                whole, start, stop = w["rows_of"]
+                assert torch.equal(v, s[whole][:, start:stop]), (where, name)
             elif name == "rasterized_lidar" and which == "twin":
                 twin_lidar(v[0].numpy(), w["value"], raw_lidar(root, t["route"], t["frame"]))
             elif name in SPARSE:
-                np.testing.assert_allclose(v.numpy(), dense(w), atol=ATOL, rtol=0,
+                np.testing.assert_allclose(v.numpy(), dense(w, want_kind), atol=ATOL, rtol=0,
                                            err_msg=f"{where} {name}")
             elif name in DIGESTS:
                 digest = hashlib.sha256(v.numpy().tobytes()).hexdigest()
@@ -144,13 +151,13 @@ def compare(ours: dict, theirs: list[dict], which: str, root: Path) -> None:
 
 
 def test_own_sensors_are_their_carladata_batch_key_for_key(built, golden):
-    compare(served(built), golden["samples"], "own", built)
+    compare(served(built), golden, "own", built)
 
 
 def test_perturbated_twin_is_their_perturbated_batch(built, golden):
     # every training sample drawn as the twin (their use_sensor_perburtation, p = 1)
     ours = served(built, mode="train", label_options={"garage_camera_twin": 1.0})
-    compare(ours, golden["samples"], "twin", built)
+    compare(ours, golden, "twin", built)
 
 
 def _metas(root: Path, route: str, frame: str) -> dict:

@@ -1,6 +1,6 @@
 """LEAD's own TFv6 training step (Trainer.train at kesai-labs/lead@44891760, unchanged) runs
-3 steps on CPU with random init, its planning, semantic, CenterNet box and BEV semantic
-heads on, on
+3 steps on CPU with random init, its planning, semantic, CenterNet box, BEV semantic and
+radar detection heads on (the radar input feeding the planner), on
 CARLAWebData(adapter="lead") batches of the golden's routes
 (tools/golden/lead_train.py, in the golden venv with their files exported as
 tools/golden/README.md says). Skipped without that checkout or venv."""
@@ -24,11 +24,12 @@ GOLDEN = ROOT / "tests" / "golden" / "lead_batches.json"
 # their losses with the planning, semantic, CenterNet box and BEV semantic heads on
 # (tfv6/tfv6.py compute_loss: planning_decoder.py, the semantic cross entropy over LEAD's 10
 # grouped classes, center_net_decoder.py on the adapter's center_net_* targets,
-# bev_decoder.py's cross entropy over the 13 BEV classes of bev_semantic)
+# bev_decoder.py's cross entropy over the 13 BEV classes of bev_semantic, radar_detector.py's
+# matched radar_loss on radar_detections, its radar tokens from radar feeding the planner)
 LOSSES = {"loss_spatio_temporal_waypoints", "loss_target_speed", "loss_spatial_route",
           "loss_semantic", "loss_center_net_heatmap", "loss_center_net_wh",
           "loss_center_net_offset", "loss_center_net_yaw_class", "loss_center_net_yaw_res",
-          "loss_center_net_velocity", "loss_bev_semantic"}
+          "loss_center_net_velocity", "loss_bev_semantic", "radar_loss"}
 
 
 def _ready() -> bool:
@@ -61,5 +62,6 @@ def test_their_tfv6_training_step_runs_on_our_batches(tmp_path):
         assert set(step) == LOSSES and all(math.isfinite(v) for v in step.values()), step
     assert result["moved"] > 0.9 * result["parameters"], result
     assert {"rgb", "rasterized_lidar", "semantic", "future_waypoints", "route",
-            "center_net_heatmap", "center_net_avg_factor", "bev_semantic"} \
+            "center_net_heatmap", "center_net_avg_factor", "bev_semantic", "radar",
+            "radar_detections"} \
         <= set(result["batch_keys"])
