@@ -17,7 +17,7 @@ from carla_wds.pack.overlay import pack_overlay
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.tario import ShardError
 
-from ..helpers import SCRIPTS, all_keys
+from ..helpers import SCRIPTS, all_keys, built_once
 from ..overlaykit import garage_with_trees, overlay_entries
 from ..ranks import run_script
 
@@ -27,11 +27,16 @@ SIZE = (16, 24)
 
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("ovl_load")
-    garage_with_trees(root, {k: f"{k}_tree" for k in KINDS}, 3, 4, coverage=0.8)
-    for kind in KINDS:
-        pack_overlay(root / f"{kind}_tree", root / "shards", root / kind, kind)
-    return root
+    """A garage pack with an overlay pack per kind, built once per session and read only by
+    the modules that import this fixture (test_overlay_history_required, _adapter, digests)."""
+    def build() -> Path:
+        root = tmp_path_factory.mktemp("ovl_load")
+        garage_with_trees(root, {k: f"{k}_tree" for k in KINDS}, 3, 4, coverage=0.8)
+        for kind in KINDS:
+            pack_overlay(root / f"{kind}_tree", root / "shards", root / kind, kind)
+        return root
+    return built_once(("ovl_load", str(tmp_path_factory.getbasetemp())), build,
+                      "overlay packs")
 
 
 def served(data: CARLAWebData, stop: int | None = None) -> list[tuple[str, tuple]]:

@@ -21,7 +21,7 @@ from carla_wds.pack.overlay import pack_overlay
 from carla_wds.pack.synth import synth_dataset
 from carla_wds.pack.synth.overlays import synth_overlay
 
-from ..helpers import all_keys
+from ..helpers import all_keys, built_once
 from ..overlaykit import entry_tables, resumed_epoch
 
 KINDS = ("simlingo_commentary", "drivelm")
@@ -49,10 +49,13 @@ def _pack(root: Path, top: str, episodes: int, seed: int, kinds: tuple[str, ...]
 def packs(tmp_path_factory) -> tuple[Path, Path, Path]:
     """Pack a with both kinds, b with the first only, c with both (a mix of a and c can
     filter); every key differs across them."""
-    root = tmp_path_factory.mktemp("ovl_mix")
-    _pack(root / "a", "a_dataset", 2, 11, KINDS)
-    _pack(root / "b", "b_dataset", 3, 12, KINDS[:1])
-    _pack(root / "c", "c_dataset", 2, 13, KINDS)
+    def build() -> Path:   # once per session: test_overlay_history_required reads them too
+        root = tmp_path_factory.mktemp("ovl_mix")
+        _pack(root / "a", "a_dataset", 2, 11, KINDS)
+        _pack(root / "b", "b_dataset", 3, 12, KINDS[:1])
+        _pack(root / "c", "c_dataset", 2, 13, KINDS)
+        return root
+    root = built_once(("ovl_mix", str(tmp_path_factory.getbasetemp())), build, "overlay packs")
     return root / "a", root / "b", root / "c"
 
 
