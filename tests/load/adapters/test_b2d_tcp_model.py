@@ -29,7 +29,7 @@ from carla_wds.pack import PackOptions, pack
 from carla_wds.pack.synth import synth_dataset
 from tools.golden.common import tree_sha256
 
-from ...helpers import SCRIPTS, all_keys
+from ...helpers import SCRIPTS, all_keys, built_once
 from ...ranks import run_script
 from .batch_goldens import check_batch, read_golden, served
 
@@ -148,7 +148,11 @@ def test_refuses_another_layout(packed_tcp):
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
-    return _b2d(tmp_path_factory.mktemp("b2d_tcp_small"), PORT, episodes=2, frames=29)
+    """2 clips packed for the port, built once per session and read only by this module,
+    test_history_adapter and test_digests (which import this fixture)."""
+    return built_once(("b2d_tcp_small", str(tmp_path_factory.getbasetemp())),
+                      lambda: _b2d(tmp_path_factory.mktemp("b2d_tcp_small"), PORT, episodes=2,
+                                   frames=29).parent, "Bench2Drive clips and pack") / "shards"
 
 
 @pytest.mark.parametrize("given", [{"image_size": (256, 900)}, {"cameras": ["front"]},
