@@ -51,6 +51,13 @@ def test_the_cli_writes_leads_route_structure_byte_identically(tmp_path):
     for folder in ("semantics", "semantics_perturbated"):
         ids = set(np.unique(cv2.imread(str(route / folder / "0002.png"), -1)).tolist())
         assert ids <= set(range(10)) and 2 in ids, (folder, ids)
+    # hdmap as their expert saves it (chauffeurnet.py): 256 x 256 at 2 px/m, ChauffeurNet ids
+    # (no actors, none past 8: their loader's converter has 9 entries), forward along +column:
+    # the road runs through the ego's row (128) ahead of it
+    for folder in ("hdmap", "hdmap_perturbated"):
+        hd = cv2.imread(str(route / folder / "0002.png"), -1)
+        assert hd.shape == (256, 256) and set(np.unique(hd).tolist()) <= set(range(5)), folder
+        assert (hd[120:136, 140:250] == 1).any() and (hd[120:136, 140:250] > 0).mean() > 0.5
     assert json.loads((route / "results.json").read_text())["status"] == "Perfect"
     zips = write_route_zips([route], tmp_path / "zips")
     with zipfile.ZipFile(zips[0]) as z:
