@@ -21,11 +21,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import cells
 from proc_stats import PeakRSS
 
 OUT_HW, BATCH = (224, 400), 8
@@ -101,8 +101,7 @@ def _memory_child(shards: Path, maps: Path | None, work: Path, clips: int) -> fl
 
 
 def _child(work: Path, args: list[str]) -> str:
-    out = subprocess.run([sys.executable, __file__, "--workdir", str(work), *args], check=True,
-                         capture_output=True, text=True)
+    out = cells.run([sys.executable, __file__, "--workdir", str(work), *args], check=True)
     return out.stdout.strip().splitlines()[-1]
 
 
