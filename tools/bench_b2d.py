@@ -129,29 +129,43 @@ def bench_pack(raw: Path, work: Path, repeats: int) -> list[str]:
     return rows
 
 
-def _memory_child(shards: Path, work: Path, clips: int) -> float:
-    """Peak RSS (MB) of a loader over a manifest of `clips` shard entries, 4 batches read."""
-    from carla_wds.load import CARLAWebData
+def linked_manifest(shards: Path, work: Path, clips: int) -> Path:
+    """A pack folder whose manifest has `clips` shard entries, one per clip, each a hard link
+    of the pack's first shard (made once per size)."""
     base = json.loads((shards / "manifest.json").read_text())
     folder = work / f"manifest_{clips}"
     if not folder.is_dir():
         folder.mkdir()
         first = base["shards"][0]
         entries = []
-        for i in range(clips):   # one shard per clip, each a hard link of one real shard
+        for i in range(clips):
             name = f"shard-{i:06d}.tar"
             os.link(shards / first["name"], folder / name)
             entries.append({**first, "name": name})
         doc = {**base, "shards": entries, "total_samples": first["samples"] * clips}
         doc["counts"] = {**base["counts"], "samples": doc["total_samples"]}
         (folder / "manifest.json").write_text(json.dumps(doc))
+    return folder
+
+
+def peak_rss_reading(make_loader) -> float:
+    """Peak RSS (MB) of this process and its children while a loader is made and 4 batches
+    are read."""
     with PeakRSS() as peak:
-        data = CARLAWebData(str(folder), batch_size=BATCH, num_workers=2, image_size=OUT_HW)
+        data = make_loader()
         for i, _ in enumerate(data):
             if i == 3:
                 break
         data.close()
     return peak.peak
+
+
+def _memory_child(shards: Path, work: Path, clips: int) -> float:
+    """Peak RSS (MB) of a loader over a manifest of `clips` shard entries, 4 batches read."""
+    from carla_wds.load import CARLAWebData
+    folder = linked_manifest(shards, work, clips)
+    return peak_rss_reading(lambda: CARLAWebData(str(folder), batch_size=BATCH, num_workers=2,
+                                                 image_size=OUT_HW))
 
 
 def _info_frame(rng: np.random.Generator, k: int = 40) -> dict:

@@ -19,32 +19,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import bench_b2d
 import cells
-from proc_stats import PeakRSS
 
-OUT_HW, BATCH = (224, 400), 8
+OUT_HW, BATCH = bench_b2d.OUT_HW, bench_b2d.BATCH
 
 
 def make_data(work: Path, clips: int, frames: int, size: tuple[int, int] | None
               ) -> tuple[Path, Path]:
-    """Synthetic clips (with their towns' HD maps), packed at every frame, and the map pack."""
+    """bench_b2d's synthetic clips packed at every frame, and the map pack of their towns'
+    HD maps (the synth writes them beside the clips)."""
     from carla_wds.pack.datasets.bench2drive.hdmap_pack import pack_maps
-    from carla_wds.pack.packer import PackOptions, pack
-    from carla_wds.pack.synth import synth_dataset
-    raw, shards, maps = work / "raw", work / "shards", work / "maps"
-    if not (raw / "archives").is_dir():
-        synth_dataset(raw, "bench2drive", episodes=clips, frames=frames, seed=0,
-                      image_size=size, progress=False)
-    if not (shards / "manifest.json").exists():
-        pack(raw / "archives", shards, PackOptions.of(layout="bench2drive", stride=1,
-                                                   max_samples=16, overwrite=True,
-                                                   all_frames=True, progress=False))
+    raw, shards = bench_b2d.make_data(work, clips, frames, size)
+    maps = work / "maps"
     if not (maps / "maps.json").exists():
         pack_maps(raw / "maps", maps, allow_pickle=True, progress=False)
     return shards, maps
@@ -78,26 +70,8 @@ def _cost_child(shards: Path, maps: Path | None, map_gt: tuple[str, ...] | None)
 def _memory_child(shards: Path, maps: Path | None, work: Path, clips: int) -> float:
     """Peak RSS (MB) of a loader (with the map pack or without) over `clips` shard entries,
     4 batches read."""
-    base = json.loads((shards / "manifest.json").read_text())
-    folder = work / f"manifest_{clips}"
-    if not folder.is_dir():
-        folder.mkdir()
-        first = base["shards"][0]
-        entries = []
-        for i in range(clips):   # one shard per clip, each a hard link of one real shard
-            name = f"shard-{i:06d}.tar"
-            os.link(shards / first["name"], folder / name)
-            entries.append({**first, "name": name})
-        doc = {**base, "shards": entries, "total_samples": first["samples"] * clips}
-        doc["counts"] = {**base["counts"], "samples": doc["total_samples"]}
-        (folder / "manifest.json").write_text(json.dumps(doc))
-    with PeakRSS() as peak:
-        data = loader(folder, maps, 2)
-        for i, _ in enumerate(data):
-            if i == 3:
-                break
-        data.close()
-    return peak.peak
+    folder = bench_b2d.linked_manifest(shards, work, clips)
+    return bench_b2d.peak_rss_reading(lambda: loader(folder, maps, 2))
 
 
 def _child(work: Path, args: list[str]) -> str:
