@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -69,7 +70,8 @@ class PackView:
         """The raw sample with its cameras under their common names and its labels in the
         view (encoded again with the view's codecs); other members kept."""
         where = f"shard {raw.get('__shard__')} sample {raw.get('__key__')!r}"
-        out = {k: v for k, v in raw.items() if k not in dict(self.members).values()}
+        owned = {own for _, own in self.members}
+        out = {k: v for k, v in raw.items() if k not in owned}
         for (common, own), size in zip(self.members, self.sizes):
             data = raw[own]
             try:
@@ -110,7 +112,11 @@ class CommonView:
     own_codecs: tuple[tuple[str, str], ...] = ()   # own image member -> its codec
 
     def image_codec(self, own: str) -> str:
-        return dict(self.own_codecs)[own]
+        return self._codec_of[own]
+
+    @cached_property
+    def _codec_of(self) -> dict[str, str]:   # looked up per camera and sample: built once
+        return dict(self.own_codecs)
 
     def sample(self, raw: dict[str, Any] | None, packs: Mapping[str, int]) -> Any:
         if raw is None or "__error__" in raw:

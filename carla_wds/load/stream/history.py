@@ -202,6 +202,11 @@ def frame_rate(manifest: Manifest) -> float | None:
     return key_rate_hz(manifest.doc.get("spec") or {})
 
 
+def frame_step(manifest: Manifest) -> int:
+    """Frame numbers between two samples of a route in the pack (its sequence record)."""
+    return int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
+
+
 def _seconds(stride: str) -> float | None:
     try:
         seconds = float(stride[:-1])
@@ -217,7 +222,7 @@ def _stride(manifest: Manifest, stride: int | str) -> int | str:
     if not (isinstance(stride, str) and stride.endswith("s")):
         return stride
     rate, seconds = frame_rate(manifest), _seconds(stride)
-    step = int((manifest.doc.get("sequence") or {}).get("frame_step") or 1)
+    step = frame_step(manifest)
     if rate is None or seconds is None:
         recorded = (manifest.doc.get("spec") or {}).get("rate_hz")
         raise ValueError(f"history_stride={stride!r}: expected a positive, finite number of "
@@ -255,7 +260,7 @@ def history_settings(manifests: list[Manifest], history: int, stride: int | str
         _check(history, s)
     if not history:
         return 0, strides[0], {}
-    steps = [int((m.doc.get("sequence") or {}).get("frame_step") or 1) for m in manifests]
+    steps = [frame_step(m) for m in manifests]
     _one_time(manifests, stride, strides, steps)
     runs: list[tuple[int, ...]] = []
     n_shards = 0
@@ -263,8 +268,7 @@ def history_settings(manifests: list[Manifest], history: int, stride: int | str
         runs += [tuple(n_shards + s for s in c) for c in _chains(manifest)]
         n_shards += len(manifest.doc["shards"])
     per_pack = [(s * st, st) for s, st in zip(strides, steps)]
-    record: dict[str, Any] = {"frame_step": steps[0], "chains": tuple(runs),
-                              "windows": tuple(per_pack)}
+    record: dict[str, Any] = {"chains": tuple(runs), "windows": tuple(per_pack)}
     if len(manifests) > 1:
         record["by_shard"] = tuple((u, (i, *w)) for i, (m, w) in enumerate(zip(manifests,
                                                                                 per_pack))
